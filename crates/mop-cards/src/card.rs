@@ -1,0 +1,403 @@
+//! The OKF v1 card model: types and their pillar paths, the summary every manifest carries,
+//! server-owned counters, and the validation rules of OKF.md that apply however a card
+//! arrived (parsed from a file or decoded from JSON).
+
+use std::fmt;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CardError, Rule};
+use crate::id::{CardId, is_scope_id, is_slug};
+
+/// Longest title, in characters.
+pub const MAX_TITLE_CHARS: usize = 200;
+/// Longest description, in characters.
+pub const MAX_DESCRIPTION_CHARS: usize = 300;
+/// Longest error code, in characters.
+pub const MAX_ERROR_CODE_CHARS: usize = 64;
+/// Largest body, in bytes.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Importance of a card that does not set one.
+pub const DEFAULT_IMPORTANCE: f64 = 0.5;
+
+/// The kind of knowledge a card holds; it decides the card's pillar directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CardType {
+    /// Environment facts, asset configuration baselines.
+    Fact,
+    /// Conventions; with `scope.user_id`, one person's preferences.
+    Preference,
+    /// A person's correction of earlier agent behaviour.
+    HumanCorrection,
+    /// How a specific error was resolved.
+    ErrorResolution,
+    /// Known traps, incident postmortems.
+    Pitfall,
+    /// Verified step-by-step procedures.
+    Playbook,
+    /// Long-form reference documentation.
+    ReferenceDoc,
+}
+
+impl CardType {
+    /// Every type, in the order OKF.md lists them.
+    pub const ALL: [CardType; 7] = [
+        CardType::Fact,
+        CardType::Preference,
+        CardType::HumanCorrection,
+        CardType::ErrorResolution,
+        CardType::Pitfall,
+        CardType::Playbook,
+        CardType::ReferenceDoc,
+    ];
+
+    /// Every type's OKF name, for error messages and `--help`.
+    pub const NAMES: [&'static str; 7] = [
+        "fact",
+        "preference",
+        "human_correction",
+        "error_resolution",
+        "pitfall",
+        "playbook",
+        "reference_doc",
+    ];
+
+    /// The OKF name (`human_correction`, …).
+    pub fn as_str(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    /// Parses an OKF type name.
+    pub fn parse(s: &str) -> Option<CardType> {
+        Self::NAMES
+            .iter()
+            .position(|n| *n == s)
+            .map(|i| Self::ALL[i])
+    }
+
+    /// The pillar directory, relative to a card directory, with a trailing slash.
+    pub fn pillar_dir(self) -> &'static str {
+        match self {
+            CardType::Fact => "facts/specs/",
+            CardType::Preference => "conventions/preferences/",
+            CardType::HumanCorrection => "conventions/corrections/",
+            CardType::ErrorResolution => "runbooks/errors/",
+            CardType::Pitfall => "runbooks/pitfalls/",
+            CardType::Playbook => "runbooks/playbooks/",
+            CardType::ReferenceDoc => "docs/",
+        }
+    }
+
+    /// What the pillar holds, as MEMORY.md's knowledge map explains it.
+    pub fn pillar_holds(self) -> &'static str {
+        match self {
+            CardType::Fact => "environment facts, asset configuration baselines",
+            CardType::Preference => "conventions and personal preferences",
+            CardType::HumanCorrection => "people's corrections of earlier agent behaviour",
+            CardType::ErrorResolution => "how specific errors were resolved",
+            CardType::Pitfall => "known traps, incident postmortems",
+            CardType::Playbook => "verified step-by-step procedures",
+            CardType::ReferenceDoc => "long-form reference documentation",
+        }
+    }
+
+    /// Whether an unscoped card of this type belongs to the L0 workspace baseline.
+    pub fn is_baseline(self) -> bool {
+        matches!(
+            self,
+            CardType::Fact
+                | CardType::Preference
+                | CardType::HumanCorrection
+                | CardType::ReferenceDoc
+        )
+    }
+}
+
+impl fmt::Display for CardType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Whether a person has vouched for a card.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trust {
+    /// Curated or confirmed by a person.
+    #[default]
+    Verified,
+    /// Stored by an agent and not yet reviewed.
+    Unverified,
+}
+
+impl Trust {
+    /// The OKF spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trust::Verified => "verified",
+            Trust::Unverified => "unverified",
+        }
+    }
+}
+
+/// What a card is bound to. Empty means the whole workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scope {
+    /// Bound to one user: a personal card.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// Bound to one asset (host, database, cluster …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asset_id: Option<String>,
+}
+
+impl Scope {
+    /// True when the card is bound to neither a user nor an asset.
+    pub fn is_workspace(&self) -> bool {
+        self.user_id.is_none() && self.asset_id.is_none()
+    }
+}
+
+/// Where an agent-stored card came from; set by the server from daemon-asserted facts.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    /// The task that stored it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// The author: an unverified card with an author reaches only that author's tasks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// The asset the task targeted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asset_id: Option<String>,
+}
+
+fn default_importance() -> f64 {
+    DEFAULT_IMPORTANCE
+}
+fn default_true() -> bool {
+    true
+}
+fn is_true(b: &bool) -> bool {
+    *b
+}
+fn is_default_trust(t: &Trust) -> bool {
+    *t == Trust::Verified
+}
+fn is_default_scope(s: &Scope) -> bool {
+    s.is_workspace()
+}
+
+/// A card's frontmatter without its counters: what a manifest entry carries, and what tier
+/// selection and MEMORY.md need.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CardSummary {
+    /// The card id.
+    pub id: CardId,
+    /// The card type.
+    #[serde(rename = "type")]
+    pub card_type: CardType,
+    /// One line, 1..200 characters.
+    pub title: String,
+    /// One line, up to 300 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Lowercase slugs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
+    /// User and asset binding.
+    #[serde(default, skip_serializing_if = "is_default_scope")]
+    pub scope: Scope,
+    /// Codes this card resolves or warns about, as written in the card.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub error_codes: Vec<String>,
+    /// Technology stacks (slugs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stacks: Vec<String>,
+    /// 0.0..=1.0.
+    #[serde(default = "default_importance")]
+    pub importance: f64,
+    /// When the card was created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<Timestamp>,
+    /// When the card text last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<Timestamp>,
+    /// A disabled card never reaches a task.
+    #[serde(default = "default_true", skip_serializing_if = "is_true")]
+    pub enabled: bool,
+    /// The newer card that replaces this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<CardId>,
+    /// Verified or unverified.
+    #[serde(default, skip_serializing_if = "is_default_trust")]
+    pub trust: Trust,
+    /// Task provenance of an agent-stored card.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Provenance>,
+}
+
+impl CardSummary {
+    /// The card's path inside a card directory: `<pillar>/<id>.md`.
+    pub fn path(&self) -> String {
+        card_path(self.card_type, &self.id)
+    }
+
+    /// Enabled and not superseded. (Archived cards never reach a manifest.)
+    pub fn is_live(&self) -> bool {
+        self.enabled && self.superseded_by.is_none()
+    }
+
+    /// The author an unverified card is restricted to, if any.
+    pub fn restricted_to_author(&self) -> Option<&str> {
+        match self.trust {
+            Trust::Unverified => self.provenance.as_ref()?.user_id.as_deref(),
+            Trust::Verified => None,
+        }
+    }
+
+    /// Checks every value rule of OKF.md. Parsing calls this, and so should anything that
+    /// receives a summary as JSON.
+    pub fn validate(&self) -> Result<(), CardError> {
+        check_line("title", &self.title, 1, MAX_TITLE_CHARS)?;
+        if let Some(d) = &self.description {
+            check_line("description", d, 0, MAX_DESCRIPTION_CHARS)?;
+        }
+        check_slugs("labels", &self.labels)?;
+        check_slugs("stacks", &self.stacks)?;
+        for (i, code) in self.error_codes.iter().enumerate() {
+            check_line(&format!("error_codes[{i}]"), code, 1, MAX_ERROR_CODE_CHARS)?;
+        }
+        check_scope_id("scope.user_id", self.scope.user_id.as_deref())?;
+        check_scope_id("scope.asset_id", self.scope.asset_id.as_deref())?;
+        if let Some(p) = &self.provenance {
+            check_scope_id("provenance.task_id", p.task_id.as_deref())?;
+            check_scope_id("provenance.user_id", p.user_id.as_deref())?;
+            check_scope_id("provenance.asset_id", p.asset_id.as_deref())?;
+        }
+        if !(0.0..=1.0).contains(&self.importance) {
+            return Err(CardError::field("importance", Rule::UnitInterval));
+        }
+        if self.superseded_by == Some(self.id) {
+            return Err(CardError::field("superseded_by", Rule::NotSelf));
+        }
+        Ok(())
+    }
+}
+
+/// The path of a card inside a card directory.
+pub fn card_path(card_type: CardType, id: &CardId) -> String {
+    format!("{}{}.md", card_type.pillar_dir(), id)
+}
+
+/// Counters. A file's values are those at import; afterwards the server's are authoritative
+/// and travel in the manifest, so a reinforcement changes no file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// How often the card was stored or reinforced; at least 1.
+    pub occurrence: u64,
+    /// When it was last reinforced; defaults to `created_at`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen: Option<Timestamp>,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            occurrence: 1,
+            last_seen: None,
+        }
+    }
+}
+
+/// A whole card: summary, counters, frontmatter keys this version does not know (kept so
+/// they survive a round trip), and the Markdown body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Card {
+    /// The known frontmatter fields other than the counters.
+    pub summary: CardSummary,
+    /// `occurrence` and `last_seen` (defaulted to `created_at`).
+    pub counters: Counters,
+    /// Unknown frontmatter keys, in file order.
+    pub extra: Extra,
+    /// Markdown body: non-empty, at most 64 KiB.
+    pub body: String,
+}
+
+impl Card {
+    /// The card's path inside a card directory.
+    pub fn path(&self) -> String {
+        self.summary.path()
+    }
+
+    /// Checks every rule, summary and body.
+    pub fn validate(&self) -> Result<(), CardError> {
+        self.summary.validate()?;
+        if self.counters.occurrence < 1 {
+            return Err(CardError::field("occurrence", Rule::AtLeastOne));
+        }
+        check_body(&self.body)
+    }
+}
+
+/// Frontmatter keys outside OKF v1, kept verbatim (as YAML values) and in order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Extra(pub(crate) Vec<(yaml_rust2::Yaml, yaml_rust2::Yaml)>);
+
+impl Extra {
+    /// True when the card had no unknown keys.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The unknown keys that are strings, in file order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().filter_map(|(k, _)| k.as_str())
+    }
+}
+
+pub(crate) fn check_body(body: &str) -> Result<(), CardError> {
+    if body.len() > MAX_BODY_BYTES {
+        return Err(CardError::BodyTooLarge {
+            size: body.len(),
+            max: MAX_BODY_BYTES,
+        });
+    }
+    if body.trim().is_empty() {
+        return Err(CardError::EmptyBody);
+    }
+    if body.contains('\0') {
+        return Err(CardError::NulInBody);
+    }
+    Ok(())
+}
+
+fn check_line(key: &str, value: &str, min: usize, max: usize) -> Result<(), CardError> {
+    let chars = value.chars().count();
+    let one_line = !value.contains(['\n', '\r', '\u{2028}', '\u{2029}'])
+        && !value.chars().any(char::is_control);
+    if !one_line || chars < min || chars > max || (min > 0 && value.trim().is_empty()) {
+        return Err(CardError::field(key, Rule::OneLine { min, max }));
+    }
+    Ok(())
+}
+
+fn check_slugs(key: &str, values: &[String]) -> Result<(), CardError> {
+    for (i, v) in values.iter().enumerate() {
+        if !is_slug(v) {
+            return Err(CardError::field(format!("{key}[{i}]"), Rule::Slug));
+        }
+    }
+    Ok(())
+}
+
+fn check_scope_id(key: &str, value: Option<&str>) -> Result<(), CardError> {
+    match value {
+        Some(v) if !is_scope_id(v) => Err(CardError::field(key, Rule::ScopeId)),
+        _ => Ok(()),
+    }
+}

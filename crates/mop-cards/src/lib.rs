@@ -1,0 +1,47 @@
+//! The card engine of mop: everything about memory cards that needs no I/O and no async.
+//!
+//! - [`parse_card`] / [`render_card`]: OKF v1 files (YAML frontmatter + Markdown body),
+//!   validated with typed errors ([`CardError`]) that name the key and the rule.
+//! - [`CardType`], [`CardSummary`], [`CardId`]: the card model; a card's path follows from
+//!   its type and UUID alone, so no card can name a path outside its pillar directory.
+//! - [`Manifest`], [`ManifestEntry`], [`Version`]: the wire types shared by `mop-server`
+//!   and `mopd`.
+//! - [`TaskContext`], [`CodeExtractor`]: what a task is about and the error codes in it.
+//! - [`Catalog`]: one generation's cards indexed for tier selection (L0/L1/L2) with the hard
+//!   exclusions, and the strict ranking of OKF.md; "now" is the manifest's `generated_at`.
+//! - [`render_memory_md`]: the task's `MEMORY.md`, deterministic and escaped.
+//!
+//! Text matching needs BM25 hits, which the `mop-search` crate computes; selection takes
+//! them as [`TextHit`]s so this crate stays pure.
+
+mod card;
+mod codes;
+mod config;
+mod error;
+mod id;
+mod memory_md;
+mod parse;
+mod render;
+mod select;
+mod task;
+mod wire;
+
+pub use card::{
+    Card, CardSummary, CardType, Counters, DEFAULT_IMPORTANCE, Extra, MAX_BODY_BYTES,
+    MAX_DESCRIPTION_CHARS, MAX_TITLE_CHARS, Provenance, Scope, Trust, card_path,
+};
+pub use codes::{CodeExtractor, CodePattern, PatternError, collapse_upper, default_code_patterns};
+pub use config::{ConfigError, Rules, SelectionConfig};
+pub use error::{CardError, Rule};
+pub use id::{CardId, IdError, is_scope_id, is_slug, is_task_id};
+pub use memory_md::{escape_inline, render_memory_md};
+pub use parse::{MAX_FRONTMATTER_BYTES, parse_card};
+pub use render::render_card;
+pub use select::{
+    Catalog, CatalogError, MatchClass, Selected, Selection, TextHit, Tier, TierCounts,
+    VisibleSet, effective_importance,
+};
+pub use task::{TaskContext, TaskError, TaskQuery};
+pub use wire::{
+    EntryError, Manifest, ManifestEntry, Version, VersionError, is_sha256_hex, sha256_hex,
+};

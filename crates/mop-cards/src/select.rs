@@ -1,0 +1,508 @@
+//! Tier selection and ranking (OKF.md "Tiers" and "Ranking").
+//!
+//! A [`Catalog`] is built once per generation from its full manifest: it sorts the cards by
+//! id (a card's position is its *ordinal*, shared with the search index), precomputes each
+//! card's canonical codes and decayed importance, and indexes cards by user, asset, code and
+//! tag so a task touches only the cards that can concern it. [`Catalog::select`] then applies
+//! the hard exclusions, assigns tiers and match classes, and ranks with one strict key.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::fmt;
+
+use jiff::Timestamp;
+
+use crate::card::{CardSummary, CardType};
+use crate::config::{Rules, SelectionConfig};
+use crate::id::CardId;
+use crate::task::{TaskContext, TaskQuery};
+use crate::wire::{Manifest, ManifestEntry};
+
+/// The tier a selected card is reported in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Tier {
+    /// Workspace baseline.
+    L0,
+    /// The requester's own.
+    L1,
+    /// Targeted: asset-bound or matched.
+    L2,
+}
+
+impl Tier {
+    /// `"L0"`, `"L1"` or `"L2"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::L0 => "L0",
+            Tier::L1 => "L1",
+            Tier::L2 => "L2",
+        }
+    }
+}
+
+impl fmt::Display for Tier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The first ranking key: why a card is in the selection, most specific first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MatchClass {
+    /// A `human_correction` card, however it was selected.
+    HumanCorrection,
+    /// Bound to the requester (L1).
+    Own,
+    /// One of its error codes is in the task.
+    ErrorCode,
+    /// Bound to the task's asset.
+    Asset,
+    /// One of its stacks or labels is a task label or word.
+    StackOrLabel,
+    /// A BM25 hit for the task text.
+    Text,
+    /// Workspace baseline with no match.
+    Baseline,
+}
+
+/// Selected-card counts per tier.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TierCounts(pub [usize; 3]);
+
+impl TierCounts {
+    fn add(&mut self, tier: Tier) {
+        self.0[tier as usize] += 1;
+    }
+
+    /// The count for one tier.
+    pub fn get(&self, tier: Tier) -> usize {
+        self.0[tier as usize]
+    }
+
+    /// The total.
+    pub fn total(&self) -> usize {
+        self.0.iter().sum()
+    }
+}
+
+impl fmt::Display for TierCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "L0 {}, L1 {}, L2 {}", self.0[0], self.0[1], self.0[2])
+    }
+}
+
+/// A BM25 hit for the task text: a card ordinal and its score.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TextHit {
+    /// The card's ordinal in the catalog.
+    pub ord: u32,
+    /// Its BM25 score.
+    pub score: f32,
+}
+
+/// A set of card ordinals, as a bitset: the cards a task may see.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VisibleSet {
+    words: Vec<u64>,
+}
+
+impl VisibleSet {
+    fn empty(len: usize) -> Self {
+        VisibleSet {
+            words: vec![0; len.div_ceil(64)],
+        }
+    }
+
+    fn insert(&mut self, ord: u32) {
+        self.words[ord as usize / 64] |= 1 << (ord % 64);
+    }
+
+    /// Whether the card with this ordinal is in the set.
+    pub fn contains(&self, ord: u32) -> bool {
+        self.words
+            .get(ord as usize / 64)
+            .is_some_and(|w| w & (1 << (ord % 64)) != 0)
+    }
+
+    /// How many cards are in the set.
+    pub fn len(&self) -> usize {
+        self.words.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    /// True when no card is in the set.
+    pub fn is_empty(&self) -> bool {
+        self.words.iter().all(|w| *w == 0)
+    }
+}
+
+/// Per-card values that do not depend on the task.
+#[derive(Debug, Clone)]
+struct Precomputed {
+    live: bool,
+    /// Canonical forms of the card's error codes.
+    codes: Vec<String>,
+    importance: f64,
+    last_seen: Option<Timestamp>,
+}
+
+/// Why a manifest cannot become a catalog.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CatalogError {
+    /// A delta manifest lists only changes; a catalog needs the whole workspace.
+    #[error("a catalog needs a full manifest, not a delta")]
+    Delta,
+    /// The same id appears twice.
+    #[error("card {0} appears twice in the manifest")]
+    DuplicateId(CardId),
+}
+
+/// One generation's cards, indexed for selection.
+#[derive(Debug, Clone)]
+pub struct Catalog {
+    epoch: String,
+    revision: u64,
+    generated_at: Timestamp,
+    entries: Vec<ManifestEntry>,
+    pre: Vec<Precomputed>,
+    by_user: HashMap<String, Vec<u32>>,
+    by_asset: HashMap<String, Vec<u32>>,
+    by_author: HashMap<String, Vec<u32>>,
+    by_code: HashMap<String, Vec<u32>>,
+    by_tag: HashMap<String, Vec<u32>>,
+    baseline: Vec<u32>,
+    open: VisibleSet,
+}
+
+impl Catalog {
+    /// Indexes a full manifest. "Now" for importance decay is its `generated_at`.
+    pub fn new(manifest: Manifest, rules: &Rules) -> Result<Catalog, CatalogError> {
+        if manifest.is_delta() {
+            return Err(CatalogError::Delta);
+        }
+        let mut entries = manifest.cards;
+        entries.sort_unstable_by_key(|e| e.summary.id);
+        if let Some(w) = entries.windows(2).find(|w| w[0].summary.id == w[1].summary.id) {
+            return Err(CatalogError::DuplicateId(w[0].summary.id));
+        }
+        let now = manifest.generated_at;
+        let mut cat = Catalog {
+            epoch: manifest.epoch,
+            revision: manifest.revision,
+            generated_at: now,
+            pre: Vec::with_capacity(entries.len()),
+            by_user: HashMap::new(),
+            by_asset: HashMap::new(),
+            by_author: HashMap::new(),
+            by_code: HashMap::new(),
+            by_tag: HashMap::new(),
+            baseline: Vec::new(),
+            open: VisibleSet::empty(entries.len()),
+            entries: Vec::new(),
+        };
+        for (i, e) in entries.iter().enumerate() {
+            let ord = i as u32;
+            let s = &e.summary;
+            let live = s.is_live();
+            let last_seen = e.last_seen.or(s.created_at);
+            let codes: Vec<String> = s.error_codes.iter().map(|c| rules.codes.normalize(c)).collect();
+            if live {
+                for code in &codes {
+                    push_unique(cat.by_code.entry(code.clone()).or_default(), ord);
+                }
+            }
+            cat.pre.push(Precomputed {
+                live,
+                codes,
+                importance: effective_importance(s.importance, last_seen, now, &rules.config),
+                last_seen,
+            });
+            if !live {
+                continue;
+            }
+            if let Some(u) = &s.scope.user_id {
+                cat.by_user.entry(u.clone()).or_default().push(ord);
+            }
+            if let Some(a) = &s.scope.asset_id {
+                cat.by_asset.entry(a.clone()).or_default().push(ord);
+            }
+            match s.restricted_to_author() {
+                Some(author) => cat.by_author.entry(author.to_owned()).or_default().push(ord),
+                None if s.scope.is_workspace() => cat.open.insert(ord),
+                None => {}
+            }
+            for tag in s.stacks.iter().chain(&s.labels) {
+                push_unique(cat.by_tag.entry(tag.clone()).or_default(), ord);
+            }
+            if s.scope.is_workspace() && s.card_type.is_baseline() {
+                cat.baseline.push(ord);
+            }
+        }
+        cat.entries = entries;
+        Ok(cat)
+    }
+
+    /// The epoch of the manifest this catalog was built from.
+    pub fn epoch(&self) -> &str {
+        &self.epoch
+    }
+
+    /// The revision of the manifest this catalog was built from.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// The manifest's `generated_at`: the "now" of importance decay.
+    pub fn generated_at(&self) -> Timestamp {
+        self.generated_at
+    }
+
+    /// All entries, by ordinal (sorted by id).
+    pub fn entries(&self) -> &[ManifestEntry] {
+        &self.entries
+    }
+
+    /// The entry with this ordinal.
+    pub fn entry(&self, ord: u32) -> &ManifestEntry {
+        &self.entries[ord as usize]
+    }
+
+    /// The ordinal of a card id.
+    pub fn ord_of(&self, id: &CardId) -> Option<u32> {
+        self.entries
+            .binary_search_by(|e| e.summary.id.cmp(id))
+            .ok()
+            .map(|i| i as u32)
+    }
+
+    /// Number of cards.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True for an empty workspace.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Whether a task may see a card at all: it is live, and no hard exclusion applies
+    /// (bound to another user, bound to another asset or to any asset when the task has
+    /// none, or an unverified card whose author is someone else).
+    pub fn is_visible(&self, ord: u32, task: &TaskContext) -> bool {
+        let s = &self.entries[ord as usize].summary;
+        self.pre[ord as usize].live
+            && matches_opt(s.scope.user_id.as_deref(), task.origin_user_id.as_deref())
+            && matches_opt(s.scope.asset_id.as_deref(), task.asset_id.as_deref())
+            && matches_opt(s.restricted_to_author(), task.origin_user_id.as_deref())
+    }
+
+    /// Every card the task may see; the search index filters text hits with it.
+    pub fn visible_set(&self, task: &TaskContext) -> VisibleSet {
+        let mut set = self.open.clone();
+        for ord in self.scoped_lists(task).flatten() {
+            if self.is_visible(*ord, task) {
+                set.insert(*ord);
+            }
+        }
+        set
+    }
+
+    fn scoped_lists<'a>(&'a self, task: &TaskContext) -> impl Iterator<Item = &'a Vec<u32>> {
+        let user = task.origin_user_id.as_deref();
+        let asset = task.asset_id.as_deref();
+        [
+            user.and_then(|u| self.by_user.get(u)),
+            asset.and_then(|a| self.by_asset.get(a)),
+            user.and_then(|u| self.by_author.get(u)),
+        ]
+        .into_iter()
+        .flatten()
+    }
+
+    /// Selects and ranks the cards for a task. `hits` are the BM25 hits for the task text,
+    /// best first, already limited to cards the task may see (they are checked again).
+    pub fn select(&self, query: &TaskQuery<'_>, hits: &[TextHit], config: &SelectionConfig) -> Selection {
+        let task = query.task;
+        let text_scores = self.qualified_hits(task, hits, config);
+
+        let mut seen = VisibleSet::empty(self.entries.len());
+        let mut picked: Vec<Selected> = Vec::new();
+        let mut selected = TierCounts::default();
+        let mut consider = |ord: u32| {
+            if seen.contains(ord) {
+                return;
+            }
+            seen.insert(ord);
+            if let Some(sel) = self.classify(ord, query, &text_scores) {
+                selected.add(sel.tier);
+                picked.push(sel);
+            }
+        };
+        for list in self.scoped_lists(task) {
+            list.iter().for_each(|o| consider(*o));
+        }
+        for code in &query.codes {
+            self.by_code.get(code).into_iter().flatten().for_each(|o| consider(*o));
+        }
+        for word in &query.words {
+            self.by_tag.get(word).into_iter().flatten().for_each(|o| consider(*o));
+        }
+        text_scores.keys().for_each(|o| consider(*o));
+        self.baseline.iter().for_each(|o| consider(*o));
+
+        let cmp = |a: &Selected, b: &Selected| self.rank_cmp(a, b);
+        let mut left_out = TierCounts::default();
+        if picked.len() > config.max_mounted {
+            if config.max_mounted > 0 {
+                picked.select_nth_unstable_by(config.max_mounted - 1, cmp);
+            }
+            for s in &picked[config.max_mounted..] {
+                left_out.add(s.tier);
+            }
+            picked.truncate(config.max_mounted);
+        }
+        picked.sort_unstable_by(cmp);
+        Selection {
+            cards: picked,
+            selected,
+            left_out,
+        }
+    }
+
+    /// The hits that may select by text: the first `text_candidates` visible ones scoring
+    /// at least `min_text_ratio` of the best.
+    fn qualified_hits(&self, task: &TaskContext, hits: &[TextHit], config: &SelectionConfig) -> HashMap<u32, f32> {
+        let visible: Vec<&TextHit> = hits
+            .iter()
+            .filter(|h| (h.ord as usize) < self.entries.len() && self.is_visible(h.ord, task))
+            .take(config.text_candidates)
+            .collect();
+        let best = visible.iter().map(|h| h.score).fold(0.0f32, f32::max);
+        visible
+            .into_iter()
+            .filter(|h| best > 0.0 && h.score >= best * config.min_text_ratio)
+            .map(|h| (h.ord, h.score))
+            .collect()
+    }
+
+    fn classify(&self, ord: u32, q: &TaskQuery<'_>, text: &HashMap<u32, f32>) -> Option<Selected> {
+        if !self.is_visible(ord, q.task) {
+            return None;
+        }
+        let s: &CardSummary = &self.entries[ord as usize].summary;
+        // Visible and user-bound means bound to the requester; likewise for the asset.
+        let own = s.scope.user_id.is_some();
+        let asset = s.scope.asset_id.is_some();
+        let code = self.pre[ord as usize]
+            .codes
+            .iter()
+            .any(|c| q.codes.contains(c));
+        let tag = s
+            .stacks
+            .iter()
+            .chain(&s.labels)
+            .any(|t| q.words.contains(t.as_str()));
+        let text_score = text.get(&ord).copied();
+        let baseline = s.scope.is_workspace() && s.card_type.is_baseline();
+        let matched = code || tag || text_score.is_some();
+        if !(own || asset || matched || baseline) {
+            return None;
+        }
+        let class = if s.card_type == CardType::HumanCorrection {
+            MatchClass::HumanCorrection
+        } else if own {
+            MatchClass::Own
+        } else if code {
+            MatchClass::ErrorCode
+        } else if asset {
+            MatchClass::Asset
+        } else if tag {
+            MatchClass::StackOrLabel
+        } else if text_score.is_some() {
+            MatchClass::Text
+        } else {
+            MatchClass::Baseline
+        };
+        let tier = if own {
+            Tier::L1
+        } else if asset || matched {
+            Tier::L2
+        } else {
+            Tier::L0
+        };
+        Some(Selected {
+            ord,
+            tier,
+            class,
+            text_score: text_score.unwrap_or(0.0),
+            importance: self.pre[ord as usize].importance,
+        })
+    }
+
+    /// The strict ranking order of OKF.md, highest first.
+    fn rank_cmp(&self, a: &Selected, b: &Selected) -> Ordering {
+        let (ea, eb) = (&self.entries[a.ord as usize], &self.entries[b.ord as usize]);
+        a.class
+            .cmp(&b.class)
+            .then(b.text_score.total_cmp(&a.text_score))
+            .then(b.importance.total_cmp(&a.importance))
+            .then(eb.occurrence.cmp(&ea.occurrence))
+            .then(self.pre[b.ord as usize].last_seen.cmp(&self.pre[a.ord as usize].last_seen))
+            .then(ea.summary.id.cmp(&eb.summary.id))
+    }
+}
+
+fn matches_opt(card: Option<&str>, task: Option<&str>) -> bool {
+    card.is_none_or(|c| task == Some(c))
+}
+
+fn push_unique(list: &mut Vec<u32>, ord: u32) {
+    if list.last() != Some(&ord) {
+        list.push(ord);
+    }
+}
+
+/// Importance after decay: untouched for `decay_grace_days` after `last_seen`, then halved
+/// every `decay_half_life_days`, never below `decay_floor` (nor raised to it).
+pub fn effective_importance(
+    importance: f64,
+    last_seen: Option<Timestamp>,
+    now: Timestamp,
+    config: &SelectionConfig,
+) -> f64 {
+    let Some(seen) = last_seen else {
+        return importance;
+    };
+    let age_days = (now.as_millisecond() - seen.as_millisecond()) as f64 / 86_400_000.0;
+    if age_days <= config.decay_grace_days {
+        return importance;
+    }
+    let decayed =
+        importance * 0.5f64.powf((age_days - config.decay_grace_days) / config.decay_half_life_days);
+    decayed.max(config.decay_floor.min(importance))
+}
+
+/// One selected card with its ranking facts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Selected {
+    /// The card's ordinal in the catalog.
+    pub ord: u32,
+    /// The tier it is reported in.
+    pub tier: Tier,
+    /// Its match class (first ranking key).
+    pub class: MatchClass,
+    /// BM25 score, 0 when not a text hit.
+    pub text_score: f32,
+    /// Effective (decayed) importance.
+    pub importance: f64,
+}
+
+/// The result of selection: the mounted cards in rank order, and counts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Selection {
+    /// The first `max_mounted` selected cards, best first.
+    pub cards: Vec<Selected>,
+    /// All selected cards per tier, mounted or not.
+    pub selected: TierCounts,
+    /// Selected cards the mount cap left out, per tier.
+    pub left_out: TierCounts,
+}

@@ -1,1 +1,418 @@
-//! x
+//! BM25 search over one workspace snapshot, for task selection and `mop memory retrieve`.
+//!
+//! [`build_index`] writes an index of every card (title, description, labels, body) into a
+//! fresh directory once per generation; [`SearchIndex::open`] opens it read-only. Text is
+//! tokenized by [`tokenize::tokens`]: lowercase words, and character bigrams for Chinese,
+//! Japanese and Korean, so CJK queries work with no dictionary.
+//!
+//! Documents carry the card's *ordinal* in the generation's [`mop_cards::Catalog`] (cards
+//! sorted by id). A search takes the task's [`VisibleSet`] and never returns a card outside
+//! it, so text hits obey the same hard exclusions as the tiers.
+
+mod readonly;
+pub mod tokenize;
+
+use std::collections::{BTreeSet, BinaryHeap};
+use std::cmp::{Ordering, Reverse};
+use std::path::Path;
+use std::sync::Arc;
+
+use mop_cards::{Catalog, Rules, Selection, TaskContext, TaskQuery, TextHit, VisibleSet};
+use serde::{Deserialize, Serialize};
+use tantivy::collector::{Collector, SegmentCollector};
+use tantivy::columnar::Column;
+use tantivy::directory::MmapDirectory;
+use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, TermQuery};
+use tantivy::schema::{
+    FAST, Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions,
+};
+use tantivy::{DocId, Index, IndexReader, ReloadPolicy, Score, SegmentOrdinal, SegmentReader, TantivyDocument, Term};
+
+use crate::readonly::ReadOnlyDirectory;
+
+const TOKENIZER: &str = "mop";
+const META_FILE: &str = "mop-search.json";
+const FORMAT: u32 = 1;
+/// Indexing memory budget. Tantivy flushes a segment when it is reached, so large
+/// workspaces make a few segments instead of a large heap.
+const WRITER_BUDGET_BYTES: usize = 48 * 1024 * 1024;
+
+/// Field weights: a word in the title says more about a card than one in its body.
+const WEIGHTS: [(&str, f32); 4] = [("title", 2.0), ("description", 1.5), ("labels", 1.5), ("body", 1.0)];
+
+/// Frequent English words that only add noise to a query built from ticket text.
+const STOPWORDS: &[&str] = &[
+    "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "has", "in", "is", "it", "of",
+    "on", "or", "that", "the", "this", "to", "was", "were", "will", "with",
+];
+
+/// Why an index cannot be built, opened or searched.
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    /// Tantivy failed.
+    #[error("search index at {dir}: {source}")]
+    Tantivy {
+        /// The index directory.
+        dir: String,
+        /// The error.
+        source: tantivy::TantivyError,
+    },
+    /// The directory is not a mop search index, or one of another format.
+    #[error("search index at {dir}: {problem}; rebuild the generation")]
+    Invalid {
+        /// The index directory.
+        dir: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// File-system error around the index.
+    #[error("search index at {dir}: {source}")]
+    Io {
+        /// The index directory.
+        dir: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// One card to index.
+#[derive(Debug, Clone, Copy)]
+pub struct IndexDoc<'a> {
+    /// The card's ordinal in the generation's catalog.
+    pub ord: u32,
+    /// Title.
+    pub title: &'a str,
+    /// Description, or "".
+    pub description: &'a str,
+    /// Labels.
+    pub labels: &'a [String],
+    /// Markdown body.
+    pub body: &'a str,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Meta {
+    format: u32,
+    docs: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Fields {
+    text: [Field; 4],
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut builder = Schema::builder();
+    // Frequencies without positions: BM25 needs no phrase queries, and the index is smaller.
+    let options = TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default()
+            .set_tokenizer(TOKENIZER)
+            .set_index_option(IndexRecordOption::WithFreqs),
+    );
+    let text = WEIGHTS.map(|(name, _)| builder.add_text_field(name, options.clone()));
+    builder.add_u64_field("ord", FAST);
+    (builder.build(), Fields { text })
+}
+
+fn fields_of(schema: &Schema, dir: &Path) -> Result<(Fields, Field), SearchError> {
+    let get = |name: &str| {
+        schema.get_field(name).map_err(|_| SearchError::Invalid {
+            dir: dir.display().to_string(),
+            problem: format!("field {name} is missing"),
+        })
+    };
+    let mut text = Vec::with_capacity(4);
+    for (name, _) in WEIGHTS {
+        text.push(get(name)?);
+    }
+    Ok((
+        Fields {
+            text: text.try_into().expect("four fields"),
+        },
+        get("ord")?,
+    ))
+}
+
+/// What building an index did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BuildReport {
+    /// Documents indexed.
+    pub docs: u64,
+}
+
+/// Builds an index of `docs` in `dir`, which must exist and be empty. The caller makes it
+/// visible atomically (it is built inside a generation that is renamed into place).
+pub fn build_index<'a>(
+    dir: &Path,
+    docs: impl IntoIterator<Item = IndexDoc<'a>>,
+) -> Result<BuildReport, SearchError> {
+    let tantivy = |source| SearchError::Tantivy {
+        dir: dir.display().to_string(),
+        source,
+    };
+    let (schema, fields) = schema();
+    let ord_field = schema.get_field("ord").expect("schema has ord");
+    let index = Index::create_in_dir(dir, schema).map_err(tantivy)?;
+    index.tokenizers().register(TOKENIZER, tokenize::MopTokenizer);
+    let mut writer = index
+        .writer_with_num_threads::<TantivyDocument>(1, WRITER_BUDGET_BYTES)
+        .map_err(tantivy)?;
+    let mut count = 0u64;
+    let mut labels = String::new();
+    for d in docs {
+        let mut doc = TantivyDocument::new();
+        labels.clear();
+        for l in d.labels {
+            labels.push_str(l);
+            labels.push(' ');
+        }
+        for (field, text) in fields.text.iter().zip([d.title, d.description, &labels, d.body]) {
+            doc.add_text(*field, text);
+        }
+        doc.add_u64(ord_field, u64::from(d.ord));
+        writer.add_document(doc).map_err(tantivy)?;
+        count += 1;
+    }
+    writer.commit().map_err(tantivy)?;
+    writer.wait_merging_threads().map_err(tantivy)?;
+    drop(index);
+    // Lock files are only for writers; leaving none behind keeps the generation clean.
+    for lock in [".tantivy-writer.lock", ".tantivy-meta.lock"] {
+        match std::fs::remove_file(dir.join(lock)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(SearchError::Io {
+                    dir: dir.display().to_string(),
+                    source: e,
+                });
+            }
+            _ => {}
+        }
+    }
+    let meta = serde_json::to_vec(&Meta {
+        format: FORMAT,
+        docs: count,
+    })
+    .expect("meta serializes");
+    std::fs::write(dir.join(META_FILE), meta).map_err(|source| SearchError::Io {
+        dir: dir.display().to_string(),
+        source,
+    })?;
+    Ok(BuildReport { docs: count })
+}
+
+/// An index opened read-only.
+pub struct SearchIndex {
+    reader: IndexReader,
+    fields: Fields,
+    docs: u64,
+}
+
+impl std::fmt::Debug for SearchIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SearchIndex").field("docs", &self.docs).finish()
+    }
+}
+
+impl SearchIndex {
+    /// Opens an index built by [`build_index`], writing nothing.
+    pub fn open(dir: &Path) -> Result<SearchIndex, SearchError> {
+        let shown = || dir.display().to_string();
+        let invalid = |problem: String| SearchError::Invalid {
+            dir: shown(),
+            problem,
+        };
+        let meta_bytes = std::fs::read(dir.join(META_FILE)).map_err(|source| SearchError::Io {
+            dir: shown(),
+            source,
+        })?;
+        let meta: Meta = serde_json::from_slice(&meta_bytes)
+            .map_err(|e| invalid(format!("{META_FILE} is unreadable: {e}")))?;
+        if meta.format != FORMAT {
+            return Err(invalid(format!(
+                "index format {} is not the supported format {FORMAT}",
+                meta.format
+            )));
+        }
+        let tantivy = |source| SearchError::Tantivy {
+            dir: shown(),
+            source,
+        };
+        let mmap = MmapDirectory::open(dir).map_err(|e| invalid(e.to_string()))?;
+        let index = Index::open(ReadOnlyDirectory(mmap)).map_err(tantivy)?;
+        index.tokenizers().register(TOKENIZER, tokenize::MopTokenizer);
+        let (fields, _) = fields_of(&index.schema(), dir)?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()
+            .map_err(tantivy)?;
+        let docs = reader.searcher().num_docs();
+        if docs != meta.docs {
+            return Err(invalid(format!(
+                "{META_FILE} records {} documents but the index holds {docs}",
+                meta.docs
+            )));
+        }
+        Ok(SearchIndex {
+            reader,
+            fields,
+            docs,
+        })
+    }
+
+    /// Number of indexed cards.
+    pub fn num_docs(&self) -> u64 {
+        self.docs
+    }
+
+    /// The best `limit` cards for `text` among `visible`, best first (ties: lower ordinal,
+    /// which is the lower id, first). An empty or stopword-only text finds nothing.
+    pub fn search(
+        &self,
+        text: &str,
+        limit: usize,
+        visible: Arc<VisibleSet>,
+    ) -> Result<Vec<TextHit>, SearchError> {
+        let Some(query) = self.query(text) else {
+            return Ok(Vec::new());
+        };
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let searcher = self.reader.searcher();
+        let hits = searcher
+            .search(&query, &MaskedTopK { limit, visible })
+            .map_err(|source| SearchError::Tantivy {
+                dir: "(open index)".into(),
+                source,
+            })?;
+        Ok(hits)
+    }
+
+    fn query(&self, text: &str) -> Option<BooleanQuery> {
+        let mut terms: BTreeSet<String> = tokenize::tokens(text).into_iter().map(|t| t.0).collect();
+        if terms.iter().any(|t| !STOPWORDS.contains(&t.as_str())) {
+            terms.retain(|t| !STOPWORDS.contains(&t.as_str()));
+        }
+        if terms.is_empty() {
+            return None;
+        }
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::with_capacity(terms.len() * 4);
+        for term in &terms {
+            for (field, (_, weight)) in self.fields.text.iter().zip(WEIGHTS) {
+                let q = TermQuery::new(Term::from_field_text(*field, term), IndexRecordOption::WithFreqs);
+                clauses.push((Occur::Should, Box::new(BoostQuery::new(Box::new(q), weight))));
+            }
+        }
+        Some(BooleanQuery::new(clauses))
+    }
+}
+
+/// Selects and ranks a task's cards in one call: derive codes and words, run BM25 over
+/// the cards the task may see, then tier, rank and cap (see [`Catalog::select`]).
+pub fn select_for_task(
+    catalog: &Catalog,
+    index: &SearchIndex,
+    task: &TaskContext,
+    rules: &Rules,
+) -> Result<Selection, SearchError> {
+    if index.num_docs() != catalog.len() as u64 {
+        return Err(SearchError::Invalid {
+            dir: "(open index)".into(),
+            problem: format!(
+                "index holds {} cards but the generation's manifest has {}",
+                index.num_docs(),
+                catalog.len()
+            ),
+        });
+    }
+    let query = TaskQuery::new(task, &rules.codes);
+    let visible = Arc::new(catalog.visible_set(task));
+    let hits = index.search(&task.search_text(), rules.config.text_candidates, visible)?;
+    Ok(catalog.select(&query, &hits, &rules.config))
+}
+
+/// A hit in the heap: ordered so the heap's top is the worst kept hit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Ranked(Score, u32);
+
+impl Eq for Ranked {}
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Ranked {
+    /// Better = higher score, then lower ordinal.
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0).then(other.1.cmp(&self.1))
+    }
+}
+
+/// Top-k by score among the visible ordinals.
+struct MaskedTopK {
+    limit: usize,
+    visible: Arc<VisibleSet>,
+}
+
+struct MaskedSegment {
+    limit: usize,
+    visible: Arc<VisibleSet>,
+    ords: Column<u64>,
+    heap: BinaryHeap<Reverse<Ranked>>,
+}
+
+impl Collector for MaskedTopK {
+    type Fruit = Vec<TextHit>;
+    type Child = MaskedSegment;
+
+    fn for_segment(&self, _: SegmentOrdinal, segment: &SegmentReader) -> tantivy::Result<MaskedSegment> {
+        Ok(MaskedSegment {
+            limit: self.limit,
+            visible: self.visible.clone(),
+            ords: segment.fast_fields().u64("ord")?,
+            heap: BinaryHeap::with_capacity(self.limit + 1),
+        })
+    }
+
+    fn requires_scoring(&self) -> bool {
+        true
+    }
+
+    fn merge_fruits(&self, fruits: Vec<Vec<TextHit>>) -> tantivy::Result<Vec<TextHit>> {
+        let mut all: Vec<Ranked> = fruits.into_iter().flatten().map(|h| Ranked(h.score, h.ord)).collect();
+        all.sort_unstable_by(|a, b| b.cmp(a));
+        all.truncate(self.limit);
+        Ok(all.into_iter().map(|Ranked(score, ord)| TextHit { ord, score }).collect())
+    }
+}
+
+impl SegmentCollector for MaskedSegment {
+    type Fruit = Vec<TextHit>;
+
+    fn collect(&mut self, doc: DocId, score: Score) {
+        let Some(ord) = self.ords.first(doc) else {
+            return;
+        };
+        let Ok(ord) = u32::try_from(ord) else {
+            return;
+        };
+        if !self.visible.contains(ord) {
+            return;
+        }
+        let hit = Ranked(score, ord);
+        if self.heap.len() < self.limit {
+            self.heap.push(Reverse(hit));
+        } else if self.heap.peek().is_some_and(|Reverse(worst)| hit > *worst) {
+            self.heap.pop();
+            self.heap.push(Reverse(hit));
+        }
+    }
+
+    fn harvest(self) -> Vec<TextHit> {
+        self.heap
+            .into_iter()
+            .map(|Reverse(Ranked(score, ord))| TextHit { ord, score })
+            .collect()
+    }
+}

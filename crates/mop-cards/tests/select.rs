@@ -1,0 +1,377 @@
+//! Tier selection, hard exclusions and ranking, on small hand-built workspaces where every
+//! expected outcome can be stated exactly.
+
+use jiff::Timestamp;
+use mop_cards::{
+    CardId, CardSummary, CardType, Catalog, Manifest, ManifestEntry, MatchClass, Provenance, Rules,
+    Scope, SelectionConfig, TaskContext, TaskQuery, TextHit, Tier, Trust, card_path,
+    effective_importance,
+};
+
+const NOW: &str = "2026-11-29T00:00:00Z";
+
+fn id(n: u32) -> CardId {
+    CardId::parse(&format!("00000000-0000-4000-8000-{n:012}")).unwrap()
+}
+
+fn card(n: u32, card_type: CardType) -> ManifestEntry {
+    ManifestEntry {
+        summary: CardSummary {
+            id: id(n),
+            card_type,
+            title: format!("card {n}"),
+            description: None,
+            labels: vec![],
+            scope: Scope::default(),
+            error_codes: vec![],
+            stacks: vec![],
+            importance: 0.5,
+            created_at: Some("2026-11-01T00:00:00Z".parse().unwrap()),
+            updated_at: None,
+            enabled: true,
+            superseded_by: None,
+            trust: Trust::Verified,
+            provenance: None,
+        },
+        sha256: "0".repeat(64),
+        size: 10,
+        path: card_path(card_type, &id(n)),
+        occurrence: 1,
+        last_seen: None,
+    }
+}
+
+fn with(mut e: ManifestEntry, f: impl FnOnce(&mut ManifestEntry)) -> ManifestEntry {
+    f(&mut e);
+    e
+}
+
+fn user(u: &str) -> impl FnOnce(&mut ManifestEntry) {
+    let u = u.to_owned();
+    move |e| e.summary.scope.user_id = Some(u)
+}
+
+fn asset(a: &str) -> impl FnOnce(&mut ManifestEntry) {
+    let a = a.to_owned();
+    move |e| e.summary.scope.asset_id = Some(a)
+}
+
+fn catalog(cards: Vec<ManifestEntry>) -> Catalog {
+    let manifest = Manifest {
+        epoch: "0b6c1f3e-8d7a-4f43-9c1e-1f2a3b4c5d6e".into(),
+        revision: 7,
+        generated_at: NOW.parse().unwrap(),
+        since: None,
+        cards,
+        removed: vec![],
+    };
+    Catalog::new(manifest, &Rules::default()).unwrap()
+}
+
+fn task(user: Option<&str>, asset: Option<&str>, title: &str) -> TaskContext {
+    TaskContext {
+        task_id: "t-1".into(),
+        workspace: "acme".into(),
+        origin_user_id: user.map(Into::into),
+        asset_id: asset.map(Into::into),
+        title: title.into(),
+        description: String::new(),
+        labels: vec![],
+    }
+}
+
+/// Selected (card number, tier, class) in rank order.
+fn run(cat: &Catalog, t: &TaskContext, hits: &[(u32, f32)]) -> Vec<(u32, Tier, MatchClass)> {
+    run_with(cat, t, hits, &SelectionConfig::default())
+}
+
+fn run_with(cat: &Catalog, t: &TaskContext, hits: &[(u32, f32)], config: &SelectionConfig) -> Vec<(u32, Tier, MatchClass)> {
+    let rules = Rules::new(config.clone()).unwrap();
+    let q = TaskQuery::new(t, &rules.codes);
+    let hits: Vec<TextHit> = hits
+        .iter()
+        .map(|(n, score)| TextHit { ord: cat.ord_of(&id(*n)).unwrap(), score: *score })
+        .collect();
+    cat.select(&q, &hits, config)
+        .cards
+        .iter()
+        .map(|s| (num(cat, s.ord), s.tier, s.class))
+        .collect()
+}
+
+fn num(cat: &Catalog, ord: u32) -> u32 {
+    let s = cat.entry(ord).summary.id.to_string();
+    s[24..].parse().unwrap()
+}
+
+fn nums(sel: &[(u32, Tier, MatchClass)]) -> Vec<u32> {
+    let mut v: Vec<u32> = sel.iter().map(|s| s.0).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn l0_is_unscoped_baseline_types_only() {
+    let cat = catalog(vec![
+        card(1, CardType::Fact),
+        card(2, CardType::Preference),
+        card(3, CardType::HumanCorrection),
+        card(4, CardType::ReferenceDoc),
+        card(5, CardType::ErrorResolution),
+        card(6, CardType::Pitfall),
+        card(7, CardType::Playbook),
+    ]);
+    let sel = run(&cat, &task(None, None, "unrelated words"), &[]);
+    assert_eq!(nums(&sel), [1, 2, 3, 4]);
+    assert!(sel.iter().all(|s| s.1 == Tier::L0));
+}
+
+#[test]
+fn l1_is_the_requesters_own_and_needs_an_origin_user() {
+    let cat = catalog(vec![
+        with(card(1, CardType::Pitfall), user("alice")),
+        with(with(card(2, CardType::Preference), user("alice")), asset("db-1")),
+        with(card(3, CardType::Preference), user("bob")),
+    ]);
+    let alice = run(&cat, &task(Some("alice"), Some("db-1"), "x"), &[]);
+    assert_eq!(alice.iter().map(|s| (s.0, s.1)).collect::<Vec<_>>().len(), 2);
+    assert!(alice.iter().all(|s| s.1 == Tier::L1 && s.2 == MatchClass::Own));
+    assert_eq!(nums(&alice), [1, 2]);
+    // Bound to alice and to db-1: not for alice's task on another asset, or on none.
+    assert_eq!(nums(&run(&cat, &task(Some("alice"), Some("db-2"), "x"), &[])), [1]);
+    assert_eq!(nums(&run(&cat, &task(Some("alice"), None, "x"), &[])), [1]);
+    // No origin user: no L1 at all.
+    assert!(run(&cat, &task(None, Some("db-1"), "x"), &[]).is_empty());
+}
+
+#[test]
+fn l2_asset_and_each_match_kind() {
+    let cat = catalog(vec![
+        with(card(1, CardType::Playbook), asset("db-1")),
+        with(card(2, CardType::ErrorResolution), |e| e.summary.error_codes = vec!["ora-1555".into()]),
+        with(card(3, CardType::Pitfall), |e| e.summary.stacks = vec!["oracle".into()]),
+        with(card(4, CardType::Pitfall), |e| e.summary.labels = vec!["etl".into()]),
+        card(5, CardType::Playbook),
+        card(6, CardType::Pitfall),
+    ]);
+    let mut t = task(None, Some("db-1"), "ORA-01555 on Oracle");
+    t.labels = vec!["ETL".into()];
+    let sel = run(&cat, &t, &[(5, 3.0), (6, 0.1)]);
+    let got: Vec<(u32, MatchClass)> = sel.iter().map(|s| (s.0, s.2)).collect();
+    assert_eq!(
+        got,
+        [
+            (2, MatchClass::ErrorCode),
+            (1, MatchClass::Asset),
+            (3, MatchClass::StackOrLabel),
+            (4, MatchClass::StackOrLabel),
+            (5, MatchClass::Text),
+        ],
+        "card 6 scores below min_text_ratio of the best hit"
+    );
+    assert!(sel.iter().all(|s| s.1 == Tier::L2));
+}
+
+#[test]
+fn text_alone_selects_at_most_text_candidates() {
+    let cards: Vec<_> = (1..=30).map(|n| card(n, CardType::Pitfall)).collect();
+    let cat = catalog(cards);
+    let hits: Vec<(u32, f32)> = (1..=30).map(|n| (n, 10.0 - n as f32 * 0.1)).collect();
+    let sel = run(&cat, &task(None, None, "x"), &hits);
+    assert_eq!(nums(&sel), (1..=10).collect::<Vec<_>>());
+    let config = SelectionConfig { text_candidates: 3, ..Default::default() };
+    assert_eq!(nums(&run_with(&cat, &task(None, None, "x"), &hits, &config)), [1, 2, 3]);
+}
+
+#[test]
+fn hard_exclusions_hold_whatever_matches() {
+    let ora = |e: &mut ManifestEntry| {
+        e.summary.error_codes = vec!["ORA-01555".into()];
+        e.summary.stacks = vec!["oracle".into()];
+    };
+    let cat = catalog(vec![
+        with(with(card(1, CardType::HumanCorrection), user("bob")), ora),
+        with(with(card(2, CardType::ErrorResolution), asset("db-2")), ora),
+        with(with(card(3, CardType::ErrorResolution), ora), asset("db-1")),
+        with(card(4, CardType::ErrorResolution), ora),
+    ]);
+    // Another user's card and another asset's card never appear, even as text hits.
+    let sel = run(&cat, &task(Some("alice"), Some("db-1"), "ORA-01555 oracle"), &[(1, 9.0), (2, 9.0)]);
+    assert_eq!(nums(&sel), [3, 4]);
+    // A task with no asset gets no asset-bound card at all.
+    let sel = run(&cat, &task(Some("alice"), None, "ORA-01555 oracle"), &[(3, 9.0)]);
+    assert_eq!(nums(&sel), [4]);
+    // The same cards are visible to their owners (control).
+    assert_eq!(nums(&run(&cat, &task(Some("bob"), Some("db-2"), "ORA-01555"), &[])), [1, 2, 4]);
+    let t = task(Some("alice"), Some("db-1"), "x");
+    let visible = cat.visible_set(&t);
+    assert!(!visible.contains(cat.ord_of(&id(1)).unwrap()));
+    assert!(!visible.contains(cat.ord_of(&id(2)).unwrap()));
+    assert!(visible.contains(cat.ord_of(&id(3)).unwrap()));
+    assert_eq!(visible.len(), 2);
+}
+
+#[test]
+fn disabled_and_superseded_cards_never_take_part() {
+    let cat = catalog(vec![
+        with(card(1, CardType::Fact), |e| e.summary.enabled = false),
+        with(card(2, CardType::Fact), |e| e.summary.superseded_by = Some(id(3))),
+        card(3, CardType::Fact),
+        with(with(card(4, CardType::Fact), user("alice")), |e| e.summary.enabled = false),
+    ]);
+    let sel = run(&cat, &task(Some("alice"), None, "card"), &[(1, 5.0), (2, 5.0)]);
+    assert_eq!(nums(&sel), [3]);
+    assert!(!cat.visible_set(&task(Some("alice"), None, "x")).contains(cat.ord_of(&id(1)).unwrap()));
+}
+
+#[test]
+fn unverified_cards_reach_only_their_author() {
+    let agent = |author: &str| {
+        let author = author.to_owned();
+        move |e: &mut ManifestEntry| {
+            e.summary.trust = Trust::Unverified;
+            e.summary.provenance = Some(Provenance { task_id: Some("t-0".into()), user_id: Some(author), asset_id: None });
+        }
+    };
+    let cat = catalog(vec![
+        with(card(1, CardType::Fact), agent("alice")),
+        with(with(card(2, CardType::Pitfall), agent("alice")), |e| e.summary.stacks = vec!["oracle".into()]),
+        with(card(3, CardType::Fact), |e| e.summary.trust = Trust::Unverified),
+    ]);
+    let alice = run(&cat, &task(Some("alice"), None, "oracle"), &[]);
+    assert_eq!(nums(&alice), [1, 2, 3]);
+    assert_eq!(nums(&run(&cat, &task(Some("bob"), None, "oracle"), &[(1, 3.0)])), [3]);
+    assert_eq!(nums(&run(&cat, &task(None, None, "oracle"), &[])), [3]);
+}
+
+#[test]
+fn a_card_is_reported_once_in_its_most_specific_tier() {
+    let cat = catalog(vec![
+        with(with(card(1, CardType::Fact), user("alice")), |e| e.summary.stacks = vec!["oracle".into()]),
+        with(card(2, CardType::Fact), |e| e.summary.stacks = vec!["oracle".into()]),
+        with(card(3, CardType::Fact), asset("db-1")),
+    ]);
+    let sel = run(&cat, &task(Some("alice"), Some("db-1"), "oracle"), &[(1, 2.0), (2, 2.0), (3, 1.0)]);
+    let tiers: Vec<(u32, Tier)> = sel.iter().map(|s| (s.0, s.1)).collect();
+    assert_eq!(tiers.len(), 3);
+    assert!(tiers.contains(&(1, Tier::L1)));
+    assert!(tiers.contains(&(2, Tier::L2)), "a matched baseline-type card is L2");
+    assert!(tiers.contains(&(3, Tier::L2)));
+}
+
+#[test]
+fn class_is_the_first_ranking_key() {
+    let ora = |e: &mut ManifestEntry| e.summary.error_codes = vec!["ORA-01555".into()];
+    let cat = catalog(vec![
+        card(1, CardType::Fact),                                                        // baseline
+        with(card(2, CardType::Pitfall), |e| e.summary.importance = 1.0),               // text
+        with(card(3, CardType::Pitfall), |e| e.summary.stacks = vec!["oracle".into()]), // stack
+        with(card(4, CardType::Fact), asset("db-1")),                                   // asset
+        with(card(5, CardType::ErrorResolution), ora),                                  // code
+        with(card(6, CardType::Preference), user("alice")),                             // own
+        card(7, CardType::HumanCorrection),                                             // correction
+    ]);
+    let sel = run(&cat, &task(Some("alice"), Some("db-1"), "ORA-01555 oracle"), &[(2, 50.0)]);
+    assert_eq!(sel.iter().map(|s| s.0).collect::<Vec<_>>(), [7, 6, 5, 4, 3, 2, 1]);
+    assert_eq!(
+        sel.iter().map(|s| s.2).collect::<Vec<_>>(),
+        [
+            MatchClass::HumanCorrection,
+            MatchClass::Own,
+            MatchClass::ErrorCode,
+            MatchClass::Asset,
+            MatchClass::StackOrLabel,
+            MatchClass::Text,
+            MatchClass::Baseline
+        ]
+    );
+}
+
+#[test]
+fn bm25_then_importance_then_occurrence_then_last_seen_then_id() {
+    let stack = |e: &mut ManifestEntry| e.summary.stacks = vec!["oracle".into()];
+    let cat = catalog(vec![
+        // Same class (stack match). Card 1: best BM25, lowest everything else.
+        with(with(card(1, CardType::Pitfall), stack), |e| e.summary.importance = 0.1),
+        // Cards 2-6: no text score; ordered by importance, occurrence, last_seen, id.
+        with(with(card(2, CardType::Pitfall), stack), |e| e.summary.importance = 0.9),
+        with(with(card(3, CardType::Pitfall), stack), |e| e.occurrence = 5),
+        with(with(card(4, CardType::Pitfall), stack), |e| e.last_seen = Some("2026-11-20T00:00:00Z".parse().unwrap())),
+        with(card(6, CardType::Pitfall), stack),
+        with(card(5, CardType::Pitfall), stack),
+    ]);
+    let sel = run(&cat, &task(None, None, "oracle"), &[(1, 4.0)]);
+    assert_eq!(sel.iter().map(|s| s.0).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6]);
+}
+
+#[test]
+fn importance_decays_from_last_seen_with_grace_half_life_and_floor() {
+    let c = SelectionConfig::default();
+    let now: Timestamp = NOW.parse().unwrap();
+    let days_ago = |d: i64| Some(Timestamp::from_second(now.as_second() - d * 86_400).unwrap());
+    assert_eq!(effective_importance(0.8, days_ago(30), now, &c), 0.8, "inside grace");
+    assert!((effective_importance(0.8, days_ago(75), now, &c) - 0.4).abs() < 1e-9, "one half-life");
+    assert!((effective_importance(0.8, days_ago(120), now, &c) - 0.2).abs() < 1e-9, "two half-lives");
+    assert_eq!(effective_importance(0.8, days_ago(3000), now, &c), 0.10, "floor");
+    assert_eq!(effective_importance(0.05, days_ago(3000), now, &c), 0.05, "never raised to the floor");
+    assert_eq!(effective_importance(0.8, None, now, &c), 0.8, "never seen: no decay");
+    // The catalog uses generated_at, not the clock: an old card ranks below a fresh one.
+    let cat = catalog(vec![
+        with(card(1, CardType::Fact), |e| {
+            e.summary.importance = 0.9;
+            e.last_seen = Some("2025-01-01T00:00:00Z".parse().unwrap());
+        }),
+        with(card(2, CardType::Fact), |e| e.summary.importance = 0.6),
+    ]);
+    assert_eq!(run(&cat, &task(None, None, "x"), &[]).iter().map(|s| s.0).collect::<Vec<_>>(), [2, 1]);
+}
+
+#[test]
+fn caps_count_what_they_leave_out_per_tier() {
+    let mut cards: Vec<_> = (1..=8).map(|n| card(n, CardType::Fact)).collect();
+    cards.push(with(card(9, CardType::Pitfall), user("alice")));
+    cards.push(with(card(10, CardType::Pitfall), |e| e.summary.stacks = vec!["oracle".into()]));
+    let cat = catalog(cards);
+    let config = SelectionConfig { max_mounted: 4, table_rows: 2, ..Default::default() };
+    let rules = Rules::new(config.clone()).unwrap();
+    let t = task(Some("alice"), None, "oracle");
+    let sel = cat.select(&TaskQuery::new(&t, &rules.codes), &[], &config);
+    assert_eq!(sel.cards.len(), 4);
+    assert_eq!(sel.selected.0, [8, 1, 1]);
+    assert_eq!(sel.left_out.0, [6, 0, 0], "L1 and L2 outrank the baseline");
+    assert_eq!(sel.cards.iter().map(|s| num(&cat, s.ord)).collect::<Vec<_>>(), [9, 10, 1, 2]);
+}
+
+#[test]
+fn selection_is_deterministic_under_input_order() {
+    let make = |rev: bool| {
+        let mut cards: Vec<_> = (1..=40)
+            .map(|n| with(card(n, if n % 3 == 0 { CardType::Fact } else { CardType::Pitfall }), |e| {
+                e.summary.stacks = vec!["oracle".into()];
+                e.summary.importance = f64::from(n % 4) / 4.0;
+            }))
+            .collect();
+        if rev {
+            cards.reverse();
+        }
+        catalog(cards)
+    };
+    let t = task(None, None, "oracle");
+    let config = SelectionConfig { max_mounted: 7, table_rows: 3, ..Default::default() };
+    assert_eq!(run_with(&make(false), &t, &[], &config), run_with(&make(true), &t, &[], &config));
+}
+
+#[test]
+fn duplicate_ids_and_deltas_are_refused() {
+    let manifest = Manifest {
+        epoch: "e".into(),
+        revision: 1,
+        generated_at: NOW.parse().unwrap(),
+        since: None,
+        cards: vec![card(1, CardType::Fact), card(1, CardType::Fact)],
+        removed: vec![],
+    };
+    assert!(Catalog::new(manifest.clone(), &Rules::default()).is_err());
+    let delta = Manifest { since: Some(0), cards: vec![], ..manifest };
+    assert!(Catalog::new(delta, &Rules::default()).is_err());
+}

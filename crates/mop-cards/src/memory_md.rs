@@ -97,9 +97,9 @@ pub fn render_memory_md(
         let rest = TierCounts(std::array::from_fn(|i| selection.selected.0[i] - in_table.0[i]));
         let _ = writeln!(
             out,
-            "Not in this table: {} cards ({rest}); see Additional Mounted Cards below and \
+            "Not in this table: {} ({rest}); see Additional Mounted Cards below and \
              `mop memory retrieve \"<query>\"`.",
-            rest.total()
+            cards(rest.total())
         );
     }
     out.push('\n');
@@ -143,12 +143,12 @@ pub fn render_memory_md(
     if selection.left_out.total() > 0 {
         let _ = writeln!(
             out,
-            "**Not mounted:** {} more selected cards ({}) are beyond this view's cap of {} \
-             mounted cards. Reach them with `mop memory retrieve \"<query>\"` and \
+            "**Not mounted:** the cap of {} mounted cards left out {} selected for this task \
+             ({}). Reach them with `mop memory retrieve \"<query>\"` and \
              `mop memory get <id> --save`.\n",
-            selection.left_out.total(),
+            config.max_mounted,
+            cards(selection.left_out.total()),
             selection.left_out,
-            config.max_mounted
         );
     }
 
@@ -169,6 +169,10 @@ pub fn render_memory_md(
          directly.\n",
     );
     out
+}
+
+fn cards(n: usize) -> String {
+    if n == 1 { "1 card".into() } else { format!("{n} cards") }
 }
 
 fn list_item(out: &mut String, e: &ManifestEntry, tier: Tier) {

@@ -1,1 +1,119 @@
-//! x
+//! Shared helpers for mop's whole-system tests: load a card directory (the example
+//! workspace under `config/examples/cards`) and build a real generation from it — the
+//! catalog and a real tantivy index in a temporary directory.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use jiff::Timestamp;
+use mop_cards::{Card, CardId, Catalog, Manifest, ManifestEntry, Rules, parse_card};
+use mop_search::{IndexDoc, SearchIndex, build_index};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ sits in the repository root")
+        .to_owned()
+}
+
+/// The example workspace's card directory.
+pub fn example_cards_dir() -> PathBuf {
+    repo_root().join("config/examples/cards")
+}
+
+/// A workspace loaded from a card directory.
+pub struct Workspace {
+    /// Its manifest, as a server would publish it.
+    pub manifest: Manifest,
+    /// Each card, parsed.
+    pub cards: HashMap<CardId, Card>,
+}
+
+/// Every `.md` file below `dir`, sorted.
+pub fn card_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Loads a card directory; every file must be a valid card.
+pub fn load_cards(dir: &Path, generated_at: Timestamp) -> Workspace {
+    let mut entries = Vec::new();
+    let mut cards = HashMap::new();
+    for path in card_files(dir) {
+        let bytes = std::fs::read(&path).unwrap();
+        let card = parse_card(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        entries.push(ManifestEntry::for_card(&card, &bytes));
+        cards.insert(card.summary.id, card);
+    }
+    Workspace {
+        manifest: Manifest {
+            epoch: "5f0c7a52-9d0e-4b8e-a7f1-3c2d1e0f9a8b".into(),
+            revision: 1,
+            generated_at,
+            since: None,
+            cards: entries,
+            removed: vec![],
+        },
+        cards,
+    }
+}
+
+/// A built generation: catalog plus a real index on disk.
+pub struct Generation {
+    /// The catalog.
+    pub catalog: Catalog,
+    /// The opened index.
+    pub index: SearchIndex,
+    /// Where the index lives; removed on drop.
+    pub dir: tempfile::TempDir,
+}
+
+/// Builds the catalog and the search index for a workspace.
+pub fn build_generation(ws: &Workspace, rules: &Rules) -> Generation {
+    let catalog = Catalog::new(ws.manifest.clone(), rules).expect("valid manifest");
+    let dir = tempfile::tempdir().unwrap();
+    let docs = catalog.entries().iter().enumerate().map(|(ord, e)| {
+        let card = &ws.cards[&e.summary.id];
+        IndexDoc {
+            ord: ord as u32,
+            title: &card.summary.title,
+            description: card.summary.description.as_deref().unwrap_or(""),
+            labels: &card.summary.labels,
+            body: &card.body,
+        }
+    });
+    build_index(dir.path(), docs).expect("index builds");
+    let index = SearchIndex::open(dir.path()).expect("index opens");
+    Generation {
+        catalog,
+        index,
+        dir,
+    }
+}
+
+impl Workspace {
+    /// The id of the one card whose title contains `needle`.
+    pub fn id_titled(&self, needle: &str) -> CardId {
+        let found: Vec<CardId> = self
+            .cards
+            .values()
+            .filter(|c| c.summary.title.contains(needle))
+            .map(|c| c.summary.id)
+            .collect();
+        assert_eq!(found.len(), 1, "cards titled {needle:?}: {found:?}");
+        found[0]
+    }
+}

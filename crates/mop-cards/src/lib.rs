@@ -42,6 +42,7 @@ pub use select::{
     VisibleSet, effective_importance,
 };
 pub use task::{TaskContext, TaskError, TaskQuery};
+pub use uuid::Uuid;
 pub use wire::{
     EntryError, Manifest, ManifestEntry, Version, VersionError, is_sha256_hex, sha256_hex,
 };

@@ -135,15 +135,33 @@ impl VisibleSet {
     }
 }
 
-/// Per-card values that do not depend on the task.
+/// Per-card values that do not depend on the task. User, asset and author names are
+/// interned to numbers (0 = none) so the hard exclusions are integer compares.
 #[derive(Debug, Clone)]
 struct Precomputed {
     live: bool,
-    /// Canonical forms of the card's error codes.
-    codes: Vec<String>,
+    user: u32,
+    asset: u32,
+    author: u32,
     importance: f64,
     last_seen: Option<Timestamp>,
 }
+
+/// A task's user and asset as interned numbers; names no card mentions get `NOBODY`, which
+/// equals no card's number.
+#[derive(Debug, Clone, Copy)]
+struct TaskScope {
+    user: u32,
+    asset: u32,
+}
+
+const NOBODY: u32 = u32::MAX;
+
+/// Per-task match flags of one card.
+const SEEN: u8 = 1;
+const CODE: u8 = 2;
+const TAG: u8 = 4;
+const TEXT: u8 = 8;
 
 /// Why a manifest cannot become a catalog.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -164,9 +182,10 @@ pub struct Catalog {
     generated_at: Timestamp,
     entries: Vec<ManifestEntry>,
     pre: Vec<Precomputed>,
-    by_user: HashMap<String, Vec<u32>>,
-    by_asset: HashMap<String, Vec<u32>>,
-    by_author: HashMap<String, Vec<u32>>,
+    names: HashMap<String, u32>,
+    by_user: HashMap<u32, Vec<u32>>,
+    by_asset: HashMap<u32, Vec<u32>>,
+    by_author: HashMap<u32, Vec<u32>>,
     by_code: HashMap<String, Vec<u32>>,
     by_tag: HashMap<String, Vec<u32>>,
     baseline: Vec<u32>,
@@ -190,6 +209,7 @@ impl Catalog {
             revision: manifest.revision,
             generated_at: now,
             pre: Vec::with_capacity(entries.len()),
+            names: HashMap::new(),
             by_user: HashMap::new(),
             by_asset: HashMap::new(),
             by_author: HashMap::new(),
@@ -204,41 +224,58 @@ impl Catalog {
             let s = &e.summary;
             let live = s.is_live();
             let last_seen = e.last_seen.or(s.created_at);
-            let codes: Vec<String> = s.error_codes.iter().map(|c| rules.codes.normalize(c)).collect();
-            if live {
-                for code in &codes {
-                    push_unique(cat.by_code.entry(code.clone()).or_default(), ord);
-                }
-            }
-            cat.pre.push(Precomputed {
+            let pre = Precomputed {
                 live,
-                codes,
+                user: cat.intern(s.scope.user_id.as_deref()),
+                asset: cat.intern(s.scope.asset_id.as_deref()),
+                author: cat.intern(s.restricted_to_author()),
                 importance: effective_importance(s.importance, last_seen, now, &rules.config),
                 last_seen,
-            });
-            if !live {
-                continue;
+            };
+            if live {
+                for (map, key) in [
+                    (&mut cat.by_user, pre.user),
+                    (&mut cat.by_asset, pre.asset),
+                    (&mut cat.by_author, pre.author),
+                ] {
+                    if key != 0 {
+                        map.entry(key).or_default().push(ord);
+                    }
+                }
+                if pre.user == 0 && pre.asset == 0 && pre.author == 0 {
+                    cat.open.insert(ord);
+                }
+                for code in &s.error_codes {
+                    push_unique(cat.by_code.entry(rules.codes.normalize(code)).or_default(), ord);
+                }
+                for tag in s.stacks.iter().chain(&s.labels) {
+                    push_unique(cat.by_tag.entry(tag.clone()).or_default(), ord);
+                }
+                if s.scope.is_workspace() && s.card_type.is_baseline() {
+                    cat.baseline.push(ord);
+                }
             }
-            if let Some(u) = &s.scope.user_id {
-                cat.by_user.entry(u.clone()).or_default().push(ord);
-            }
-            if let Some(a) = &s.scope.asset_id {
-                cat.by_asset.entry(a.clone()).or_default().push(ord);
-            }
-            match s.restricted_to_author() {
-                Some(author) => cat.by_author.entry(author.to_owned()).or_default().push(ord),
-                None if s.scope.is_workspace() => cat.open.insert(ord),
-                None => {}
-            }
-            for tag in s.stacks.iter().chain(&s.labels) {
-                push_unique(cat.by_tag.entry(tag.clone()).or_default(), ord);
-            }
-            if s.scope.is_workspace() && s.card_type.is_baseline() {
-                cat.baseline.push(ord);
-            }
+            cat.pre.push(pre);
         }
         cat.entries = entries;
         Ok(cat)
+    }
+
+    fn intern(&mut self, name: Option<&str>) -> u32 {
+        let Some(name) = name else { return 0 };
+        let next = self.names.len() as u32 + 1;
+        *self.names.entry(name.to_owned()).or_insert(next)
+    }
+
+    fn scope_of(&self, task: &TaskContext) -> TaskScope {
+        let number = |name: Option<&String>| {
+            name.and_then(|n| self.names.get(n.as_str()).copied())
+                .unwrap_or(NOBODY)
+        };
+        TaskScope {
+            user: number(task.origin_user_id.as_ref()),
+            asset: number(task.asset_id.as_ref()),
+        }
     }
 
     /// The epoch of the manifest this catalog was built from.
@@ -288,31 +325,34 @@ impl Catalog {
     /// (bound to another user, bound to another asset or to any asset when the task has
     /// none, or an unverified card whose author is someone else).
     pub fn is_visible(&self, ord: u32, task: &TaskContext) -> bool {
-        let s = &self.entries[ord as usize].summary;
-        self.pre[ord as usize].live
-            && matches_opt(s.scope.user_id.as_deref(), task.origin_user_id.as_deref())
-            && matches_opt(s.scope.asset_id.as_deref(), task.asset_id.as_deref())
-            && matches_opt(s.restricted_to_author(), task.origin_user_id.as_deref())
+        (ord as usize) < self.entries.len() && self.visible_in(ord, self.scope_of(task))
+    }
+
+    fn visible_in(&self, ord: u32, scope: TaskScope) -> bool {
+        let p = &self.pre[ord as usize];
+        p.live
+            && (p.user == 0 || p.user == scope.user)
+            && (p.asset == 0 || p.asset == scope.asset)
+            && (p.author == 0 || p.author == scope.user)
     }
 
     /// Every card the task may see; the search index filters text hits with it.
     pub fn visible_set(&self, task: &TaskContext) -> VisibleSet {
+        let scope = self.scope_of(task);
         let mut set = self.open.clone();
-        for ord in self.scoped_lists(task).flatten() {
-            if self.is_visible(*ord, task) {
+        for ord in self.scoped_lists(scope).flatten() {
+            if self.visible_in(*ord, scope) {
                 set.insert(*ord);
             }
         }
         set
     }
 
-    fn scoped_lists<'a>(&'a self, task: &TaskContext) -> impl Iterator<Item = &'a Vec<u32>> {
-        let user = task.origin_user_id.as_deref();
-        let asset = task.asset_id.as_deref();
+    fn scoped_lists(&self, scope: TaskScope) -> impl Iterator<Item = &Vec<u32>> {
         [
-            user.and_then(|u| self.by_user.get(u)),
-            asset.and_then(|a| self.by_asset.get(a)),
-            user.and_then(|u| self.by_author.get(u)),
+            self.by_user.get(&scope.user),
+            self.by_asset.get(&scope.asset),
+            self.by_author.get(&scope.user),
         ]
         .into_iter()
         .flatten()
@@ -321,48 +361,56 @@ impl Catalog {
     /// Selects and ranks the cards for a task. `hits` are the BM25 hits for the task text,
     /// best first, already limited to cards the task may see (they are checked again).
     pub fn select(&self, query: &TaskQuery<'_>, hits: &[TextHit], config: &SelectionConfig) -> Selection {
-        let task = query.task;
-        let text_scores = self.qualified_hits(task, hits, config);
+        let scope = self.scope_of(query.task);
+        let text = self.qualified_hits(scope, hits, config);
 
-        let mut seen = VisibleSet::empty(self.entries.len());
-        let mut picked: Vec<Selected> = Vec::new();
-        let mut selected = TierCounts::default();
-        let mut consider = |ord: u32| {
-            if seen.contains(ord) {
-                return;
+        // Gather candidates with how each matched; a card may come from several lists.
+        let mut flags = vec![0u8; self.entries.len()];
+        let mut candidates: Vec<u32> = Vec::new();
+        let mut mark = |ord: u32, flag: u8| {
+            let f = &mut flags[ord as usize];
+            if *f == 0 {
+                candidates.push(ord);
             }
-            seen.insert(ord);
-            if let Some(sel) = self.classify(ord, query, &text_scores) {
-                selected.add(sel.tier);
-                picked.push(sel);
-            }
+            *f |= SEEN | flag;
         };
-        for list in self.scoped_lists(task) {
-            list.iter().for_each(|o| consider(*o));
+        for list in self.scoped_lists(scope) {
+            list.iter().for_each(|o| mark(*o, 0));
         }
         for code in &query.codes {
-            self.by_code.get(code).into_iter().flatten().for_each(|o| consider(*o));
+            self.by_code.get(code).into_iter().flatten().for_each(|o| mark(*o, CODE));
         }
         for word in &query.words {
-            self.by_tag.get(word).into_iter().flatten().for_each(|o| consider(*o));
+            self.by_tag.get(word).into_iter().flatten().for_each(|o| mark(*o, TAG));
         }
-        text_scores.keys().for_each(|o| consider(*o));
-        self.baseline.iter().for_each(|o| consider(*o));
+        text.iter().for_each(|h| mark(h.ord, TEXT));
+        self.baseline.iter().for_each(|o| mark(*o, 0));
 
-        let cmp = |a: &Selected, b: &Selected| self.rank_cmp(a, b);
+        let mut selected = TierCounts::default();
+        let mut picked: Vec<RankKey> = candidates
+            .into_iter()
+            .filter_map(|ord| {
+                let score = (flags[ord as usize] & TEXT != 0)
+                    .then(|| text.iter().find(|h| h.ord == ord).map_or(0.0, |h| h.score));
+                let key = self.classify(ord, flags[ord as usize], score, scope)?;
+                selected.add(key.sel.tier);
+                Some(key)
+            })
+            .collect();
+
         let mut left_out = TierCounts::default();
         if picked.len() > config.max_mounted {
             if config.max_mounted > 0 {
-                picked.select_nth_unstable_by(config.max_mounted - 1, cmp);
+                picked.select_nth_unstable(config.max_mounted - 1);
             }
-            for s in &picked[config.max_mounted..] {
-                left_out.add(s.tier);
+            for k in &picked[config.max_mounted..] {
+                left_out.add(k.sel.tier);
             }
             picked.truncate(config.max_mounted);
         }
-        picked.sort_unstable_by(cmp);
+        picked.sort_unstable();
         Selection {
-            cards: picked,
+            cards: picked.into_iter().map(|k| k.sel).collect(),
             selected,
             left_out,
         }
@@ -370,40 +418,34 @@ impl Catalog {
 
     /// The hits that may select by text: the first `text_candidates` visible ones scoring
     /// at least `min_text_ratio` of the best.
-    fn qualified_hits(&self, task: &TaskContext, hits: &[TextHit], config: &SelectionConfig) -> HashMap<u32, f32> {
-        let visible: Vec<&TextHit> = hits
+    fn qualified_hits(&self, scope: TaskScope, hits: &[TextHit], config: &SelectionConfig) -> Vec<TextHit> {
+        let visible: Vec<TextHit> = hits
             .iter()
-            .filter(|h| (h.ord as usize) < self.entries.len() && self.is_visible(h.ord, task))
+            .filter(|h| (h.ord as usize) < self.entries.len() && self.visible_in(h.ord, scope))
             .take(config.text_candidates)
+            .copied()
             .collect();
         let best = visible.iter().map(|h| h.score).fold(0.0f32, f32::max);
         visible
             .into_iter()
             .filter(|h| best > 0.0 && h.score >= best * config.min_text_ratio)
-            .map(|h| (h.ord, h.score))
             .collect()
     }
 
-    fn classify(&self, ord: u32, q: &TaskQuery<'_>, text: &HashMap<u32, f32>) -> Option<Selected> {
-        if !self.is_visible(ord, q.task) {
+    fn classify(&self, ord: u32, flags: u8, text_score: Option<f32>, scope: TaskScope) -> Option<RankKey> {
+        if !self.visible_in(ord, scope) {
             return None;
         }
-        let s: &CardSummary = &self.entries[ord as usize].summary;
+        let e = &self.entries[ord as usize];
+        let s: &CardSummary = &e.summary;
+        let p = &self.pre[ord as usize];
         // Visible and user-bound means bound to the requester; likewise for the asset.
-        let own = s.scope.user_id.is_some();
-        let asset = s.scope.asset_id.is_some();
-        let code = self.pre[ord as usize]
-            .codes
-            .iter()
-            .any(|c| q.codes.contains(c));
-        let tag = s
-            .stacks
-            .iter()
-            .chain(&s.labels)
-            .any(|t| q.words.contains(t.as_str()));
-        let text_score = text.get(&ord).copied();
-        let baseline = s.scope.is_workspace() && s.card_type.is_baseline();
+        let own = p.user != 0;
+        let asset = p.asset != 0;
+        let code = flags & CODE != 0;
+        let tag = flags & TAG != 0;
         let matched = code || tag || text_score.is_some();
+        let baseline = !own && !asset && s.card_type.is_baseline();
         if !(own || asset || matched || baseline) {
             return None;
         }
@@ -429,30 +471,54 @@ impl Catalog {
         } else {
             Tier::L0
         };
-        Some(Selected {
-            ord,
-            tier,
-            class,
-            text_score: text_score.unwrap_or(0.0),
-            importance: self.pre[ord as usize].importance,
+        Some(RankKey {
+            sel: Selected {
+                ord,
+                tier,
+                class,
+                text_score: text_score.unwrap_or(0.0),
+                importance: p.importance,
+            },
+            occurrence: e.occurrence,
+            last_seen: p.last_seen,
+            id: s.id,
         })
-    }
-
-    /// The strict ranking order of OKF.md, highest first.
-    fn rank_cmp(&self, a: &Selected, b: &Selected) -> Ordering {
-        let (ea, eb) = (&self.entries[a.ord as usize], &self.entries[b.ord as usize]);
-        a.class
-            .cmp(&b.class)
-            .then(b.text_score.total_cmp(&a.text_score))
-            .then(b.importance.total_cmp(&a.importance))
-            .then(eb.occurrence.cmp(&ea.occurrence))
-            .then(self.pre[b.ord as usize].last_seen.cmp(&self.pre[a.ord as usize].last_seen))
-            .then(ea.summary.id.cmp(&eb.summary.id))
     }
 }
 
-fn matches_opt(card: Option<&str>, task: Option<&str>) -> bool {
-    card.is_none_or(|c| task == Some(c))
+/// A selected card with every ranking key at hand, so sorting touches no other memory.
+#[derive(Debug, Clone, Copy)]
+struct RankKey {
+    sel: Selected,
+    occurrence: u64,
+    last_seen: Option<Timestamp>,
+    id: CardId,
+}
+
+impl PartialEq for RankKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for RankKey {}
+impl PartialOrd for RankKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for RankKey {
+    /// The strict ranking order of OKF.md: `Less` ranks higher.
+    fn cmp(&self, b: &Self) -> Ordering {
+        let a = self;
+        a.sel
+            .class
+            .cmp(&b.sel.class)
+            .then(b.sel.text_score.total_cmp(&a.sel.text_score))
+            .then(b.sel.importance.total_cmp(&a.sel.importance))
+            .then(b.occurrence.cmp(&a.occurrence))
+            .then(b.last_seen.cmp(&a.last_seen))
+            .then(a.id.cmp(&b.id))
+    }
 }
 
 fn push_unique(list: &mut Vec<u32>, ord: u32) {

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use tantivy::collector::{Collector, SegmentCollector};
 use tantivy::columnar::Column;
 use tantivy::directory::MmapDirectory;
-use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, TermQuery};
+use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::{
     FAST, Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions,
 };
@@ -37,8 +37,8 @@ const FORMAT: u32 = 1;
 /// workspaces make a few segments instead of a large heap.
 const WRITER_BUDGET_BYTES: usize = 48 * 1024 * 1024;
 
-/// Field weights: a word in the title says more about a card than one in its body.
-const WEIGHTS: [(&str, f32); 4] = [("title", 2.0), ("description", 1.5), ("labels", 1.5), ("body", 1.0)];
+/// Most query terms used; a long ticket keeps its rarest (most telling) terms.
+pub const MAX_QUERY_TERMS: usize = 32;
 
 /// Frequent English words that only add noise to a query built from ticket text.
 const STOPWORDS: &[&str] = &[
@@ -96,12 +96,10 @@ struct Meta {
     docs: u64,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Fields {
-    text: [Field; 4],
-}
-
-fn schema() -> (Schema, Fields) {
+/// One text field holds title, labels, description and body. Title and labels are
+/// written twice: a word there says more about a card than one in its body, and
+/// repetition weights them without the cost of querying four fields per term.
+fn schema() -> (Schema, Field, Field) {
     let mut builder = Schema::builder();
     // Frequencies without positions: BM25 needs no phrase queries, and the index is smaller.
     let options = TextOptions::default().set_indexing_options(
@@ -109,28 +107,16 @@ fn schema() -> (Schema, Fields) {
             .set_tokenizer(TOKENIZER)
             .set_index_option(IndexRecordOption::WithFreqs),
     );
-    let text = WEIGHTS.map(|(name, _)| builder.add_text_field(name, options.clone()));
-    builder.add_u64_field("ord", FAST);
-    (builder.build(), Fields { text })
+    let text = builder.add_text_field("text", options);
+    let ord = builder.add_u64_field("ord", FAST);
+    (builder.build(), text, ord)
 }
 
-fn fields_of(schema: &Schema, dir: &Path) -> Result<(Fields, Field), SearchError> {
-    let get = |name: &str| {
-        schema.get_field(name).map_err(|_| SearchError::Invalid {
-            dir: dir.display().to_string(),
-            problem: format!("field {name} is missing"),
-        })
-    };
-    let mut text = Vec::with_capacity(4);
-    for (name, _) in WEIGHTS {
-        text.push(get(name)?);
-    }
-    Ok((
-        Fields {
-            text: text.try_into().expect("four fields"),
-        },
-        get("ord")?,
-    ))
+fn field_of(schema: &Schema, dir: &Path, name: &str) -> Result<Field, SearchError> {
+    schema.get_field(name).map_err(|_| SearchError::Invalid {
+        dir: dir.display().to_string(),
+        problem: format!("field {name} is missing"),
+    })
 }
 
 /// What building an index did.
@@ -150,25 +136,30 @@ pub fn build_index<'a>(
         dir: dir.display().to_string(),
         source,
     };
-    let (schema, fields) = schema();
-    let ord_field = schema.get_field("ord").expect("schema has ord");
+    let (schema, text_field, ord_field) = schema();
     let index = Index::create_in_dir(dir, schema).map_err(tantivy)?;
     index.tokenizers().register(TOKENIZER, tokenize::MopTokenizer);
     let mut writer = index
         .writer_with_num_threads::<TantivyDocument>(1, WRITER_BUDGET_BYTES)
         .map_err(tantivy)?;
     let mut count = 0u64;
-    let mut labels = String::new();
+    let mut text = String::new();
     for d in docs {
         let mut doc = TantivyDocument::new();
-        labels.clear();
-        for l in d.labels {
-            labels.push_str(l);
-            labels.push(' ');
+        text.clear();
+        for _ in 0..2 {
+            text.push_str(d.title);
+            text.push('\n');
+            for l in d.labels {
+                text.push_str(l);
+                text.push(' ');
+            }
+            text.push('\n');
         }
-        for (field, text) in fields.text.iter().zip([d.title, d.description, &labels, d.body]) {
-            doc.add_text(*field, text);
-        }
+        text.push_str(d.description);
+        text.push('\n');
+        text.push_str(d.body);
+        doc.add_text(text_field, &text);
         doc.add_u64(ord_field, u64::from(d.ord));
         writer.add_document(doc).map_err(tantivy)?;
         count += 1;
@@ -203,7 +194,7 @@ pub fn build_index<'a>(
 /// An index opened read-only.
 pub struct SearchIndex {
     reader: IndexReader,
-    fields: Fields,
+    text: Field,
     docs: u64,
 }
 
@@ -240,7 +231,8 @@ impl SearchIndex {
         let mmap = MmapDirectory::open(dir).map_err(|e| invalid(e.to_string()))?;
         let index = Index::open(ReadOnlyDirectory(mmap)).map_err(tantivy)?;
         index.tokenizers().register(TOKENIZER, tokenize::MopTokenizer);
-        let (fields, _) = fields_of(&index.schema(), dir)?;
+        let text = field_of(&index.schema(), dir, "text")?;
+        field_of(&index.schema(), dir, "ord")?;
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
@@ -253,11 +245,7 @@ impl SearchIndex {
                 meta.docs
             )));
         }
-        Ok(SearchIndex {
-            reader,
-            fields,
-            docs,
-        })
+        Ok(SearchIndex { reader, text, docs })
     }
 
     /// Number of indexed cards.
@@ -273,38 +261,52 @@ impl SearchIndex {
         limit: usize,
         visible: Arc<VisibleSet>,
     ) -> Result<Vec<TextHit>, SearchError> {
-        let Some(query) = self.query(text) else {
-            return Ok(Vec::new());
+        let tantivy = |source| SearchError::Tantivy {
+            dir: "(open index)".into(),
+            source,
         };
         if limit == 0 {
             return Ok(Vec::new());
         }
         let searcher = self.reader.searcher();
+        let Some(query) = self.query(text, &searcher).map_err(tantivy)? else {
+            return Ok(Vec::new());
+        };
         let hits = searcher
             .search(&query, &MaskedTopK { limit, visible })
-            .map_err(|source| SearchError::Tantivy {
-                dir: "(open index)".into(),
-                source,
-            })?;
+            .map_err(tantivy)?;
         Ok(hits)
     }
 
-    fn query(&self, text: &str) -> Option<BooleanQuery> {
-        let mut terms: BTreeSet<String> = tokenize::tokens(text).into_iter().map(|t| t.0).collect();
-        if terms.iter().any(|t| !STOPWORDS.contains(&t.as_str())) {
-            terms.retain(|t| !STOPWORDS.contains(&t.as_str()));
+    /// One SHOULD clause per distinct term that occurs in the index, keeping the
+    /// [`MAX_QUERY_TERMS`] rarest: terms in no card cost nothing, and a long ticket is
+    /// searched by what is specific in it rather than by its commonest words.
+    fn query(&self, text: &str, searcher: &tantivy::Searcher) -> Result<Option<BooleanQuery>, tantivy::TantivyError> {
+        let mut words: BTreeSet<String> = tokenize::tokens(text).into_iter().map(|t| t.0).collect();
+        if words.iter().any(|t| !STOPWORDS.contains(&t.as_str())) {
+            words.retain(|t| !STOPWORDS.contains(&t.as_str()));
         }
-        if terms.is_empty() {
-            return None;
-        }
-        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::with_capacity(terms.len() * 4);
-        for term in &terms {
-            for (field, (_, weight)) in self.fields.text.iter().zip(WEIGHTS) {
-                let q = TermQuery::new(Term::from_field_text(*field, term), IndexRecordOption::WithFreqs);
-                clauses.push((Occur::Should, Box::new(BoostQuery::new(Box::new(q), weight))));
+        let mut terms = Vec::with_capacity(words.len());
+        for word in words {
+            let term = Term::from_field_text(self.text, &word);
+            let df = searcher.doc_freq(&term)?;
+            if df > 0 {
+                terms.push((df, word, term));
             }
         }
-        Some(BooleanQuery::new(clauses))
+        if terms.is_empty() {
+            return Ok(None);
+        }
+        terms.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+        terms.truncate(MAX_QUERY_TERMS);
+        let clauses: Vec<(Occur, Box<dyn Query>)> = terms
+            .into_iter()
+            .map(|(_, _, term)| {
+                let q: Box<dyn Query> = Box::new(TermQuery::new(term, IndexRecordOption::WithFreqs));
+                (Occur::Should, q)
+            })
+            .collect();
+        Ok(Some(BooleanQuery::new(clauses)))
     }
 }
 

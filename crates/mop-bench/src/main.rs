@@ -1,0 +1,189 @@
+//! `mop-bench`: release-mode benchmarks of mop.
+//!
+//! `mop-bench engine` measures the card engine on synthetic workspaces of 1k, 10k and 100k
+//! cards: catalog and index build time, and per-task selection + ranking + rendering
+//! against a built index (the work `mopd` does for every prepare, minus the file tree).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use mop_bench::{show, summarize, synth};
+use mop_cards::{Catalog, Rules, render_memory_md};
+use mop_search::{IndexDoc, SearchIndex, build_index, select_for_task};
+
+#[derive(Parser)]
+#[command(version, about = "Benchmarks of mop (run with cargo run --release -p mop-bench)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Card engine: index build and per-task select + rank + render at several sizes.
+    Engine {
+        /// Workspace sizes in cards, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
+        sizes: Vec<usize>,
+        /// Distinct synthetic tasks per size.
+        #[arg(long, default_value_t = 200)]
+        tasks: usize,
+        /// Times each task is run (after one warm-up pass).
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Index builds per size (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        builds: usize,
+        /// Seed of the synthetic data.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+}
+
+fn main() -> Result<()> {
+    if cfg!(debug_assertions) {
+        eprintln!("warning: debug build; run with `cargo run --release -p mop-bench` for real figures");
+    }
+    match Cli::parse().command {
+        Command::Engine {
+            sizes,
+            tasks,
+            rounds,
+            builds,
+            seed,
+        } => engine(&sizes, tasks, rounds.max(1), builds.max(1), seed),
+    }
+}
+
+struct Row {
+    cards: usize,
+    bytes: u64,
+    catalog: Duration,
+    build: Duration,
+    index_bytes: u64,
+    per_task: mop_bench::Summary,
+    search: mop_bench::Summary,
+    selected: f64,
+}
+
+fn engine(sizes: &[usize], tasks: usize, rounds: usize, builds: usize, seed: u64) -> Result<()> {
+    let now = "2026-11-29T00:00:00Z".parse()?;
+    let rules = Rules::default();
+    let mut rows = Vec::new();
+    for &size in sizes {
+        eprintln!("[{size} cards] generating workspace");
+        let ws = synth::workspace(seed, size, now);
+
+        let started = Instant::now();
+        let catalog = Catalog::new(ws.manifest.clone(), &rules)?;
+        let catalog_time = started.elapsed();
+
+        let by_id: std::collections::HashMap<_, _> = ws.cards.iter().map(|c| (c.summary.id, c)).collect();
+        let mut build_times = Vec::new();
+        let mut kept = None;
+        for b in 0..builds {
+            eprintln!("[{size} cards] index build {}/{builds}", b + 1);
+            let dir = tempfile::tempdir()?;
+            let docs = catalog.entries().iter().enumerate().map(|(ord, e)| {
+                let card = by_id[&e.summary.id];
+                IndexDoc {
+                    ord: ord as u32,
+                    title: &card.summary.title,
+                    description: card.summary.description.as_deref().unwrap_or(""),
+                    labels: &card.summary.labels,
+                    body: &card.body,
+                }
+            });
+            let started = Instant::now();
+            build_index(dir.path(), docs)?;
+            build_times.push(started.elapsed());
+            kept = Some(dir);
+        }
+        let dir = kept.context("at least one build")?;
+        let index_bytes = dir_size(dir.path())?;
+        let index = SearchIndex::open(dir.path())?;
+
+        let tasks = synth::tasks(seed, tasks, size);
+        eprintln!("[{size} cards] {} tasks x {rounds} rounds", tasks.len());
+        let mut selected_total = 0usize;
+        for t in &tasks {
+            let sel = select_for_task(&catalog, &index, t, &rules)?;
+            selected_total += sel.selected.total();
+            std::hint::black_box(render_memory_md(&catalog, &sel, t, &rules.config));
+        }
+        let mut per_task = Vec::with_capacity(tasks.len() * rounds);
+        let mut search = Vec::with_capacity(tasks.len() * rounds);
+        for _ in 0..rounds {
+            for t in &tasks {
+                let started = Instant::now();
+                let sel = select_for_task(&catalog, &index, t, &rules)?;
+                let md = render_memory_md(&catalog, &sel, t, &rules.config);
+                per_task.push(started.elapsed());
+                std::hint::black_box(md);
+
+                let started = Instant::now();
+                let visible = Arc::new(catalog.visible_set(t));
+                let hits = index.search(&t.search_text(), rules.config.text_candidates, visible)?;
+                search.push(started.elapsed());
+                std::hint::black_box(hits);
+            }
+        }
+        rows.push(Row {
+            cards: size,
+            bytes: ws.bytes,
+            catalog: catalog_time,
+            build: summarize(&mut build_times).median,
+            index_bytes,
+            per_task: summarize(&mut per_task),
+            search: summarize(&mut search),
+            selected: selected_total as f64 / tasks.len() as f64,
+        });
+    }
+    report(&rows);
+    Ok(())
+}
+
+fn report(rows: &[Row]) {
+    println!("| cards | card bytes | catalog build | index build (median) | index size | selected per task (mean) | per task median | per task p99 | of which BM25 search (median) |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in rows {
+        println!(
+            "| {} | {:.1} MiB | {} | {} | {:.1} MiB | {:.1} | {} | {} | {} |",
+            r.cards,
+            r.bytes as f64 / (1 << 20) as f64,
+            show(r.catalog),
+            show(r.build),
+            r.index_bytes as f64 / (1 << 20) as f64,
+            r.selected,
+            show(r.per_task.median),
+            show(r.per_task.p99),
+            show(r.search.median),
+        );
+    }
+    for pair in rows.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        let cards = b.cards as f64 / a.cards as f64;
+        let time = b.per_task.median.as_secs_f64() / a.per_task.median.as_secs_f64();
+        println!(
+            "\nper-task median {} -> {} cards: x{time:.2} time for x{cards:.0} cards ({})",
+            a.cards,
+            b.cards,
+            if time <= cards { "sub-linear or linear" } else { "WORSE than linear" }
+        );
+    }
+}
+
+fn dir_size(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for e in std::fs::read_dir(dir)? {
+        let m = e?.metadata()?;
+        if !m.is_file() {
+            bail!("unexpected non-file in index dir");
+        }
+        total += m.len();
+    }
+    Ok(total)
+}

@@ -1,0 +1,288 @@
+//! Synthetic workspaces that look like real ones: the type mix of a team's memory, many
+//! users and assets, error codes from four engines, Zipf-skewed vocabulary (so BM25 sees
+//! common and rare words), a few CJK cards, unverified agent cards, disabled and
+//! superseded cards, and bodies from 200 B to 8 KiB. Deterministic for a given seed.
+
+use jiff::Timestamp;
+use mop_cards::{
+    Card, CardId, CardSummary, CardType, Counters, Extra, Manifest, ManifestEntry, Provenance,
+    Scope, TaskContext, Trust, render_card,
+};
+
+/// splitmix64: tiny, fast, and good enough to make test data.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator for a seed.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        self.unit() < p
+    }
+
+    /// Skewed towards low indexes, roughly Zipf-like.
+    pub fn skewed(&mut self, n: usize) -> usize {
+        let u = self.unit();
+        ((u * u * u) * n as f64) as usize
+    }
+
+    fn pick<'a>(&mut self, items: &'a [&'a str]) -> &'a str {
+        items[self.below(items.len())]
+    }
+}
+
+const WORDS: &[&str] = &[
+    "database", "query", "index", "replica", "primary", "timeout", "lock", "deadlock", "backup",
+    "restore", "migration", "schema", "table", "column", "partition", "vacuum", "analyze", "plan",
+    "statistics", "cache", "buffer", "memory", "disk", "latency", "throughput", "connection",
+    "pool", "session", "transaction", "commit", "rollback", "undo", "redo", "archive", "wal",
+    "binlog", "snapshot", "retention", "cluster", "node", "pod", "deployment", "ingress",
+    "gateway", "upstream", "certificate", "rotation", "secret", "token", "permission", "role",
+    "grant", "user", "tenant", "invoice", "billing", "ledger", "orders", "payment", "refund",
+    "report", "batch", "job", "cron", "scheduler", "queue", "consumer", "producer", "topic",
+    "offset", "lag", "retry", "backoff", "circuit", "breaker", "health", "probe", "readiness",
+    "liveness", "rollout", "canary", "release", "freeze", "window", "approval", "review",
+    "incident", "postmortem", "alert", "pager", "dashboard", "metric", "trace", "log", "audit",
+    "compliance", "encryption", "tls", "dns", "network", "firewall", "route", "balancer",
+    "nginx", "proxy", "header", "request", "response", "error", "failure", "crash", "restart",
+    "upgrade", "downgrade", "version", "patch", "kernel", "cpu", "thread", "process", "signal",
+    "heap", "leak", "gc", "jvm", "go", "python", "rust", "java", "terraform", "ansible",
+    "helm", "chart", "manifest", "volume", "storage", "bucket", "object", "s3", "replication",
+    "failover", "switchover", "standby", "dataguard", "listener", "service", "endpoint",
+    "contract", "api", "schema-registry", "idempotent", "consistency", "isolation", "serializable",
+];
+
+const STACKS: &[&str] = &[
+    "oracle", "postgres", "mysql", "redis", "kafka", "kubernetes", "nginx", "go", "java",
+    "python", "terraform", "ansible", "elasticsearch", "mongodb", "rabbitmq", "pgbouncer",
+    "haproxy", "linux", "aws", "gcp",
+];
+
+const CJK: &[&str] = &[
+    "数据库", "死锁", "超时", "备份", "恢复", "索引", "主库", "从库", "复制", "延迟", "连接",
+    "事务", "回滚", "变更", "发布", "告警", "文字化け", "障害", "対応", "手順", "設定",
+];
+
+fn code(rng: &mut Rng) -> String {
+    match rng.below(4) {
+        0 => format!("ORA-{:05}", rng.skewed(2000) * 7 + 1),
+        1 => format!("SQLSTATE {}{}{:03}", rng.below(10), ["P", "0", "1", "2"][rng.below(4)], rng.skewed(500)),
+        2 => format!("ERROR {}", 1000 + rng.skewed(3000)),
+        _ => format!("HTTP {}", 500 + rng.below(5)),
+    }
+}
+
+fn words(rng: &mut Rng, min: usize, spread: usize, cjk: bool) -> String {
+    let n = min + rng.below(spread.max(1));
+    let mut out = String::new();
+    for i in 0..n {
+        if i > 0 && !cjk {
+            out.push(' ');
+        }
+        if cjk && rng.chance(0.7) {
+            out.push_str(rng.pick(CJK));
+        } else {
+            if cjk {
+                out.push(' ');
+            }
+            out.push_str(WORDS[rng.skewed(WORDS.len())]);
+        }
+    }
+    out
+}
+
+fn id_for(seed: u64, n: usize) -> CardId {
+    let mut rng = Rng::new(seed ^ (n as u64).wrapping_mul(0x2545_f491_4f6c_dd1d));
+    let hi = rng.next_u64();
+    let lo = rng.next_u64();
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&hi.to_be_bytes());
+    bytes[8..].copy_from_slice(&lo.to_be_bytes());
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    CardId::from_uuid(uuid_from(bytes))
+}
+
+fn uuid_from(bytes: [u8; 16]) -> mop_cards::Uuid {
+    mop_cards::Uuid::from_bytes(bytes)
+}
+
+/// How many users and assets a workspace of `cards` cards has.
+pub fn population(cards: usize) -> (usize, usize) {
+    ((cards / 100).max(5), (cards / 50).max(5))
+}
+
+/// One synthetic card, rendered to OKF bytes by the real renderer.
+pub fn card(seed: u64, n: usize, total: usize, now: Timestamp) -> (Card, Vec<u8>) {
+    let mut rng = Rng::new(seed.wrapping_mul(31).wrapping_add(n as u64));
+    let (users, assets) = population(total);
+    let card_type = match rng.below(100) {
+        0..20 => CardType::Fact,
+        20..30 => CardType::Preference,
+        30..35 => CardType::HumanCorrection,
+        35..65 => CardType::ErrorResolution,
+        65..80 => CardType::Pitfall,
+        80..90 => CardType::Playbook,
+        _ => CardType::ReferenceDoc,
+    };
+    let scope = match rng.below(10) {
+        0..4 => Scope::default(),
+        4..7 => Scope { user_id: None, asset_id: Some(format!("asset-{}", rng.below(assets))) },
+        7..9 => Scope { user_id: Some(format!("user-{}", rng.below(users))), asset_id: None },
+        _ => Scope {
+            user_id: Some(format!("user-{}", rng.below(users))),
+            asset_id: Some(format!("asset-{}", rng.below(assets))),
+        },
+    };
+    let cjk = rng.chance(0.05);
+    let mut labels: Vec<String> = (0..1 + rng.below(3))
+        .map(|_| WORDS[rng.skewed(WORDS.len())].to_owned())
+        .collect();
+    labels.sort();
+    labels.dedup();
+    let mut stacks: Vec<String> = (0..1 + rng.below(2)).map(|_| rng.pick(STACKS).to_owned()).collect();
+    stacks.sort();
+    stacks.dedup();
+    let error_codes = if card_type == CardType::ErrorResolution || rng.chance(0.1) {
+        vec![code(&mut rng)]
+    } else {
+        vec![]
+    };
+    let (trust, provenance) = if rng.chance(0.03) {
+        let author = format!("user-{}", rng.below(users));
+        (Trust::Unverified, Some(Provenance { task_id: Some(format!("task-{n}")), user_id: Some(author), asset_id: None }))
+    } else {
+        (Trust::Verified, None)
+    };
+    let day = 86_400;
+    let created = now.as_second() - (rng.below(400) as i64 + 10) * day;
+    let last_seen = created + rng.below(((now.as_second() - created) / day) as usize + 1) as i64 * day;
+    let body_bytes = 200 + (rng.unit().powi(2) * (8 * 1024 - 200) as f64) as usize;
+    let mut body = String::with_capacity(body_bytes + 64);
+    while body.len() < body_bytes {
+        body.push_str(&words(&mut rng, 12, 1, cjk));
+        body.push_str(".\n");
+    }
+    let mut title = words(&mut rng, 4, 6, cjk);
+    if let Some(c) = error_codes.first() {
+        title = format!("{c} {title}");
+    }
+    title = title.chars().take(200).collect();
+    let summary = CardSummary {
+        id: id_for(seed, n),
+        card_type,
+        title,
+        description: Some(words(&mut rng, 8, 8, cjk).chars().take(300).collect()),
+        labels,
+        scope,
+        error_codes,
+        stacks,
+        importance: (rng.below(11) as f64) / 10.0,
+        created_at: Timestamp::from_second(created).ok(),
+        updated_at: None,
+        enabled: !rng.chance(0.01),
+        superseded_by: None,
+        trust,
+        provenance,
+    };
+    let card = Card {
+        summary,
+        counters: Counters {
+            occurrence: 1 + rng.skewed(20) as u64,
+            last_seen: Timestamp::from_second(last_seen).ok(),
+        },
+        extra: Extra::default(),
+        body,
+    };
+    let bytes = render_card(&card).into_bytes();
+    (card, bytes)
+}
+
+/// A synthetic workspace of `total` cards, with its manifest.
+pub struct Synthetic {
+    /// The full manifest.
+    pub manifest: Manifest,
+    /// The cards, in manifest order.
+    pub cards: Vec<Card>,
+    /// Total bytes of the card files.
+    pub bytes: u64,
+}
+
+/// Generates a workspace.
+pub fn workspace(seed: u64, total: usize, now: Timestamp) -> Synthetic {
+    let mut cards = Vec::with_capacity(total);
+    let mut entries = Vec::with_capacity(total);
+    let mut bytes = 0u64;
+    for n in 0..total {
+        let (card, raw) = card(seed, n, total, now);
+        entries.push(ManifestEntry::for_card(&card, &raw));
+        bytes += raw.len() as u64;
+        cards.push(card);
+    }
+    // A few cards superseded by their neighbour, as curation leaves them.
+    for n in (0..total.saturating_sub(1)).step_by(97) {
+        let newer = entries[n + 1].summary.id;
+        entries[n].summary.superseded_by = Some(newer);
+        cards[n].summary.superseded_by = Some(newer);
+    }
+    Synthetic {
+        manifest: Manifest {
+            epoch: "7d3f1c2a-6b5e-4f09-8a71-0c9e2d4b6a13".into(),
+            revision: 1,
+            generated_at: now,
+            since: None,
+            cards: entries,
+            removed: vec![],
+        },
+        cards,
+        bytes,
+    }
+}
+
+/// Task contexts of the kind runners send: mostly with a user and an asset, half naming an
+/// error code, with ticket-like text.
+pub fn tasks(seed: u64, count: usize, total_cards: usize) -> Vec<TaskContext> {
+    let mut rng = Rng::new(seed ^ 0x7a5c);
+    let (users, assets) = population(total_cards);
+    (0..count)
+        .map(|i| {
+            let cjk = rng.chance(0.05);
+            let mut title = words(&mut rng, 5, 6, cjk);
+            if rng.chance(0.5) {
+                title = format!("{title} fails with {}", code(&mut rng));
+            }
+            TaskContext {
+                task_id: format!("bench-{i}"),
+                workspace: "bench".into(),
+                origin_user_id: rng.chance(0.8).then(|| format!("user-{}", rng.below(users))),
+                asset_id: rng.chance(0.7).then(|| format!("asset-{}", rng.below(assets))),
+                title,
+                description: words(&mut rng, 20, 30, cjk),
+                labels: (0..1 + rng.below(2)).map(|_| rng.pick(STACKS).to_owned()).collect(),
+            }
+        })
+        .collect()
+}

@@ -11,7 +11,10 @@ use mop_search::{SearchError, SearchIndex, select_for_task};
 use mop_tests::{Generation, Workspace, build_generation, example_cards_dir, load_cards};
 
 fn setup() -> (Workspace, Generation) {
-    let ws = load_cards(&example_cards_dir(), "2026-11-29T00:00:00Z".parse().unwrap());
+    let ws = load_cards(
+        &example_cards_dir(),
+        "2026-11-29T00:00:00Z".parse().unwrap(),
+    );
     let generation = build_generation(&ws, &Rules::default());
     (ws, generation)
 }
@@ -42,8 +45,15 @@ fn hits(g: &Generation, t: &TaskContext, query: &str) -> Vec<CardId> {
 #[test]
 fn english_query_finds_the_runbook_first() {
     let (ws, g) = setup();
-    let found = hits(&g, &task(None, None), "snapshot too old undo retention nightly ETL");
-    assert_eq!(found[0], ws.id_titled("ORA-01555 snapshot too old during the nightly ETL"));
+    let found = hits(
+        &g,
+        &task(None, None),
+        "snapshot too old undo retention nightly ETL",
+    );
+    assert_eq!(
+        found[0],
+        ws.id_titled("ORA-01555 snapshot too old during the nightly ETL")
+    );
 }
 
 #[test]
@@ -52,7 +62,10 @@ fn chinese_and_japanese_queries_find_their_cards() {
     let zh = hits(&g, &task(None, None), "死锁");
     assert_eq!(zh.first(), Some(&ws.id_titled("ERROR 1213 死锁")), "{zh:?}");
     let zh2 = hits(&g, &task(None, None), "预发环境");
-    assert_eq!(zh2.first(), Some(&ws.id_titled("生产数据库变更必须先在预发环境验证")));
+    assert_eq!(
+        zh2.first(),
+        Some(&ws.id_titled("生产数据库变更必须先在预发环境验证"))
+    );
     let ja = hits(&g, &task(None, None), "文字化け");
     assert_eq!(ja.first(), Some(&ws.id_titled("文字化け")), "{ja:?}");
     // A Chinese word absent from every card finds nothing rather than noise.
@@ -73,11 +86,31 @@ fn hits_respect_the_tasks_visibility() {
     assert!(!hits(&g, &task(Some("bob"), None), "ALLSTATS execution plan").contains(&plans));
     // Asset-bound cards only for their asset.
     let pgb = ws.id_titled("SQLSTATE 53300 too many connections");
-    assert!(hits(&g, &task(None, Some("pg-orders-01")), "too many clients PgBouncer").contains(&pgb));
-    assert!(!hits(&g, &task(None, Some("db-prod-01")), "too many clients PgBouncer").contains(&pgb));
+    assert!(
+        hits(
+            &g,
+            &task(None, Some("pg-orders-01")),
+            "too many clients PgBouncer"
+        )
+        .contains(&pgb)
+    );
+    assert!(
+        !hits(
+            &g,
+            &task(None, Some("db-prod-01")),
+            "too many clients PgBouncer"
+        )
+        .contains(&pgb)
+    );
     // Disabled and superseded cards are never hits.
-    assert!(!hits(&g, &task(None, None), "indent SQL tabs").contains(&ws.id_titled("Indent SQL with tabs")));
-    assert!(!hits(&g, &task(None, None), "undo segments").contains(&ws.id_titled("add more undo segments")));
+    assert!(
+        !hits(&g, &task(None, None), "indent SQL tabs")
+            .contains(&ws.id_titled("Indent SQL with tabs"))
+    );
+    assert!(
+        !hits(&g, &task(None, None), "undo segments")
+            .contains(&ws.id_titled("add more undo segments"))
+    );
 }
 
 #[test]
@@ -94,7 +127,10 @@ fn snapshot(dir: &Path) -> BTreeMap<String, (u64, SystemTime)> {
         .map(|e| {
             let e = e.unwrap();
             let m = e.metadata().unwrap();
-            (e.file_name().to_string_lossy().into_owned(), (m.len(), m.modified().unwrap()))
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                (m.len(), m.modified().unwrap()),
+            )
         })
         .collect()
 }
@@ -103,7 +139,10 @@ fn snapshot(dir: &Path) -> BTreeMap<String, (u64, SystemTime)> {
 fn opening_and_searching_write_nothing() {
     let (_, g) = setup();
     let before = snapshot(g.dir.path());
-    assert!(!before.keys().any(|k| k.ends_with(".lock")), "no lock files left by the build: {before:?}");
+    assert!(
+        !before.keys().any(|k| k.ends_with(".lock")),
+        "no lock files left by the build: {before:?}"
+    );
     let index = SearchIndex::open(g.dir.path()).unwrap();
     let visible = Arc::new(g.catalog.visible_set(&task(None, None)));
     assert!(!index.search("oracle undo", 5, visible).unwrap().is_empty());
@@ -119,7 +158,11 @@ fn two_builds_give_identical_hits() {
     for q in ["oracle deadlock", "死锁 invoices", "kubectl drain"] {
         let va = Arc::new(a.catalog.visible_set(&t));
         let vb = Arc::new(b.catalog.visible_set(&t));
-        assert_eq!(a.index.search(q, 10, va).unwrap(), b.index.search(q, 10, vb).unwrap(), "{q}");
+        assert_eq!(
+            a.index.search(q, 10, va).unwrap(),
+            b.index.search(q, 10, vb).unwrap(),
+            "{q}"
+        );
     }
 }
 
@@ -130,11 +173,25 @@ fn damaged_indexes_are_refused_with_the_path() {
     std::fs::write(&meta, "{\"format\": 99, \"docs\": 44}").unwrap();
     let err = SearchIndex::open(g.dir.path()).unwrap_err();
     assert!(matches!(err, SearchError::Invalid { .. }), "{err}");
-    assert!(err.to_string().contains(&g.dir.path().display().to_string()), "{err}");
-    std::fs::write(&meta, format!("{{\"format\": 1, \"docs\": {}}}", ws.cards.len() + 1)).unwrap();
-    assert!(matches!(SearchIndex::open(g.dir.path()), Err(SearchError::Invalid { .. })));
+    assert!(
+        err.to_string()
+            .contains(&g.dir.path().display().to_string()),
+        "{err}"
+    );
+    std::fs::write(
+        &meta,
+        format!("{{\"format\": 1, \"docs\": {}}}", ws.cards.len() + 1),
+    )
+    .unwrap();
+    assert!(matches!(
+        SearchIndex::open(g.dir.path()),
+        Err(SearchError::Invalid { .. })
+    ));
     std::fs::remove_file(&meta).unwrap();
-    assert!(matches!(SearchIndex::open(g.dir.path()), Err(SearchError::Io { .. })));
+    assert!(matches!(
+        SearchIndex::open(g.dir.path()),
+        Err(SearchError::Io { .. })
+    ));
     let empty = tempfile::tempdir().unwrap();
     assert!(SearchIndex::open(empty.path()).is_err());
 }
@@ -142,9 +199,21 @@ fn damaged_indexes_are_refused_with_the_path() {
 #[test]
 fn an_index_from_another_generation_is_refused() {
     let (ws, g) = setup();
-    let mut smaller = load_cards(&example_cards_dir(), "2026-11-29T00:00:00Z".parse().unwrap());
+    let mut smaller = load_cards(
+        &example_cards_dir(),
+        "2026-11-29T00:00:00Z".parse().unwrap(),
+    );
     smaller.manifest.cards.pop();
     let other = build_generation(&smaller, &Rules::default());
-    let err = select_for_task(&g.catalog, &other.index, &task(None, None), &Rules::default()).unwrap_err();
-    assert!(err.to_string().contains(&format!("{}", ws.cards.len() - 1)), "{err}");
+    let err = select_for_task(
+        &g.catalog,
+        &other.index,
+        &task(None, None),
+        &Rules::default(),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains(&format!("{}", ws.cards.len() - 1)),
+        "{err}"
+    );
 }

@@ -21,7 +21,8 @@ pub struct Summary {
 pub fn summarize(samples: &mut [Duration]) -> Summary {
     assert!(!samples.is_empty(), "no samples");
     samples.sort_unstable();
-    let rank = |q: f64| samples[((q * samples.len() as f64).ceil() as usize).clamp(1, samples.len()) - 1];
+    let rank =
+        |q: f64| samples[((q * samples.len() as f64).ceil() as usize).clamp(1, samples.len()) - 1];
     Summary {
         median: rank(0.5),
         p99: rank(0.99),

@@ -15,7 +15,10 @@ use mop_cards::{Catalog, Rules, render_memory_md};
 use mop_search::{IndexDoc, SearchIndex, build_index, select_for_task};
 
 #[derive(Parser)]
-#[command(version, about = "Benchmarks of mop (run with cargo run --release -p mop-bench)")]
+#[command(
+    version,
+    about = "Benchmarks of mop (run with cargo run --release -p mop-bench)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -45,7 +48,9 @@ enum Command {
 
 fn main() -> Result<()> {
     if cfg!(debug_assertions) {
-        eprintln!("warning: debug build; run with `cargo run --release -p mop-bench` for real figures");
+        eprintln!(
+            "warning: debug build; run with `cargo run --release -p mop-bench` for real figures"
+        );
     }
     match Cli::parse().command {
         Command::Engine {
@@ -81,7 +86,8 @@ fn engine(sizes: &[usize], tasks: usize, rounds: usize, builds: usize, seed: u64
         let catalog = Catalog::new(ws.manifest.clone(), &rules)?;
         let catalog_time = started.elapsed();
 
-        let by_id: std::collections::HashMap<_, _> = ws.cards.iter().map(|c| (c.summary.id, c)).collect();
+        let by_id: std::collections::HashMap<_, _> =
+            ws.cards.iter().map(|c| (c.summary.id, c)).collect();
         let mut build_times = Vec::new();
         let mut kept = None;
         for b in 0..builds {
@@ -147,7 +153,9 @@ fn engine(sizes: &[usize], tasks: usize, rounds: usize, builds: usize, seed: u64
 }
 
 fn report(rows: &[Row]) {
-    println!("| cards | card bytes | catalog build | index build (median) | index size | selected per task (mean) | per task median | per task p99 | of which BM25 search (median) |");
+    println!(
+        "| cards | card bytes | catalog build | index build (median) | index size | selected per task (mean) | per task median | per task p99 | of which BM25 search (median) |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         println!(
@@ -171,7 +179,11 @@ fn report(rows: &[Row]) {
             "\nper-task median {} -> {} cards: x{time:.2} time for x{cards:.0} cards ({})",
             a.cards,
             b.cards,
-            if time <= cards { "sub-linear or linear" } else { "WORSE than linear" }
+            if time <= cards {
+                "sub-linear or linear"
+            } else {
+                "WORSE than linear"
+            }
         );
     }
 }

@@ -55,47 +55,237 @@ impl Rng {
 }
 
 const WORDS: &[&str] = &[
-    "database", "query", "index", "replica", "primary", "timeout", "lock", "deadlock", "backup",
-    "restore", "migration", "schema", "table", "column", "partition", "vacuum", "analyze", "plan",
-    "statistics", "cache", "buffer", "memory", "disk", "latency", "throughput", "connection",
-    "pool", "session", "transaction", "commit", "rollback", "undo", "redo", "archive", "wal",
-    "binlog", "snapshot", "retention", "cluster", "node", "pod", "deployment", "ingress",
-    "gateway", "upstream", "certificate", "rotation", "secret", "token", "permission", "role",
-    "grant", "user", "tenant", "invoice", "billing", "ledger", "orders", "payment", "refund",
-    "report", "batch", "job", "cron", "scheduler", "queue", "consumer", "producer", "topic",
-    "offset", "lag", "retry", "backoff", "circuit", "breaker", "health", "probe", "readiness",
-    "liveness", "rollout", "canary", "release", "freeze", "window", "approval", "review",
-    "incident", "postmortem", "alert", "pager", "dashboard", "metric", "trace", "log", "audit",
-    "compliance", "encryption", "tls", "dns", "network", "firewall", "route", "balancer",
-    "nginx", "proxy", "header", "request", "response", "error", "failure", "crash", "restart",
-    "upgrade", "downgrade", "version", "patch", "kernel", "cpu", "thread", "process", "signal",
-    "heap", "leak", "gc", "jvm", "go", "python", "rust", "java", "terraform", "ansible",
-    "helm", "chart", "manifest", "volume", "storage", "bucket", "object", "s3", "replication",
-    "failover", "switchover", "standby", "dataguard", "listener", "service", "endpoint",
-    "contract", "api", "schema-registry", "idempotent", "consistency", "isolation", "serializable",
+    "database",
+    "query",
+    "index",
+    "replica",
+    "primary",
+    "timeout",
+    "lock",
+    "deadlock",
+    "backup",
+    "restore",
+    "migration",
+    "schema",
+    "table",
+    "column",
+    "partition",
+    "vacuum",
+    "analyze",
+    "plan",
+    "statistics",
+    "cache",
+    "buffer",
+    "memory",
+    "disk",
+    "latency",
+    "throughput",
+    "connection",
+    "pool",
+    "session",
+    "transaction",
+    "commit",
+    "rollback",
+    "undo",
+    "redo",
+    "archive",
+    "wal",
+    "binlog",
+    "snapshot",
+    "retention",
+    "cluster",
+    "node",
+    "pod",
+    "deployment",
+    "ingress",
+    "gateway",
+    "upstream",
+    "certificate",
+    "rotation",
+    "secret",
+    "token",
+    "permission",
+    "role",
+    "grant",
+    "user",
+    "tenant",
+    "invoice",
+    "billing",
+    "ledger",
+    "orders",
+    "payment",
+    "refund",
+    "report",
+    "batch",
+    "job",
+    "cron",
+    "scheduler",
+    "queue",
+    "consumer",
+    "producer",
+    "topic",
+    "offset",
+    "lag",
+    "retry",
+    "backoff",
+    "circuit",
+    "breaker",
+    "health",
+    "probe",
+    "readiness",
+    "liveness",
+    "rollout",
+    "canary",
+    "release",
+    "freeze",
+    "window",
+    "approval",
+    "review",
+    "incident",
+    "postmortem",
+    "alert",
+    "pager",
+    "dashboard",
+    "metric",
+    "trace",
+    "log",
+    "audit",
+    "compliance",
+    "encryption",
+    "tls",
+    "dns",
+    "network",
+    "firewall",
+    "route",
+    "balancer",
+    "nginx",
+    "proxy",
+    "header",
+    "request",
+    "response",
+    "error",
+    "failure",
+    "crash",
+    "restart",
+    "upgrade",
+    "downgrade",
+    "version",
+    "patch",
+    "kernel",
+    "cpu",
+    "thread",
+    "process",
+    "signal",
+    "heap",
+    "leak",
+    "gc",
+    "jvm",
+    "go",
+    "python",
+    "rust",
+    "java",
+    "terraform",
+    "ansible",
+    "helm",
+    "chart",
+    "manifest",
+    "volume",
+    "storage",
+    "bucket",
+    "object",
+    "s3",
+    "replication",
+    "failover",
+    "switchover",
+    "standby",
+    "dataguard",
+    "listener",
+    "service",
+    "endpoint",
+    "contract",
+    "api",
+    "schema-registry",
+    "idempotent",
+    "consistency",
+    "isolation",
+    "serializable",
 ];
 
 const STACKS: &[&str] = &[
-    "oracle", "postgres", "mysql", "redis", "kafka", "kubernetes", "nginx", "go", "java",
-    "python", "terraform", "ansible", "elasticsearch", "mongodb", "rabbitmq", "pgbouncer",
-    "haproxy", "linux", "aws", "gcp",
+    "oracle",
+    "postgres",
+    "mysql",
+    "redis",
+    "kafka",
+    "kubernetes",
+    "nginx",
+    "go",
+    "java",
+    "python",
+    "terraform",
+    "ansible",
+    "elasticsearch",
+    "mongodb",
+    "rabbitmq",
+    "pgbouncer",
+    "haproxy",
+    "linux",
+    "aws",
+    "gcp",
 ];
 
 const CJK: &[&str] = &[
-    "数据库", "死锁", "超时", "备份", "恢复", "索引", "主库", "从库", "复制", "延迟", "连接",
-    "事务", "回滚", "变更", "发布", "告警", "文字化け", "障害", "対応", "手順", "設定",
+    "数据库",
+    "死锁",
+    "超时",
+    "备份",
+    "恢复",
+    "索引",
+    "主库",
+    "从库",
+    "复制",
+    "延迟",
+    "连接",
+    "事务",
+    "回滚",
+    "变更",
+    "发布",
+    "告警",
+    "文字化け",
+    "障害",
+    "対応",
+    "手順",
+    "設定",
 ];
+
+/// The long tail of a real corpus: table, host, job and config names that appear in a few
+/// cards each. Without it every card shares one small vocabulary and BM25 sees no rare
+/// terms at all.
+fn identifier(rng: &mut Rng, spread: usize) -> String {
+    const KINDS: &[&str] = &["tbl", "idx", "svc", "job", "host", "cfg", "team", "queue"];
+    format!("{}_{}", rng.pick(KINDS), rng.skewed(spread))
+}
 
 fn code(rng: &mut Rng) -> String {
     match rng.below(4) {
         0 => format!("ORA-{:05}", rng.skewed(2000) * 7 + 1),
-        1 => format!("SQLSTATE {}{}{:03}", rng.below(10), ["P", "0", "1", "2"][rng.below(4)], rng.skewed(500)),
+        1 => format!(
+            "SQLSTATE {}{}{:03}",
+            rng.below(10),
+            ["P", "0", "1", "2"][rng.below(4)],
+            rng.skewed(500)
+        ),
         2 => format!("ERROR {}", 1000 + rng.skewed(3000)),
         _ => format!("HTTP {}", 500 + rng.below(5)),
     }
 }
 
 fn words(rng: &mut Rng, min: usize, spread: usize, cjk: bool) -> String {
+    words_with(rng, min, spread, cjk, 0)
+}
+
+/// `min..min+spread` words; with `tail > 0`, about a third are long-tail identifiers.
+fn words_with(rng: &mut Rng, min: usize, spread: usize, cjk: bool, tail: usize) -> String {
     let n = min + rng.below(spread.max(1));
     let mut out = String::new();
     for i in 0..n {
@@ -108,7 +298,11 @@ fn words(rng: &mut Rng, min: usize, spread: usize, cjk: bool) -> String {
             if cjk {
                 out.push(' ');
             }
-            out.push_str(WORDS[rng.skewed(WORDS.len())]);
+            if tail > 0 && rng.chance(0.35) {
+                out.push_str(&identifier(rng, tail));
+            } else {
+                out.push_str(WORDS[rng.skewed(WORDS.len())]);
+            }
         }
     }
     out
@@ -135,8 +329,8 @@ pub fn population(cards: usize) -> (usize, usize) {
     ((cards / 100).max(5), (cards / 50).max(5))
 }
 
-/// One synthetic card, rendered to OKF bytes by the real renderer.
-pub fn card(seed: u64, n: usize, total: usize, now: Timestamp) -> (Card, Vec<u8>) {
+/// One synthetic card.
+pub fn card(seed: u64, n: usize, total: usize, now: Timestamp) -> Card {
     let mut rng = Rng::new(seed.wrapping_mul(31).wrapping_add(n as u64));
     let (users, assets) = population(total);
     let card_type = match rng.below(100) {
@@ -150,20 +344,35 @@ pub fn card(seed: u64, n: usize, total: usize, now: Timestamp) -> (Card, Vec<u8>
     };
     let scope = match rng.below(10) {
         0..4 => Scope::default(),
-        4..7 => Scope { user_id: None, asset_id: Some(format!("asset-{}", rng.below(assets))) },
-        7..9 => Scope { user_id: Some(format!("user-{}", rng.below(users))), asset_id: None },
+        4..7 => Scope {
+            user_id: None,
+            asset_id: Some(format!("asset-{}", rng.below(assets))),
+        },
+        7..9 => Scope {
+            user_id: Some(format!("user-{}", rng.below(users))),
+            asset_id: None,
+        },
         _ => Scope {
             user_id: Some(format!("user-{}", rng.below(users))),
             asset_id: Some(format!("asset-{}", rng.below(assets))),
         },
     };
     let cjk = rng.chance(0.05);
+    // Labels: half from the shared vocabulary, half team- or service-specific slugs.
     let mut labels: Vec<String> = (0..1 + rng.below(3))
-        .map(|_| WORDS[rng.skewed(WORDS.len())].to_owned())
+        .map(|_| {
+            if rng.chance(0.5) {
+                WORDS[rng.below(WORDS.len())].to_owned()
+            } else {
+                identifier(&mut rng, total / 20 + 10).replace('_', "-")
+            }
+        })
         .collect();
     labels.sort();
     labels.dedup();
-    let mut stacks: Vec<String> = (0..1 + rng.below(2)).map(|_| rng.pick(STACKS).to_owned()).collect();
+    let mut stacks: Vec<String> = (0..1 + rng.below(2))
+        .map(|_| rng.pick(STACKS).to_owned())
+        .collect();
     stacks.sort();
     stacks.dedup();
     let error_codes = if card_type == CardType::ErrorResolution || rng.chance(0.1) {
@@ -173,17 +382,25 @@ pub fn card(seed: u64, n: usize, total: usize, now: Timestamp) -> (Card, Vec<u8>
     };
     let (trust, provenance) = if rng.chance(0.03) {
         let author = format!("user-{}", rng.below(users));
-        (Trust::Unverified, Some(Provenance { task_id: Some(format!("task-{n}")), user_id: Some(author), asset_id: None }))
+        (
+            Trust::Unverified,
+            Some(Provenance {
+                task_id: Some(format!("task-{n}")),
+                user_id: Some(author),
+                asset_id: None,
+            }),
+        )
     } else {
         (Trust::Verified, None)
     };
     let day = 86_400;
     let created = now.as_second() - (rng.below(400) as i64 + 10) * day;
-    let last_seen = created + rng.below(((now.as_second() - created) / day) as usize + 1) as i64 * day;
+    let last_seen =
+        created + rng.below(((now.as_second() - created) / day) as usize + 1) as i64 * day;
     let body_bytes = 200 + (rng.unit().powi(2) * (8 * 1024 - 200) as f64) as usize;
     let mut body = String::with_capacity(body_bytes + 64);
     while body.len() < body_bytes {
-        body.push_str(&words(&mut rng, 12, 1, cjk));
+        body.push_str(&words_with(&mut rng, 12, 1, cjk, total * 2));
         body.push_str(".\n");
     }
     let mut title = words(&mut rng, 4, 6, cjk);
@@ -208,7 +425,7 @@ pub fn card(seed: u64, n: usize, total: usize, now: Timestamp) -> (Card, Vec<u8>
         trust,
         provenance,
     };
-    let card = Card {
+    Card {
         summary,
         counters: Counters {
             occurrence: 1 + rng.skewed(20) as u64,
@@ -216,9 +433,7 @@ pub fn card(seed: u64, n: usize, total: usize, now: Timestamp) -> (Card, Vec<u8>
         },
         extra: Extra::default(),
         body,
-    };
-    let bytes = render_card(&card).into_bytes();
-    (card, bytes)
+    }
 }
 
 /// A synthetic workspace of `total` cards, with its manifest.
@@ -233,21 +448,20 @@ pub struct Synthetic {
 
 /// Generates a workspace.
 pub fn workspace(seed: u64, total: usize, now: Timestamp) -> Synthetic {
-    let mut cards = Vec::with_capacity(total);
-    let mut entries = Vec::with_capacity(total);
-    let mut bytes = 0u64;
-    for n in 0..total {
-        let (card, raw) = card(seed, n, total, now);
-        entries.push(ManifestEntry::for_card(&card, &raw));
-        bytes += raw.len() as u64;
-        cards.push(card);
-    }
+    let mut cards: Vec<Card> = (0..total).map(|n| card(seed, n, total, now)).collect();
     // A few cards superseded by their neighbour, as curation leaves them.
     for n in (0..total.saturating_sub(1)).step_by(97) {
-        let newer = entries[n + 1].summary.id;
-        entries[n].summary.superseded_by = Some(newer);
-        cards[n].summary.superseded_by = Some(newer);
+        cards[n].summary.superseded_by = Some(cards[n + 1].summary.id);
     }
+    let mut bytes = 0u64;
+    let entries = cards
+        .iter()
+        .map(|c| {
+            let raw = render_card(c);
+            bytes += raw.len() as u64;
+            ManifestEntry::for_card(c, raw.as_bytes())
+        })
+        .collect();
     Synthetic {
         manifest: Manifest {
             epoch: "7d3f1c2a-6b5e-4f09-8a71-0c9e2d4b6a13".into(),
@@ -277,12 +491,44 @@ pub fn tasks(seed: u64, count: usize, total_cards: usize) -> Vec<TaskContext> {
             TaskContext {
                 task_id: format!("bench-{i}"),
                 workspace: "bench".into(),
-                origin_user_id: rng.chance(0.8).then(|| format!("user-{}", rng.below(users))),
-                asset_id: rng.chance(0.7).then(|| format!("asset-{}", rng.below(assets))),
+                origin_user_id: rng
+                    .chance(0.8)
+                    .then(|| format!("user-{}", rng.below(users))),
+                asset_id: rng
+                    .chance(0.7)
+                    .then(|| format!("asset-{}", rng.below(assets))),
                 title,
-                description: words(&mut rng, 20, 30, cjk),
-                labels: (0..1 + rng.below(2)).map(|_| rng.pick(STACKS).to_owned()).collect(),
+                description: words_with(&mut rng, 20, 30, cjk, total_cards * 2),
+                labels: (0..1 + rng.below(2))
+                    .map(|_| rng.pick(STACKS).to_owned())
+                    .collect(),
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn synthetic_cards_are_valid_okf_and_deterministic() {
+        let now: Timestamp = "2026-11-29T00:00:00Z".parse().unwrap();
+        let ws = workspace(7, 300, now);
+        for (card, entry) in ws.cards.iter().zip(&ws.manifest.cards) {
+            let bytes = render_card(card);
+            assert_eq!(entry.size as usize, bytes.len());
+            let parsed = mop_cards::parse_card(bytes.as_bytes()).unwrap();
+            assert_eq!(parsed.summary.title, card.summary.title);
+            entry.validate().unwrap();
+        }
+        let again = workspace(7, 300, now);
+        assert_eq!(again.manifest, ws.manifest);
+        let kinds: std::collections::BTreeSet<_> =
+            ws.cards.iter().map(|c| c.summary.card_type).collect();
+        assert_eq!(kinds.len(), CardType::ALL.len());
+        for t in tasks(7, 20, 300) {
+            t.validate().unwrap();
+        }
+    }
 }

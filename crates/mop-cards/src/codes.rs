@@ -42,14 +42,26 @@ pub fn default_code_patterns() -> Vec<CodePattern> {
     // where the first digit sits keeps words like "could" from passing as codes.
     let sqlstate = "[0-9][0-9A-Z]{4}|[A-Z][0-9][0-9A-Z]{3}|[A-Z]{2}[0-9][0-9A-Z]{2}|[A-Z]{3}[0-9][0-9A-Z]|[A-Z]{4}[0-9]";
     vec![
-        CodePattern::new("oracle", r"(?i)\b(ORA|TNS|PLS)-\s?0*(\d{1,5})\b", "{1}-{2:05}"),
+        CodePattern::new(
+            "oracle",
+            r"(?i)\b(ORA|TNS|PLS)-\s?0*(\d{1,5})\b",
+            "{1}-{2:05}",
+        ),
         CodePattern::new(
             "postgres",
             &format!(r"(?i)\b(?:SQLSTATE|ERROR:)\s*[\[(=:]?\s*({sqlstate})\b"),
             "SQLSTATE {1}",
         ),
-        CodePattern::new("mysql", r"(?i)\b(?:ERROR|Error\s+Code:?)\s+(\d{4,5})\b", "ERROR {1}"),
-        CodePattern::new("http-status", r"(?i)\bHTTP(?:/\d(?:\.\d)?)?\s*(5\d\d)\b", "HTTP {1}"),
+        CodePattern::new(
+            "mysql",
+            r"(?i)\b(?:ERROR|Error\s+Code:?)\s+(\d{4,5})\b",
+            "ERROR {1}",
+        ),
+        CodePattern::new(
+            "http-status",
+            r"(?i)\bHTTP(?:/\d(?:\.\d)?)?\s*(5\d\d)\b",
+            "HTTP {1}",
+        ),
         CodePattern::new(
             "http-phrase",
             r"(?i)\b(5\d\d)\s+(?:Internal Server Error|Not Implemented|Bad Gateway|Service (?:Temporarily )?Unavailable|Gateway Time-?out|HTTP Version Not Supported|Insufficient Storage|Loop Detected|Network Authentication Required)\b",
@@ -211,10 +223,15 @@ fn parse_format(format: &str, groups: usize) -> Result<Vec<Piece>, String> {
             .parse()
             .map_err(|_| format!("{{{spec}}} must be {{N}} or {{N:0W}} with numbers N and W"))?;
         let width = width
-            .map(|w| w.parse::<usize>().map_err(|_| format!("{{{spec}}}: width must be a number")))
+            .map(|w| {
+                w.parse::<usize>()
+                    .map_err(|_| format!("{{{spec}}}: width must be a number"))
+            })
             .transpose()?;
         if index == 0 || index >= groups {
-            return Err(format!("{{{index}}} names a capture group the regex does not have"));
+            return Err(format!(
+                "{{{index}}} names a capture group the regex does not have"
+            ));
         }
         pieces.push(Piece::Group { index, width });
         rest = &rest[close + 1..];
@@ -237,15 +254,24 @@ mod tests {
     fn oracle_codes_are_padded_and_upper_cased() {
         assert_eq!(codes("nightly ETL fails with ora-1555"), ["ORA-01555"]);
         assert_eq!(codes("ORA-01555: snapshot too old"), ["ORA-01555"]);
-        assert_eq!(codes("ORA-00060 deadlock, then TNS-12514"), ["ORA-00060", "TNS-12514"]);
+        assert_eq!(
+            codes("ORA-00060 deadlock, then TNS-12514"),
+            ["ORA-00060", "TNS-12514"]
+        );
         assert_eq!(codes("pls-00201 identifier"), ["PLS-00201"]);
     }
 
     #[test]
     fn postgres_sqlstate_only_when_marked() {
-        assert_eq!(codes("ERROR:  42P01: relation \"orders\" does not exist"), ["SQLSTATE 42P01"]);
+        assert_eq!(
+            codes("ERROR:  42P01: relation \"orders\" does not exist"),
+            ["SQLSTATE 42P01"]
+        );
         assert_eq!(codes("failed with SQLSTATE 40001"), ["SQLSTATE 40001"]);
-        assert_eq!(codes("sqlstate[53300] too many clients"), ["SQLSTATE 53300"]);
+        assert_eq!(
+            codes("sqlstate[53300] too many clients"),
+            ["SQLSTATE 53300"]
+        );
         // An unmarked five-character token is not a code, nor is a plain word after ERROR:.
         assert!(codes("table 42P01 appears").is_empty());
         assert!(codes("ERROR: could not connect").is_empty());
@@ -253,7 +279,10 @@ mod tests {
 
     #[test]
     fn mysql_and_http() {
-        assert_eq!(codes("ERROR 1205 (HY000): Lock wait timeout"), ["ERROR 1205"]);
+        assert_eq!(
+            codes("ERROR 1205 (HY000): Lock wait timeout"),
+            ["ERROR 1205"]
+        );
         assert_eq!(codes("Error Code: 1213. Deadlock found"), ["ERROR 1213"]);
         assert_eq!(codes("gateway answers HTTP 502"), ["HTTP 502"]);
         assert_eq!(codes("HTTP/1.1 503 Service Unavailable"), ["HTTP 503"]);
@@ -276,10 +305,22 @@ mod tests {
 
     #[test]
     fn custom_patterns_and_bad_formats() {
-        let x = CodeExtractor::new(&[CodePattern::new("mssql", r"(?i)\bMsg\s+(\d+)", "MSSQL-{1:06}")])
-            .unwrap();
-        assert_eq!(x.extract("Msg 1205, Level 13").into_iter().collect::<Vec<_>>(), ["MSSQL-001205"]);
-        assert!(codes_of(&x, "ORA-1555").is_empty(), "custom list replaces the defaults");
+        let x = CodeExtractor::new(&[CodePattern::new(
+            "mssql",
+            r"(?i)\bMsg\s+(\d+)",
+            "MSSQL-{1:06}",
+        )])
+        .unwrap();
+        assert_eq!(
+            x.extract("Msg 1205, Level 13")
+                .into_iter()
+                .collect::<Vec<_>>(),
+            ["MSSQL-001205"]
+        );
+        assert!(
+            codes_of(&x, "ORA-1555").is_empty(),
+            "custom list replaces the defaults"
+        );
 
         let err = CodeExtractor::new(&[CodePattern::new("bad", "(", "{1}")]).unwrap_err();
         assert!(err.to_string().contains("\"bad\""), "{err}");

@@ -70,7 +70,13 @@ pub struct Rules {
 impl Rules {
     /// Validates a config and compiles its patterns.
     pub fn new(config: SelectionConfig) -> Result<Self, ConfigError> {
-        let range = |ok: bool, key, rule| if ok { Ok(()) } else { Err(ConfigError::Range { key, rule }) };
+        let range = |ok: bool, key, rule| {
+            if ok {
+                Ok(())
+            } else {
+                Err(ConfigError::Range { key, rule })
+            }
+        };
         range(
             (0.0..=1.0).contains(&config.min_text_ratio),
             "min_text_ratio",

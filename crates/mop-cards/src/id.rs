@@ -110,18 +110,15 @@ pub fn is_slug(s: &str) -> bool {
         _ => return false,
     }
     bytes.len() <= 64
-        && bytes[1..]
-            .iter()
-            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'.' | b'_' | b'-'))
+        && bytes[1..].iter().all(|&c| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'.' | b'_' | b'-')
+        })
 }
 
 /// True for a user, asset or provenance id: 1 to 128 characters, no control characters,
 /// no leading or trailing whitespace. These are compared, never used as paths.
 pub fn is_scope_id(s: &str) -> bool {
-    !s.is_empty()
-        && s.chars().count() <= 128
-        && !s.chars().any(char::is_control)
-        && s.trim() == s
+    !s.is_empty() && s.chars().count() <= 128 && !s.chars().any(char::is_control) && s.trim() == s
 }
 
 /// True for a task id: `[A-Za-z0-9._-]`, 1 to 64 characters, starting with a letter or
@@ -213,7 +210,16 @@ mod tests {
         for ok in ["go", "oracle", "a", "k8s", "db-prod.01_x", &"a".repeat(64)] {
             assert!(is_slug(ok), "{ok:?}");
         }
-        for bad in ["", "Go", "-go", ".go", "go lang", "go/x", &"a".repeat(65), "ü"] {
+        for bad in [
+            "",
+            "Go",
+            "-go",
+            ".go",
+            "go lang",
+            "go/x",
+            &"a".repeat(65),
+            "ü",
+        ] {
             assert!(!is_slug(bad), "{bad:?}");
         }
     }

@@ -38,8 +38,8 @@ pub use memory_md::{escape_inline, render_memory_md};
 pub use parse::{MAX_FRONTMATTER_BYTES, parse_card};
 pub use render::render_card;
 pub use select::{
-    Catalog, CatalogError, MatchClass, Selected, Selection, TextHit, Tier, TierCounts,
-    VisibleSet, effective_importance,
+    Catalog, CatalogError, MatchClass, Selected, Selection, TextHit, Tier, TierCounts, VisibleSet,
+    effective_importance,
 };
 pub use task::{TaskContext, TaskError, TaskQuery};
 pub use uuid::Uuid;

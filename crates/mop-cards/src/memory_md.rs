@@ -94,7 +94,9 @@ pub fn render_memory_md(
         selection.selected
     );
     if table_len < total {
-        let rest = TierCounts(std::array::from_fn(|i| selection.selected.0[i] - in_table.0[i]));
+        let rest = TierCounts(std::array::from_fn(|i| {
+            selection.selected.0[i] - in_table.0[i]
+        }));
         let _ = writeln!(
             out,
             "Not in this table: {} ({rest}); see Additional Mounted Cards below and \
@@ -172,7 +174,11 @@ pub fn render_memory_md(
 }
 
 fn cards(n: usize) -> String {
-    if n == 1 { "1 card".into() } else { format!("{n} cards") }
+    if n == 1 {
+        "1 card".into()
+    } else {
+        format!("{n} cards")
+    }
 }
 
 fn list_item(out: &mut String, e: &ManifestEntry, tier: Tier) {
@@ -209,7 +215,9 @@ pub fn escape_inline(s: &str) -> String {
                 out.push(c);
             }
             ':' if chars.peek() == Some(&'/') => out.push_str("\\:"),
-            '.' if out.len() >= 3 && out.as_bytes()[out.len() - 3..].eq_ignore_ascii_case(b"www") => {
+            '.' if out.len() >= 3
+                && out.as_bytes()[out.len() - 3..].eq_ignore_ascii_case(b"www") =>
+            {
                 out.push_str("\\.")
             }
             c => out.push(c),
@@ -228,9 +236,15 @@ mod tests {
         assert_eq!(escape_inline("[x](http://evil)"), "\\[x\\](http\\://evil)");
         assert_eq!(escape_inline("line1\nline2\r\n"), "line1 line2");
         assert_eq!(escape_inline("<script>"), "\\<script\\>");
-        assert_eq!(escape_inline("see www.evil.example"), "see www\\.evil.example");
+        assert_eq!(
+            escape_inline("see www.evil.example"),
+            "see www\\.evil.example"
+        );
         assert_eq!(escape_inline("`code`"), "\\`code\\`");
         assert_eq!(escape_inline("bell\u{7}"), "bell");
-        assert_eq!(escape_inline("plain max_connections=200"), "plain max_connections=200");
+        assert_eq!(
+            escape_inline("plain max_connections=200"),
+            "plain max_connections=200"
+        );
     }
 }

@@ -157,7 +157,8 @@ fn card_from_mapping(map: yaml_rust2::yaml::Hash, body: &str) -> Result<Card, Ca
             "type" => {
                 let s = string("type", &value)?;
                 card_type = Some(
-                    CardType::parse(s).ok_or(CardError::field("type", Rule::OneOf(&CardType::NAMES)))?,
+                    CardType::parse(s)
+                        .ok_or(CardError::field("type", Rule::OneOf(&CardType::NAMES)))?,
                 );
             }
             "title" => title = Some(string("title", &value)?.to_owned()),
@@ -237,9 +238,12 @@ fn card_from_mapping(map: yaml_rust2::yaml::Hash, body: &str) -> Result<Card, Ca
 }
 
 fn string<'a>(key: &str, value: &'a Yaml) -> Result<&'a str, CardError> {
-    value
-        .as_str()
-        .ok_or_else(|| CardError::field(key, Rule::Type("a string (quote it if it looks like a number or boolean)")))
+    value.as_str().ok_or_else(|| {
+        CardError::field(
+            key,
+            Rule::Type("a string (quote it if it looks like a number or boolean)"),
+        )
+    })
 }
 
 fn opt_string(key: &str, value: &Yaml) -> Result<Option<String>, CardError> {
@@ -296,7 +300,11 @@ fn opt_timestamp(key: &str, value: &Yaml) -> Result<Option<Timestamp>, CardError
 }
 
 /// A small mapping of optional strings with a fixed key set; unknown keys are errors here.
-fn nested(key: &str, value: &Yaml, allowed: &'static [&'static str]) -> Result<Vec<Option<String>>, CardError> {
+fn nested(
+    key: &str,
+    value: &Yaml,
+    allowed: &'static [&'static str],
+) -> Result<Vec<Option<String>>, CardError> {
     let mut out = vec![None; allowed.len()];
     let map = match value {
         Yaml::Null => return Ok(out),

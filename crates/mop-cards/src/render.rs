@@ -38,7 +38,10 @@ pub fn render_card(card: &Card) -> String {
     if !s.scope.is_workspace() {
         put(
             "scope",
-            pairs(&[("user_id", &s.scope.user_id), ("asset_id", &s.scope.asset_id)]),
+            pairs(&[
+                ("user_id", &s.scope.user_id),
+                ("asset_id", &s.scope.asset_id),
+            ]),
         );
     }
     if !s.error_codes.is_empty() {

@@ -12,7 +12,7 @@ use std::fmt;
 
 use jiff::Timestamp;
 
-use crate::card::{CardSummary, CardType};
+use crate::card::CardType;
 use crate::config::{Rules, SelectionConfig};
 use crate::id::CardId;
 use crate::task::{TaskContext, TaskQuery};
@@ -140,11 +140,14 @@ impl VisibleSet {
 #[derive(Debug, Clone)]
 struct Precomputed {
     live: bool,
+    card_type: CardType,
     user: u32,
     asset: u32,
     author: u32,
     importance: f64,
+    occurrence: u64,
     last_seen: Option<Timestamp>,
+    id: CardId,
 }
 
 /// A task's user and asset as interned numbers; names no card mentions get `NOBODY`, which
@@ -200,7 +203,10 @@ impl Catalog {
         }
         let mut entries = manifest.cards;
         entries.sort_unstable_by_key(|e| e.summary.id);
-        if let Some(w) = entries.windows(2).find(|w| w[0].summary.id == w[1].summary.id) {
+        if let Some(w) = entries
+            .windows(2)
+            .find(|w| w[0].summary.id == w[1].summary.id)
+        {
             return Err(CatalogError::DuplicateId(w[0].summary.id));
         }
         let now = manifest.generated_at;
@@ -226,6 +232,9 @@ impl Catalog {
             let last_seen = e.last_seen.or(s.created_at);
             let pre = Precomputed {
                 live,
+                card_type: s.card_type,
+                id: s.id,
+                occurrence: e.occurrence,
                 user: cat.intern(s.scope.user_id.as_deref()),
                 asset: cat.intern(s.scope.asset_id.as_deref()),
                 author: cat.intern(s.restricted_to_author()),
@@ -246,7 +255,10 @@ impl Catalog {
                     cat.open.insert(ord);
                 }
                 for code in &s.error_codes {
-                    push_unique(cat.by_code.entry(rules.codes.normalize(code)).or_default(), ord);
+                    push_unique(
+                        cat.by_code.entry(rules.codes.normalize(code)).or_default(),
+                        ord,
+                    );
                 }
                 for tag in s.stacks.iter().chain(&s.labels) {
                     push_unique(cat.by_tag.entry(tag.clone()).or_default(), ord);
@@ -360,7 +372,12 @@ impl Catalog {
 
     /// Selects and ranks the cards for a task. `hits` are the BM25 hits for the task text,
     /// best first, already limited to cards the task may see (they are checked again).
-    pub fn select(&self, query: &TaskQuery<'_>, hits: &[TextHit], config: &SelectionConfig) -> Selection {
+    pub fn select(
+        &self,
+        query: &TaskQuery<'_>,
+        hits: &[TextHit],
+        config: &SelectionConfig,
+    ) -> Selection {
         let scope = self.scope_of(query.task);
         let text = self.qualified_hits(scope, hits, config);
 
@@ -378,10 +395,18 @@ impl Catalog {
             list.iter().for_each(|o| mark(*o, 0));
         }
         for code in &query.codes {
-            self.by_code.get(code).into_iter().flatten().for_each(|o| mark(*o, CODE));
+            self.by_code
+                .get(code)
+                .into_iter()
+                .flatten()
+                .for_each(|o| mark(*o, CODE));
         }
         for word in &query.words {
-            self.by_tag.get(word).into_iter().flatten().for_each(|o| mark(*o, TAG));
+            self.by_tag
+                .get(word)
+                .into_iter()
+                .flatten()
+                .for_each(|o| mark(*o, TAG));
         }
         text.iter().for_each(|h| mark(h.ord, TEXT));
         self.baseline.iter().for_each(|o| mark(*o, 0));
@@ -418,7 +443,12 @@ impl Catalog {
 
     /// The hits that may select by text: the first `text_candidates` visible ones scoring
     /// at least `min_text_ratio` of the best.
-    fn qualified_hits(&self, scope: TaskScope, hits: &[TextHit], config: &SelectionConfig) -> Vec<TextHit> {
+    fn qualified_hits(
+        &self,
+        scope: TaskScope,
+        hits: &[TextHit],
+        config: &SelectionConfig,
+    ) -> Vec<TextHit> {
         let visible: Vec<TextHit> = hits
             .iter()
             .filter(|h| (h.ord as usize) < self.entries.len() && self.visible_in(h.ord, scope))
@@ -432,12 +462,17 @@ impl Catalog {
             .collect()
     }
 
-    fn classify(&self, ord: u32, flags: u8, text_score: Option<f32>, scope: TaskScope) -> Option<RankKey> {
+    fn classify(
+        &self,
+        ord: u32,
+        flags: u8,
+        text_score: Option<f32>,
+        scope: TaskScope,
+    ) -> Option<RankKey> {
         if !self.visible_in(ord, scope) {
             return None;
         }
-        let e = &self.entries[ord as usize];
-        let s: &CardSummary = &e.summary;
+        // Only the compact precomputed record is read here: entries are large and cold.
         let p = &self.pre[ord as usize];
         // Visible and user-bound means bound to the requester; likewise for the asset.
         let own = p.user != 0;
@@ -445,11 +480,11 @@ impl Catalog {
         let code = flags & CODE != 0;
         let tag = flags & TAG != 0;
         let matched = code || tag || text_score.is_some();
-        let baseline = !own && !asset && s.card_type.is_baseline();
+        let baseline = !own && !asset && p.card_type.is_baseline();
         if !(own || asset || matched || baseline) {
             return None;
         }
-        let class = if s.card_type == CardType::HumanCorrection {
+        let class = if p.card_type == CardType::HumanCorrection {
             MatchClass::HumanCorrection
         } else if own {
             MatchClass::Own
@@ -479,9 +514,9 @@ impl Catalog {
                 text_score: text_score.unwrap_or(0.0),
                 importance: p.importance,
             },
-            occurrence: e.occurrence,
+            occurrence: p.occurrence,
             last_seen: p.last_seen,
-            id: s.id,
+            id: p.id,
         })
     }
 }
@@ -542,8 +577,8 @@ pub fn effective_importance(
     if age_days <= config.decay_grace_days {
         return importance;
     }
-    let decayed =
-        importance * 0.5f64.powf((age_days - config.decay_grace_days) / config.decay_half_life_days);
+    let decayed = importance
+        * 0.5f64.powf((age_days - config.decay_grace_days) / config.decay_half_life_days);
     decayed.max(config.decay_floor.min(importance))
 }
 

@@ -45,9 +45,7 @@ pub struct TaskContext {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TaskError {
     /// The task id breaks the slug rule.
-    #[error(
-        "task_id must be 1 to 64 characters of [A-Za-z0-9._-] starting with a letter or digit"
-    )]
+    #[error("task_id must be 1 to 64 characters of [A-Za-z0-9._-] starting with a letter or digit")]
     TaskId,
     /// The workspace name is not a slug.
     #[error("workspace must be a lowercase slug matching [a-z0-9][a-z0-9._-]{{0,63}}")]

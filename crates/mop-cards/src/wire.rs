@@ -154,7 +154,9 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// True for 64 lowercase hex digits.
 pub fn is_sha256_hex(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// A workspace manifest. A full manifest lists every live card; a delta (`since` set)

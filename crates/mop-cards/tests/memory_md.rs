@@ -20,10 +20,19 @@ const SECTIONS: [&str; 5] = [
     "Usage Guidelines",
 ];
 
-fn render(cat: &Catalog, t: &TaskContext, hits: &[TextHit], config: &SelectionConfig) -> (String, BTreeSet<String>) {
+fn render(
+    cat: &Catalog,
+    t: &TaskContext,
+    hits: &[TextHit],
+    config: &SelectionConfig,
+) -> (String, BTreeSet<String>) {
     let rules = Rules::new(config.clone()).unwrap();
     let sel = cat.select(&TaskQuery::new(t, &rules.codes), hits, config);
-    let mounted = sel.cards.iter().map(|s| cat.entry(s.ord).path.clone()).collect();
+    let mounted = sel
+        .cards
+        .iter()
+        .map(|s| cat.entry(s.ord).path.clone())
+        .collect();
     (render_memory_md(cat, &sel, t, config), mounted)
 }
 
@@ -71,7 +80,10 @@ fn assert_sound(md: &str, mounted: &BTreeSet<String>) -> Structure {
     assert_eq!(s.html, 0, "no HTML");
     assert_eq!(s.images, 0, "no images");
     for link in &s.links {
-        assert!(mounted.contains(link), "link {link:?} does not resolve to a mounted card");
+        assert!(
+            mounted.contains(link),
+            "link {link:?} does not resolve to a mounted card"
+        );
     }
     s
 }
@@ -79,7 +91,8 @@ fn assert_sound(md: &str, mounted: &BTreeSet<String>) -> Structure {
 fn hostile(n: u32, card_type: CardType) -> ManifestEntry {
     with(card(n, card_type), |e| {
         e.summary.title = "Evil | [click](https://evil.example/x) <script>alert(1)</script> ![i](http://x/i.png) `tick".into();
-        e.summary.description = Some("desc | www.evil.example <b>bold</b> [a]: http://ref \\| \\\\".into());
+        e.summary.description =
+            Some("desc | www.evil.example <b>bold</b> [a]: http://ref \\| \\\\".into());
     })
 }
 
@@ -90,14 +103,25 @@ fn hostile_card_text_cannot_break_structure_or_add_links() {
         hostile(2, CardType::Fact),
         hostile(3, CardType::Preference),
     ]);
-    let config = SelectionConfig { table_rows: 2, ..Default::default() };
+    let config = SelectionConfig {
+        table_rows: 2,
+        ..Default::default()
+    };
     let (md, mounted) = render(&cat, &task(None, None, "x"), &[], &config);
     let s = assert_sound(&md, &mounted);
     // Two anchors (correction, preference), two table rows, one additional card.
     assert_eq!(s.links.len(), 5, "{md}");
     // The knowledge map has 3 columns, the recommendations table 7, in every row.
-    assert!(s.row_cells.iter().all(|c| *c == 3 || *c == 7), "{:?}\n{md}", s.row_cells);
-    assert_eq!(s.row_cells.iter().filter(|c| **c == 7).count(), 3, "header + 2 rows");
+    assert!(
+        s.row_cells.iter().all(|c| *c == 3 || *c == 7),
+        "{:?}\n{md}",
+        s.row_cells
+    );
+    assert_eq!(
+        s.row_cells.iter().filter(|c| **c == 7).count(),
+        3,
+        "header + 2 rows"
+    );
     assert!(!md.contains("](https://evil"), "{md}");
     assert!(!md.contains("<script>"), "{md}");
     assert!(!md.contains("www.evil"), "bare autolink defused: {md}");
@@ -108,14 +132,26 @@ fn hostile_card_text_cannot_break_structure_or_add_links() {
 fn sections_notices_and_caps() {
     let mut cards: Vec<_> = (1..=8).map(|n| card(n, CardType::Fact)).collect();
     cards.push(with(card(9, CardType::Preference), user("alice")));
-    cards.push(with(card(10, CardType::Pitfall), |e| e.summary.stacks = vec!["oracle".into()]));
+    cards.push(with(card(10, CardType::Pitfall), |e| {
+        e.summary.stacks = vec!["oracle".into()]
+    }));
     let cat = catalog(cards);
-    let config = SelectionConfig { max_mounted: 4, table_rows: 2, ..Default::default() };
+    let config = SelectionConfig {
+        max_mounted: 4,
+        table_rows: 2,
+        ..Default::default()
+    };
     let (md, mounted) = render(&cat, &task(Some("alice"), None, "oracle"), &[], &config);
     let s = assert_sound(&md, &mounted);
     assert_eq!(mounted.len(), 4);
-    assert!(md.contains("Showing top 2 of 10 selected cards (L0 8, L1 1, L2 1)."), "{md}");
-    assert!(md.contains("Not in this table: 8 cards (L0 8, L1 0, L2 0)"), "{md}");
+    assert!(
+        md.contains("Showing top 2 of 10 selected cards (L0 8, L1 1, L2 1)."),
+        "{md}"
+    );
+    assert!(
+        md.contains("Not in this table: 8 cards (L0 8, L1 0, L2 0)"),
+        "{md}"
+    );
     assert!(
         md.contains("**Not mounted:** the cap of 4 mounted cards left out 6 cards selected for this task (L0 6, L1 0, L2 0)."),
         "{md}"
@@ -126,13 +162,21 @@ fn sections_notices_and_caps() {
     assert!(md.contains("| `facts/specs/` |"), "{md}");
     assert!(md.contains("| `runbooks/pitfalls/` |"), "{md}");
     assert!(md.contains("| `conventions/preferences/` |"), "{md}");
-    assert!(!md.contains("runbooks/errors/"), "no empty pillar in the map: {md}");
+    assert!(
+        !md.contains("runbooks/errors/"),
+        "no empty pillar in the map: {md}"
+    );
 }
 
 #[test]
 fn nothing_selected_still_gives_every_section() {
     let cat = catalog(vec![with(card(1, CardType::Fact), user("bob"))]);
-    let (md, mounted) = render(&cat, &task(Some("alice"), None, "x"), &[], &SelectionConfig::default());
+    let (md, mounted) = render(
+        &cat,
+        &task(Some("alice"), None, "x"),
+        &[],
+        &SelectionConfig::default(),
+    );
     assert!(mounted.is_empty());
     let s = assert_sound(&md, &mounted);
     assert!(s.links.is_empty());
@@ -144,30 +188,46 @@ fn nothing_selected_still_gives_every_section() {
 fn unverified_cards_are_marked_in_table_and_lists() {
     let unverified = |e: &mut ManifestEntry| {
         e.summary.trust = Trust::Unverified;
-        e.summary.provenance = Some(Provenance { user_id: Some("alice".into()), ..Default::default() });
+        e.summary.provenance = Some(Provenance {
+            user_id: Some("alice".into()),
+            ..Default::default()
+        });
     };
     let cat = catalog(vec![
         with(card(1, CardType::Preference), unverified),
         with(card(2, CardType::Fact), unverified),
         card(3, CardType::Fact),
     ]);
-    let config = SelectionConfig { table_rows: 1, ..Default::default() };
+    let config = SelectionConfig {
+        table_rows: 1,
+        ..Default::default()
+    };
     let (md, mounted) = render(&cat, &task(Some("alice"), None, "x"), &[], &config);
     assert_sound(&md, &mounted);
     let marked = md
         .lines()
-        .filter(|l| l.contains("_(unverified)_") && l.contains("card 1") || l.contains("card 2") && l.contains("_(unverified)_"))
+        .filter(|l| {
+            l.contains("_(unverified)_") && l.contains("card 1")
+                || l.contains("card 2") && l.contains("_(unverified)_")
+        })
         .count();
     // Card 1: anchor list + table row (it ranks first). Card 2: additional list.
     assert_eq!(marked, 3, "{md}");
-    assert!(md.lines().any(|l| l.contains("card 3") && !l.contains("unverified")));
+    assert!(
+        md.lines()
+            .any(|l| l.contains("card 3") && !l.contains("unverified"))
+    );
 }
 
 #[test]
 fn same_inputs_same_bytes() {
     let cards = || -> Vec<ManifestEntry> {
         (1..=30)
-            .map(|n| with(card(n, CardType::ALL[n as usize % 7]), |e| e.summary.importance = f64::from(n % 5) / 5.0))
+            .map(|n| {
+                with(card(n, CardType::ALL[n as usize % 7]), |e| {
+                    e.summary.importance = f64::from(n % 5) / 5.0
+                })
+            })
             .collect()
     };
     let mut reversed = cards();

@@ -80,12 +80,18 @@ provenance:
     assert_eq!(s.importance, 0.8);
     assert_eq!(card.counters.occurrence, 3);
     assert_eq!(s.updated_at.unwrap().to_string(), "2026-10-11T06:00:00Z");
-    assert_eq!(card.counters.last_seen.unwrap().to_string(), "2026-10-12T08:00:00Z");
+    assert_eq!(
+        card.counters.last_seen.unwrap().to_string(),
+        "2026-10-12T08:00:00Z"
+    );
     assert!(!s.enabled);
     assert!(!s.is_live());
     assert_eq!(s.trust, Trust::Unverified);
     assert_eq!(s.restricted_to_author(), Some("alice"));
-    assert_eq!(s.provenance.as_ref().unwrap().task_id.as_deref(), Some("etl-7781"));
+    assert_eq!(
+        s.provenance.as_ref().unwrap().task_id.as_deref(),
+        Some("etl-7781")
+    );
     assert_eq!(card.path(), format!("runbooks/errors/{ID}.md"));
 }
 
@@ -114,16 +120,24 @@ fn required_keys() {
 #[test]
 fn ids_that_could_be_paths_are_rejected() {
     for (id, want) in [
-        ("../../etc/passwd", IdError::PathLike("../../etc/passwd".into())),
+        (
+            "../../etc/passwd",
+            IdError::PathLike("../../etc/passwd".into()),
+        ),
         ("/etc/passwd", IdError::PathLike("/etc/passwd".into())),
-        ("\"1528fa6d-2786-4c33-9e4e-a2e4e84ca7d7\\0\"", IdError::PathLike(format!("{ID}\0"))),
+        (
+            "\"1528fa6d-2786-4c33-9e4e-a2e4e84ca7d7\\0\"",
+            IdError::PathLike(format!("{ID}\0")),
+        ),
         ("card-1", IdError::NotUuid("card-1".into())),
     ] {
         let text = card_with("").replace(&format!("id: {ID}"), &format!("id: {id}"));
         assert_eq!(field_err(&text), ("id".into(), Rule::Uuid(want)), "{id}");
     }
     let upper = card_with("").replace(&format!("id: {ID}"), &format!("id: {}", ID.to_uppercase()));
-    assert!(matches!(field_err(&upper), (k, Rule::Uuid(IdError::NotCanonical { .. })) if k == "id"));
+    assert!(
+        matches!(field_err(&upper), (k, Rule::Uuid(IdError::NotCanonical { .. })) if k == "id")
+    );
     let number = card_with("").replace(&format!("id: {ID}"), "id: 12345");
     assert!(matches!(field_err(&number), (k, Rule::Type(_)) if k == "id"));
 }
@@ -135,13 +149,37 @@ fn each_field_rule() {
         ("labels: [Go]\n", "labels[0]", Rule::Slug),
         ("labels: [ok, -bad]\n", "labels[1]", Rule::Slug),
         ("labels: go\n", "labels", Rule::Type("a list of strings")),
-        ("labels: [1]\n", "labels[0]", Rule::Type("a string (quote it if it looks like a number or boolean)")),
+        (
+            "labels: [1]\n",
+            "labels[0]",
+            Rule::Type("a string (quote it if it looks like a number or boolean)"),
+        ),
         ("stacks: [\"post gres\"]\n", "stacks[0]", Rule::Slug),
-        ("error_codes: [\"\"]\n", "error_codes[0]", Rule::OneLine { min: 1, max: 64 }),
+        (
+            "error_codes: [\"\"]\n",
+            "error_codes[0]",
+            Rule::OneLine { min: 1, max: 64 },
+        ),
         ("scope: alice\n", "scope", Rule::Type("a mapping")),
-        ("scope:\n  user: alice\n", "scope.user", Rule::UnknownKey { allowed: &["user_id", "asset_id"] }),
-        ("scope:\n  user_id: \" alice\"\n", "scope.user_id", Rule::ScopeId),
-        ("provenance:\n  author: bob\n", "provenance.author", Rule::UnknownKey { allowed: &["task_id", "user_id", "asset_id"] }),
+        (
+            "scope:\n  user: alice\n",
+            "scope.user",
+            Rule::UnknownKey {
+                allowed: &["user_id", "asset_id"],
+            },
+        ),
+        (
+            "scope:\n  user_id: \" alice\"\n",
+            "scope.user_id",
+            Rule::ScopeId,
+        ),
+        (
+            "provenance:\n  author: bob\n",
+            "provenance.author",
+            Rule::UnknownKey {
+                allowed: &["task_id", "user_id", "asset_id"],
+            },
+        ),
         ("importance: 1.5\n", "importance", Rule::UnitInterval),
         ("importance: -0.1\n", "importance", Rule::UnitInterval),
         ("importance: high\n", "importance", Rule::UnitInterval),
@@ -149,52 +187,103 @@ fn each_field_rule() {
         ("occurrence: 0\n", "occurrence", Rule::AtLeastOne),
         ("occurrence: 1.5\n", "occurrence", Rule::AtLeastOne),
         ("created_at: yesterday\n", "created_at", Rule::Rfc3339),
-        ("updated_at: 2026-13-01T00:00:00Z\n", "updated_at", Rule::Rfc3339),
+        (
+            "updated_at: 2026-13-01T00:00:00Z\n",
+            "updated_at",
+            Rule::Rfc3339,
+        ),
         ("last_seen: 2026-10-10\n", "last_seen", Rule::Rfc3339),
         ("enabled: yes\n", "enabled", Rule::Type("true or false")),
-        ("trust: maybe\n", "trust", Rule::OneOf(&["verified", "unverified"])),
-        (&format!("superseded_by: {ID}\n"), "superseded_by", Rule::NotSelf),
-        ("description: \"two\\nlines\"\n", "description", Rule::OneLine { min: 0, max: 300 }),
+        (
+            "trust: maybe\n",
+            "trust",
+            Rule::OneOf(&["verified", "unverified"]),
+        ),
+        (
+            &format!("superseded_by: {ID}\n"),
+            "superseded_by",
+            Rule::NotSelf,
+        ),
+        (
+            "description: \"two\\nlines\"\n",
+            "description",
+            Rule::OneLine { min: 0, max: 300 },
+        ),
     ];
     for (extra, key, rule) in cases {
         let mut text = card_with(extra);
         if key == &"type" {
             text = text.replace("type: preference", "type: memo");
         }
-        assert_eq!(field_err(&text), (key.to_string(), rule.clone()), "case {extra:?}");
+        assert_eq!(
+            field_err(&text),
+            (key.to_string(), rule.clone()),
+            "case {extra:?}"
+        );
     }
 }
 
 #[test]
 fn title_and_description_lengths() {
-    let long_title = card_with("").replace("title: A title", &format!("title: {}", "t".repeat(201)));
-    assert_eq!(field_err(&long_title), ("title".into(), Rule::OneLine { min: 1, max: 200 }));
+    let long_title =
+        card_with("").replace("title: A title", &format!("title: {}", "t".repeat(201)));
+    assert_eq!(
+        field_err(&long_title),
+        ("title".into(), Rule::OneLine { min: 1, max: 200 })
+    );
     let ok_title = card_with("").replace("title: A title", &format!("title: {}", "标".repeat(200)));
-    assert!(parse_card(ok_title.as_bytes()).is_ok(), "200 CJK characters are 200 characters");
+    assert!(
+        parse_card(ok_title.as_bytes()).is_ok(),
+        "200 CJK characters are 200 characters"
+    );
     let empty_title = card_with("").replace("title: A title", "title: \"  \"");
     assert_eq!(field_err(&empty_title).0, "title");
     let long_desc = card_with(&format!("description: {}\n", "d".repeat(301)));
-    assert_eq!(field_err(&long_desc), ("description".into(), Rule::OneLine { min: 0, max: 300 }));
+    assert_eq!(
+        field_err(&long_desc),
+        ("description".into(), Rule::OneLine { min: 0, max: 300 })
+    );
 }
 
 #[test]
 fn body_rules() {
-    assert_eq!(err(&card_with("").replace("Body text.\n", "")), CardError::EmptyBody);
-    assert_eq!(err(&card_with("").replace("Body text.\n", "  \n\n")), CardError::EmptyBody);
+    assert_eq!(
+        err(&card_with("").replace("Body text.\n", "")),
+        CardError::EmptyBody
+    );
+    assert_eq!(
+        err(&card_with("").replace("Body text.\n", "  \n\n")),
+        CardError::EmptyBody
+    );
     let big = card_with("").replace("Body text.\n", &"x".repeat(64 * 1024 + 1));
-    assert!(matches!(err(&big), CardError::BodyTooLarge { size: 65537, max: 65536 }));
+    assert!(matches!(
+        err(&big),
+        CardError::BodyTooLarge {
+            size: 65537,
+            max: 65536
+        }
+    ));
     let exactly = card_with("").replace("Body text.\n", &"x".repeat(64 * 1024));
     assert!(parse_card(exactly.as_bytes()).is_ok());
-    assert_eq!(err(&card_with("").replace("Body", "Bo\0dy")), CardError::NulInBody);
+    assert_eq!(
+        err(&card_with("").replace("Body", "Bo\0dy")),
+        CardError::NulInBody
+    );
 }
 
 #[test]
 fn structure_errors() {
     assert_eq!(err("no frontmatter"), CardError::NoFrontmatter);
     assert_eq!(err(""), CardError::NoFrontmatter);
-    assert_eq!(err(&format!("---\nid: {ID}\ntitle: x\n")), CardError::UnclosedFrontmatter);
+    assert_eq!(
+        err(&format!("---\nid: {ID}\ntitle: x\n")),
+        CardError::UnclosedFrontmatter
+    );
     assert_eq!(err("---\n- a\n- b\n---\nbody\n"), CardError::NotMapping);
-    assert!(matches!(err("---\nid: [unclosed\n---\nbody\n"), CardError::Yaml { .. }));
+    assert!(matches!(
+        err("---\nid: [unclosed\n---\nbody\n"),
+        CardError::Yaml { .. }
+    ));
     assert!(matches!(
         parse_card(b"---\nid: \xff\n---\nbody\n"),
         Err(CardError::NotUtf8 { valid_up_to: 8 })
@@ -215,20 +304,30 @@ fn duplicate_keys_are_rejected() {
 #[test]
 fn anchors_aliases_and_deep_nesting_are_rejected() {
     // A billion-laughs document: never expanded, refused at the first anchor.
-    let mut laughs = String::from("a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n");
-    for (prev, name) in ["a", "b", "c", "d", "e", "f", "g", "h"].iter().zip(["b", "c", "d", "e", "f", "g", "h", "i"]) {
+    let mut laughs = String::from(
+        "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+    );
+    for (prev, name) in ["a", "b", "c", "d", "e", "f", "g", "h"]
+        .iter()
+        .zip(["b", "c", "d", "e", "f", "g", "h", "i"])
+    {
         laughs.push_str(&format!("{name}: &{name} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"));
     }
     match err(&card_with(&laughs)) {
         CardError::Yaml { problem, line, .. } => {
             assert!(problem.contains("anchors"), "{problem}");
-            assert_eq!(line, 5, "line of the first anchor, counting the opening ---");
+            assert_eq!(
+                line, 5,
+                "line of the first anchor, counting the opening ---"
+            );
         }
         other => panic!("{other:?}"),
     }
     let deep = format!("x: {}{}\n", "[".repeat(20), "]".repeat(20));
     match err(&card_with(&deep)) {
-        CardError::Yaml { problem, .. } => assert!(problem.contains("nested too deeply"), "{problem}"),
+        CardError::Yaml { problem, .. } => {
+            assert!(problem.contains("nested too deeply"), "{problem}")
+        }
         other => panic!("{other:?}"),
     }
 }
@@ -239,7 +338,10 @@ fn unknown_keys_survive_a_round_trip() {
         "review_after: 2027-01-01\nowner:\n  team: data-platform\n  emails: [a@example.com]\n42: numeric key\n",
     );
     let card = parse_card(text.as_bytes()).unwrap();
-    assert_eq!(card.extra.keys().collect::<Vec<_>>(), ["review_after", "owner"]);
+    assert_eq!(
+        card.extra.keys().collect::<Vec<_>>(),
+        ["review_after", "owner"]
+    );
     let rendered = render_card(&card);
     assert!(rendered.contains("review_after"), "{rendered}");
     assert!(rendered.contains("data-platform"), "{rendered}");
@@ -307,7 +409,12 @@ fn example_workspace_is_valid_and_complete() {
                 engines.insert("mysql");
             }
         }
-        if card.summary.title.chars().any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c)) {
+        if card
+            .summary
+            .title
+            .chars()
+            .any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c))
+        {
             chinese += 1;
         }
         // Round trip: render and parse back to the same card.

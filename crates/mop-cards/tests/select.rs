@@ -15,12 +15,20 @@ fn run(cat: &Catalog, t: &TaskContext, hits: &[(u32, f32)]) -> Vec<(u32, Tier, M
     run_with(cat, t, hits, &SelectionConfig::default())
 }
 
-fn run_with(cat: &Catalog, t: &TaskContext, hits: &[(u32, f32)], config: &SelectionConfig) -> Vec<(u32, Tier, MatchClass)> {
+fn run_with(
+    cat: &Catalog,
+    t: &TaskContext,
+    hits: &[(u32, f32)],
+    config: &SelectionConfig,
+) -> Vec<(u32, Tier, MatchClass)> {
     let rules = Rules::new(config.clone()).unwrap();
     let q = TaskQuery::new(t, &rules.codes);
     let hits: Vec<TextHit> = hits
         .iter()
-        .map(|(n, score)| TextHit { ord: cat.ord_of(&id(*n)).unwrap(), score: *score })
+        .map(|(n, score)| TextHit {
+            ord: cat.ord_of(&id(*n)).unwrap(),
+            score: *score,
+        })
         .collect();
     cat.select(&q, &hits, config)
         .cards
@@ -60,15 +68,28 @@ fn l0_is_unscoped_baseline_types_only() {
 fn l1_is_the_requesters_own_and_needs_an_origin_user() {
     let cat = catalog(vec![
         with(card(1, CardType::Pitfall), user("alice")),
-        with(with(card(2, CardType::Preference), user("alice")), asset("db-1")),
+        with(
+            with(card(2, CardType::Preference), user("alice")),
+            asset("db-1"),
+        ),
         with(card(3, CardType::Preference), user("bob")),
     ]);
     let alice = run(&cat, &task(Some("alice"), Some("db-1"), "x"), &[]);
-    assert_eq!(alice.iter().map(|s| (s.0, s.1)).collect::<Vec<_>>().len(), 2);
-    assert!(alice.iter().all(|s| s.1 == Tier::L1 && s.2 == MatchClass::Own));
+    assert_eq!(
+        alice.iter().map(|s| (s.0, s.1)).collect::<Vec<_>>().len(),
+        2
+    );
+    assert!(
+        alice
+            .iter()
+            .all(|s| s.1 == Tier::L1 && s.2 == MatchClass::Own)
+    );
     assert_eq!(nums(&alice), [1, 2]);
     // Bound to alice and to db-1: not for alice's task on another asset, or on none.
-    assert_eq!(nums(&run(&cat, &task(Some("alice"), Some("db-2"), "x"), &[])), [1]);
+    assert_eq!(
+        nums(&run(&cat, &task(Some("alice"), Some("db-2"), "x"), &[])),
+        [1]
+    );
     assert_eq!(nums(&run(&cat, &task(Some("alice"), None, "x"), &[])), [1]);
     // No origin user: no L1 at all.
     assert!(run(&cat, &task(None, Some("db-1"), "x"), &[]).is_empty());
@@ -78,9 +99,15 @@ fn l1_is_the_requesters_own_and_needs_an_origin_user() {
 fn l2_asset_and_each_match_kind() {
     let cat = catalog(vec![
         with(card(1, CardType::Playbook), asset("db-1")),
-        with(card(2, CardType::ErrorResolution), |e| e.summary.error_codes = vec!["ora-1555".into()]),
-        with(card(3, CardType::Pitfall), |e| e.summary.stacks = vec!["oracle".into()]),
-        with(card(4, CardType::Pitfall), |e| e.summary.labels = vec!["etl".into()]),
+        with(card(2, CardType::ErrorResolution), |e| {
+            e.summary.error_codes = vec!["ora-1555".into()]
+        }),
+        with(card(3, CardType::Pitfall), |e| {
+            e.summary.stacks = vec!["oracle".into()]
+        }),
+        with(card(4, CardType::Pitfall), |e| {
+            e.summary.labels = vec!["etl".into()]
+        }),
         card(5, CardType::Playbook),
         card(6, CardType::Pitfall),
     ]);
@@ -109,8 +136,14 @@ fn text_alone_selects_at_most_text_candidates() {
     let hits: Vec<(u32, f32)> = (1..=30).map(|n| (n, 10.0 - n as f32 * 0.1)).collect();
     let sel = run(&cat, &task(None, None, "x"), &hits);
     assert_eq!(nums(&sel), (1..=10).collect::<Vec<_>>());
-    let config = SelectionConfig { text_candidates: 3, ..Default::default() };
-    assert_eq!(nums(&run_with(&cat, &task(None, None, "x"), &hits, &config)), [1, 2, 3]);
+    let config = SelectionConfig {
+        text_candidates: 3,
+        ..Default::default()
+    };
+    assert_eq!(
+        nums(&run_with(&cat, &task(None, None, "x"), &hits, &config)),
+        [1, 2, 3]
+    );
 }
 
 #[test]
@@ -126,13 +159,28 @@ fn hard_exclusions_hold_whatever_matches() {
         with(card(4, CardType::ErrorResolution), ora),
     ]);
     // Another user's card and another asset's card never appear, even as text hits.
-    let sel = run(&cat, &task(Some("alice"), Some("db-1"), "ORA-01555 oracle"), &[(1, 9.0), (2, 9.0)]);
+    let sel = run(
+        &cat,
+        &task(Some("alice"), Some("db-1"), "ORA-01555 oracle"),
+        &[(1, 9.0), (2, 9.0)],
+    );
     assert_eq!(nums(&sel), [3, 4]);
     // A task with no asset gets no asset-bound card at all.
-    let sel = run(&cat, &task(Some("alice"), None, "ORA-01555 oracle"), &[(3, 9.0)]);
+    let sel = run(
+        &cat,
+        &task(Some("alice"), None, "ORA-01555 oracle"),
+        &[(3, 9.0)],
+    );
     assert_eq!(nums(&sel), [4]);
     // The same cards are visible to their owners (control).
-    assert_eq!(nums(&run(&cat, &task(Some("bob"), Some("db-2"), "ORA-01555"), &[])), [1, 2, 4]);
+    assert_eq!(
+        nums(&run(
+            &cat,
+            &task(Some("bob"), Some("db-2"), "ORA-01555"),
+            &[]
+        )),
+        [1, 2, 4]
+    );
     let t = task(Some("alice"), Some("db-1"), "x");
     let visible = cat.visible_set(&t);
     assert!(!visible.contains(cat.ord_of(&id(1)).unwrap()));
@@ -145,13 +193,24 @@ fn hard_exclusions_hold_whatever_matches() {
 fn disabled_and_superseded_cards_never_take_part() {
     let cat = catalog(vec![
         with(card(1, CardType::Fact), |e| e.summary.enabled = false),
-        with(card(2, CardType::Fact), |e| e.summary.superseded_by = Some(id(3))),
+        with(card(2, CardType::Fact), |e| {
+            e.summary.superseded_by = Some(id(3))
+        }),
         card(3, CardType::Fact),
-        with(with(card(4, CardType::Fact), user("alice")), |e| e.summary.enabled = false),
+        with(with(card(4, CardType::Fact), user("alice")), |e| {
+            e.summary.enabled = false
+        }),
     ]);
-    let sel = run(&cat, &task(Some("alice"), None, "card"), &[(1, 5.0), (2, 5.0)]);
+    let sel = run(
+        &cat,
+        &task(Some("alice"), None, "card"),
+        &[(1, 5.0), (2, 5.0)],
+    );
     assert_eq!(nums(&sel), [3]);
-    assert!(!cat.visible_set(&task(Some("alice"), None, "x")).contains(cat.ord_of(&id(1)).unwrap()));
+    assert!(
+        !cat.visible_set(&task(Some("alice"), None, "x"))
+            .contains(cat.ord_of(&id(1)).unwrap())
+    );
 }
 
 #[test]
@@ -160,32 +219,54 @@ fn unverified_cards_reach_only_their_author() {
         let author = author.to_owned();
         move |e: &mut ManifestEntry| {
             e.summary.trust = Trust::Unverified;
-            e.summary.provenance = Some(Provenance { task_id: Some("t-0".into()), user_id: Some(author), asset_id: None });
+            e.summary.provenance = Some(Provenance {
+                task_id: Some("t-0".into()),
+                user_id: Some(author),
+                asset_id: None,
+            });
         }
     };
     let cat = catalog(vec![
         with(card(1, CardType::Fact), agent("alice")),
-        with(with(card(2, CardType::Pitfall), agent("alice")), |e| e.summary.stacks = vec!["oracle".into()]),
-        with(card(3, CardType::Fact), |e| e.summary.trust = Trust::Unverified),
+        with(with(card(2, CardType::Pitfall), agent("alice")), |e| {
+            e.summary.stacks = vec!["oracle".into()]
+        }),
+        with(card(3, CardType::Fact), |e| {
+            e.summary.trust = Trust::Unverified
+        }),
     ]);
     let alice = run(&cat, &task(Some("alice"), None, "oracle"), &[]);
     assert_eq!(nums(&alice), [1, 2, 3]);
-    assert_eq!(nums(&run(&cat, &task(Some("bob"), None, "oracle"), &[(1, 3.0)])), [3]);
+    assert_eq!(
+        nums(&run(&cat, &task(Some("bob"), None, "oracle"), &[(1, 3.0)])),
+        [3]
+    );
     assert_eq!(nums(&run(&cat, &task(None, None, "oracle"), &[])), [3]);
 }
 
 #[test]
 fn a_card_is_reported_once_in_its_most_specific_tier() {
     let cat = catalog(vec![
-        with(with(card(1, CardType::Fact), user("alice")), |e| e.summary.stacks = vec!["oracle".into()]),
-        with(card(2, CardType::Fact), |e| e.summary.stacks = vec!["oracle".into()]),
+        with(with(card(1, CardType::Fact), user("alice")), |e| {
+            e.summary.stacks = vec!["oracle".into()]
+        }),
+        with(card(2, CardType::Fact), |e| {
+            e.summary.stacks = vec!["oracle".into()]
+        }),
         with(card(3, CardType::Fact), asset("db-1")),
     ]);
-    let sel = run(&cat, &task(Some("alice"), Some("db-1"), "oracle"), &[(1, 2.0), (2, 2.0), (3, 1.0)]);
+    let sel = run(
+        &cat,
+        &task(Some("alice"), Some("db-1"), "oracle"),
+        &[(1, 2.0), (2, 2.0), (3, 1.0)],
+    );
     let tiers: Vec<(u32, Tier)> = sel.iter().map(|s| (s.0, s.1)).collect();
     assert_eq!(tiers.len(), 3);
     assert!(tiers.contains(&(1, Tier::L1)));
-    assert!(tiers.contains(&(2, Tier::L2)), "a matched baseline-type card is L2");
+    assert!(
+        tiers.contains(&(2, Tier::L2)),
+        "a matched baseline-type card is L2"
+    );
     assert!(tiers.contains(&(3, Tier::L2)));
 }
 
@@ -193,16 +274,25 @@ fn a_card_is_reported_once_in_its_most_specific_tier() {
 fn class_is_the_first_ranking_key() {
     let ora = |e: &mut ManifestEntry| e.summary.error_codes = vec!["ORA-01555".into()];
     let cat = catalog(vec![
-        card(1, CardType::Fact),                                                        // baseline
-        with(card(2, CardType::Pitfall), |e| e.summary.importance = 1.0),               // text
-        with(card(3, CardType::Pitfall), |e| e.summary.stacks = vec!["oracle".into()]), // stack
-        with(card(4, CardType::Fact), asset("db-1")),                                   // asset
-        with(card(5, CardType::ErrorResolution), ora),                                  // code
-        with(card(6, CardType::Preference), user("alice")),                             // own
-        card(7, CardType::HumanCorrection),                                             // correction
+        card(1, CardType::Fact),                                          // baseline
+        with(card(2, CardType::Pitfall), |e| e.summary.importance = 1.0), // text
+        with(card(3, CardType::Pitfall), |e| {
+            e.summary.stacks = vec!["oracle".into()]
+        }), // stack
+        with(card(4, CardType::Fact), asset("db-1")),                     // asset
+        with(card(5, CardType::ErrorResolution), ora),                    // code
+        with(card(6, CardType::Preference), user("alice")),               // own
+        card(7, CardType::HumanCorrection),                               // correction
     ]);
-    let sel = run(&cat, &task(Some("alice"), Some("db-1"), "ORA-01555 oracle"), &[(2, 50.0)]);
-    assert_eq!(sel.iter().map(|s| s.0).collect::<Vec<_>>(), [7, 6, 5, 4, 3, 2, 1]);
+    let sel = run(
+        &cat,
+        &task(Some("alice"), Some("db-1"), "ORA-01555 oracle"),
+        &[(2, 50.0)],
+    );
+    assert_eq!(
+        sel.iter().map(|s| s.0).collect::<Vec<_>>(),
+        [7, 6, 5, 4, 3, 2, 1]
+    );
     assert_eq!(
         sel.iter().map(|s| s.2).collect::<Vec<_>>(),
         [
@@ -222,16 +312,27 @@ fn bm25_then_importance_then_occurrence_then_last_seen_then_id() {
     let stack = |e: &mut ManifestEntry| e.summary.stacks = vec!["oracle".into()];
     let cat = catalog(vec![
         // Same class (stack match). Card 1: best BM25, lowest everything else.
-        with(with(card(1, CardType::Pitfall), stack), |e| e.summary.importance = 0.1),
+        with(with(card(1, CardType::Pitfall), stack), |e| {
+            e.summary.importance = 0.1
+        }),
         // Cards 2-6: no text score; ordered by importance, occurrence, last_seen, id.
-        with(with(card(2, CardType::Pitfall), stack), |e| e.summary.importance = 0.9),
-        with(with(card(3, CardType::Pitfall), stack), |e| e.occurrence = 5),
-        with(with(card(4, CardType::Pitfall), stack), |e| e.last_seen = Some("2026-11-20T00:00:00Z".parse().unwrap())),
+        with(with(card(2, CardType::Pitfall), stack), |e| {
+            e.summary.importance = 0.9
+        }),
+        with(with(card(3, CardType::Pitfall), stack), |e| {
+            e.occurrence = 5
+        }),
+        with(with(card(4, CardType::Pitfall), stack), |e| {
+            e.last_seen = Some("2026-11-20T00:00:00Z".parse().unwrap())
+        }),
         with(card(6, CardType::Pitfall), stack),
         with(card(5, CardType::Pitfall), stack),
     ]);
     let sel = run(&cat, &task(None, None, "oracle"), &[(1, 4.0)]);
-    assert_eq!(sel.iter().map(|s| s.0).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6]);
+    assert_eq!(
+        sel.iter().map(|s| s.0).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5, 6]
+    );
 }
 
 #[test]
@@ -239,12 +340,34 @@ fn importance_decays_from_last_seen_with_grace_half_life_and_floor() {
     let c = SelectionConfig::default();
     let now: Timestamp = NOW.parse().unwrap();
     let days_ago = |d: i64| Some(Timestamp::from_second(now.as_second() - d * 86_400).unwrap());
-    assert_eq!(effective_importance(0.8, days_ago(30), now, &c), 0.8, "inside grace");
-    assert!((effective_importance(0.8, days_ago(75), now, &c) - 0.4).abs() < 1e-9, "one half-life");
-    assert!((effective_importance(0.8, days_ago(120), now, &c) - 0.2).abs() < 1e-9, "two half-lives");
-    assert_eq!(effective_importance(0.8, days_ago(3000), now, &c), 0.10, "floor");
-    assert_eq!(effective_importance(0.05, days_ago(3000), now, &c), 0.05, "never raised to the floor");
-    assert_eq!(effective_importance(0.8, None, now, &c), 0.8, "never seen: no decay");
+    assert_eq!(
+        effective_importance(0.8, days_ago(30), now, &c),
+        0.8,
+        "inside grace"
+    );
+    assert!(
+        (effective_importance(0.8, days_ago(75), now, &c) - 0.4).abs() < 1e-9,
+        "one half-life"
+    );
+    assert!(
+        (effective_importance(0.8, days_ago(120), now, &c) - 0.2).abs() < 1e-9,
+        "two half-lives"
+    );
+    assert_eq!(
+        effective_importance(0.8, days_ago(3000), now, &c),
+        0.10,
+        "floor"
+    );
+    assert_eq!(
+        effective_importance(0.05, days_ago(3000), now, &c),
+        0.05,
+        "never raised to the floor"
+    );
+    assert_eq!(
+        effective_importance(0.8, None, now, &c),
+        0.8,
+        "never seen: no decay"
+    );
     // The catalog uses generated_at, not the clock: an old card ranks below a fresh one.
     let cat = catalog(vec![
         with(card(1, CardType::Fact), |e| {
@@ -253,33 +376,63 @@ fn importance_decays_from_last_seen_with_grace_half_life_and_floor() {
         }),
         with(card(2, CardType::Fact), |e| e.summary.importance = 0.6),
     ]);
-    assert_eq!(run(&cat, &task(None, None, "x"), &[]).iter().map(|s| s.0).collect::<Vec<_>>(), [2, 1]);
+    assert_eq!(
+        run(&cat, &task(None, None, "x"), &[])
+            .iter()
+            .map(|s| s.0)
+            .collect::<Vec<_>>(),
+        [2, 1]
+    );
 }
 
 #[test]
 fn caps_count_what_they_leave_out_per_tier() {
     let mut cards: Vec<_> = (1..=8).map(|n| card(n, CardType::Fact)).collect();
     cards.push(with(card(9, CardType::Pitfall), user("alice")));
-    cards.push(with(card(10, CardType::Pitfall), |e| e.summary.stacks = vec!["oracle".into()]));
+    cards.push(with(card(10, CardType::Pitfall), |e| {
+        e.summary.stacks = vec!["oracle".into()]
+    }));
     let cat = catalog(cards);
-    let config = SelectionConfig { max_mounted: 4, table_rows: 2, ..Default::default() };
+    let config = SelectionConfig {
+        max_mounted: 4,
+        table_rows: 2,
+        ..Default::default()
+    };
     let rules = Rules::new(config.clone()).unwrap();
     let t = task(Some("alice"), None, "oracle");
     let sel = cat.select(&TaskQuery::new(&t, &rules.codes), &[], &config);
     assert_eq!(sel.cards.len(), 4);
     assert_eq!(sel.selected.0, [8, 1, 1]);
     assert_eq!(sel.left_out.0, [6, 0, 0], "L1 and L2 outrank the baseline");
-    assert_eq!(sel.cards.iter().map(|s| num(&cat, s.ord)).collect::<Vec<_>>(), [9, 10, 1, 2]);
+    assert_eq!(
+        sel.cards
+            .iter()
+            .map(|s| num(&cat, s.ord))
+            .collect::<Vec<_>>(),
+        [9, 10, 1, 2]
+    );
 }
 
 #[test]
 fn selection_is_deterministic_under_input_order() {
     let make = |rev: bool| {
         let mut cards: Vec<_> = (1..=40)
-            .map(|n| with(card(n, if n % 3 == 0 { CardType::Fact } else { CardType::Pitfall }), |e| {
-                e.summary.stacks = vec!["oracle".into()];
-                e.summary.importance = f64::from(n % 4) / 4.0;
-            }))
+            .map(|n| {
+                with(
+                    card(
+                        n,
+                        if n % 3 == 0 {
+                            CardType::Fact
+                        } else {
+                            CardType::Pitfall
+                        },
+                    ),
+                    |e| {
+                        e.summary.stacks = vec!["oracle".into()];
+                        e.summary.importance = f64::from(n % 4) / 4.0;
+                    },
+                )
+            })
             .collect();
         if rev {
             cards.reverse();
@@ -287,8 +440,15 @@ fn selection_is_deterministic_under_input_order() {
         catalog(cards)
     };
     let t = task(None, None, "oracle");
-    let config = SelectionConfig { max_mounted: 7, table_rows: 3, ..Default::default() };
-    assert_eq!(run_with(&make(false), &t, &[], &config), run_with(&make(true), &t, &[], &config));
+    let config = SelectionConfig {
+        max_mounted: 7,
+        table_rows: 3,
+        ..Default::default()
+    };
+    assert_eq!(
+        run_with(&make(false), &t, &[], &config),
+        run_with(&make(true), &t, &[], &config)
+    );
 }
 
 #[test]
@@ -302,6 +462,10 @@ fn duplicate_ids_and_deltas_are_refused() {
         removed: vec![],
     };
     assert!(Catalog::new(manifest.clone(), &Rules::default()).is_err());
-    let delta = Manifest { since: Some(0), cards: vec![], ..manifest };
+    let delta = Manifest {
+        since: Some(0),
+        cards: vec![],
+        ..manifest
+    };
     assert!(Catalog::new(delta, &Rules::default()).is_err());
 }

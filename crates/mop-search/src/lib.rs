@@ -12,8 +12,8 @@
 mod readonly;
 pub mod tokenize;
 
-use std::collections::{BTreeSet, BinaryHeap};
 use std::cmp::{Ordering, Reverse};
+use std::collections::{BTreeSet, BinaryHeap};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -23,10 +23,11 @@ use tantivy::collector::{Collector, SegmentCollector};
 use tantivy::columnar::Column;
 use tantivy::directory::MmapDirectory;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
-use tantivy::schema::{
-    FAST, Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions,
+use tantivy::schema::{FAST, Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions};
+use tantivy::{
+    DocId, Index, IndexReader, ReloadPolicy, Score, SegmentOrdinal, SegmentReader, TantivyDocument,
+    Term,
 };
-use tantivy::{DocId, Index, IndexReader, ReloadPolicy, Score, SegmentOrdinal, SegmentReader, TantivyDocument, Term};
 
 use crate::readonly::ReadOnlyDirectory;
 
@@ -138,7 +139,9 @@ pub fn build_index<'a>(
     };
     let (schema, text_field, ord_field) = schema();
     let index = Index::create_in_dir(dir, schema).map_err(tantivy)?;
-    index.tokenizers().register(TOKENIZER, tokenize::MopTokenizer);
+    index
+        .tokenizers()
+        .register(TOKENIZER, tokenize::MopTokenizer);
     let mut writer = index
         .writer_with_num_threads::<TantivyDocument>(1, WRITER_BUDGET_BYTES)
         .map_err(tantivy)?;
@@ -200,7 +203,9 @@ pub struct SearchIndex {
 
 impl std::fmt::Debug for SearchIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SearchIndex").field("docs", &self.docs).finish()
+        f.debug_struct("SearchIndex")
+            .field("docs", &self.docs)
+            .finish()
     }
 }
 
@@ -230,7 +235,9 @@ impl SearchIndex {
         };
         let mmap = MmapDirectory::open(dir).map_err(|e| invalid(e.to_string()))?;
         let index = Index::open(ReadOnlyDirectory(mmap)).map_err(tantivy)?;
-        index.tokenizers().register(TOKENIZER, tokenize::MopTokenizer);
+        index
+            .tokenizers()
+            .register(TOKENIZER, tokenize::MopTokenizer);
         let text = field_of(&index.schema(), dir, "text")?;
         field_of(&index.schema(), dir, "ord")?;
         let reader = index
@@ -281,7 +288,11 @@ impl SearchIndex {
     /// One SHOULD clause per distinct term that occurs in the index, keeping the
     /// [`MAX_QUERY_TERMS`] rarest: terms in no card cost nothing, and a long ticket is
     /// searched by what is specific in it rather than by its commonest words.
-    fn query(&self, text: &str, searcher: &tantivy::Searcher) -> Result<Option<BooleanQuery>, tantivy::TantivyError> {
+    fn query(
+        &self,
+        text: &str,
+        searcher: &tantivy::Searcher,
+    ) -> Result<Option<BooleanQuery>, tantivy::TantivyError> {
         let mut words: BTreeSet<String> = tokenize::tokens(text).into_iter().map(|t| t.0).collect();
         if words.iter().any(|t| !STOPWORDS.contains(&t.as_str())) {
             words.retain(|t| !STOPWORDS.contains(&t.as_str()));
@@ -302,7 +313,8 @@ impl SearchIndex {
         let clauses: Vec<(Occur, Box<dyn Query>)> = terms
             .into_iter()
             .map(|(_, _, term)| {
-                let q: Box<dyn Query> = Box::new(TermQuery::new(term, IndexRecordOption::WithFreqs));
+                let q: Box<dyn Query> =
+                    Box::new(TermQuery::new(term, IndexRecordOption::WithFreqs));
                 (Occur::Should, q)
             })
             .collect();
@@ -368,7 +380,11 @@ impl Collector for MaskedTopK {
     type Fruit = Vec<TextHit>;
     type Child = MaskedSegment;
 
-    fn for_segment(&self, _: SegmentOrdinal, segment: &SegmentReader) -> tantivy::Result<MaskedSegment> {
+    fn for_segment(
+        &self,
+        _: SegmentOrdinal,
+        segment: &SegmentReader,
+    ) -> tantivy::Result<MaskedSegment> {
         Ok(MaskedSegment {
             limit: self.limit,
             visible: self.visible.clone(),
@@ -382,10 +398,17 @@ impl Collector for MaskedTopK {
     }
 
     fn merge_fruits(&self, fruits: Vec<Vec<TextHit>>) -> tantivy::Result<Vec<TextHit>> {
-        let mut all: Vec<Ranked> = fruits.into_iter().flatten().map(|h| Ranked(h.score, h.ord)).collect();
+        let mut all: Vec<Ranked> = fruits
+            .into_iter()
+            .flatten()
+            .map(|h| Ranked(h.score, h.ord))
+            .collect();
         all.sort_unstable_by(|a, b| b.cmp(a));
         all.truncate(self.limit);
-        Ok(all.into_iter().map(|Ranked(score, ord)| TextHit { ord, score }).collect())
+        Ok(all
+            .into_iter()
+            .map(|Ranked(score, ord)| TextHit { ord, score })
+            .collect())
     }
 }
 

@@ -18,7 +18,10 @@ pub(crate) struct ReadOnlyDirectory(pub(crate) MmapDirectory);
 fn read_only(path: &Path) -> Arc<io::Error> {
     Arc::new(io::Error::new(
         io::ErrorKind::PermissionDenied,
-        format!("search index is read-only: refusing to write {}", path.display()),
+        format!(
+            "search index is read-only: refusing to write {}",
+            path.display()
+        ),
     ))
 }
 
@@ -50,7 +53,10 @@ impl Directory for ReadOnlyDirectory {
     }
 
     fn atomic_write(&self, path: &Path, _data: &[u8]) -> io::Result<()> {
-        Err(io::Error::new(io::ErrorKind::PermissionDenied, read_only(path).to_string()))
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            read_only(path).to_string(),
+        ))
     }
 
     fn sync_directory(&self) -> io::Result<()> {

@@ -122,7 +122,10 @@ mod tests {
 
     #[test]
     fn latin_words_are_lowercased_and_split() {
-        assert_eq!(texts("ORA-01555: Snapshot too old"), ["ora", "01555", "snapshot", "too", "old"]);
+        assert_eq!(
+            texts("ORA-01555: Snapshot too old"),
+            ["ora", "01555", "snapshot", "too", "old"]
+        );
         assert_eq!(texts("db-prod-01"), ["db", "prod", "01"]);
     }
 
@@ -130,7 +133,10 @@ mod tests {
     fn cjk_runs_become_bigrams() {
         assert_eq!(texts("死锁问题"), ["死锁", "锁问", "问题"]);
         assert_eq!(texts("锁"), ["锁"]);
-        assert_eq!(texts("ERROR 1213 死锁：账单"), ["error", "1213", "死锁", "账单"]);
+        assert_eq!(
+            texts("ERROR 1213 死锁：账单"),
+            ["error", "1213", "死锁", "账单"]
+        );
         assert_eq!(texts("文字化け"), ["文字", "字化", "化け"]);
         assert_eq!(texts("MySQLの文字"), ["mysql", "の文", "文字"]);
     }

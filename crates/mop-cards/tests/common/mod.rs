@@ -77,4 +77,3 @@ pub fn task(user: Option<&str>, asset: Option<&str>, title: &str) -> TaskContext
         labels: vec![],
     }
 }
-

@@ -20,7 +20,6 @@ use std::sync::Arc;
 use mop_cards::{Catalog, Rules, Selection, TaskContext, TaskQuery, TextHit, VisibleSet};
 use serde::{Deserialize, Serialize};
 use tantivy::collector::{Collector, SegmentCollector};
-use tantivy::columnar::Column;
 use tantivy::directory::MmapDirectory;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::{FAST, Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions};
@@ -199,6 +198,9 @@ pub struct SearchIndex {
     reader: IndexReader,
     text: Field,
     docs: u64,
+    /// Per segment (in searcher order), the card ordinal of each document: an array
+    /// lookup while collecting instead of decoding the fast field for every hit.
+    ords: Arc<Vec<Vec<u32>>>,
 }
 
 impl std::fmt::Debug for SearchIndex {
@@ -252,7 +254,25 @@ impl SearchIndex {
                 meta.docs
             )));
         }
-        Ok(SearchIndex { reader, text, docs })
+        let mut ords = Vec::new();
+        for segment in reader.searcher().segment_readers() {
+            let column = segment.fast_fields().u64("ord").map_err(tantivy)?;
+            let mut seg = Vec::with_capacity(segment.max_doc() as usize);
+            for doc in 0..segment.max_doc() {
+                let ord = column
+                    .first(doc)
+                    .and_then(|o| u32::try_from(o).ok())
+                    .ok_or_else(|| invalid(format!("document {doc} has no card ordinal")))?;
+                seg.push(ord);
+            }
+            ords.push(seg);
+        }
+        Ok(SearchIndex {
+            reader,
+            text,
+            docs,
+            ords: Arc::new(ords),
+        })
     }
 
     /// Number of indexed cards.
@@ -280,7 +300,14 @@ impl SearchIndex {
             return Ok(Vec::new());
         };
         let hits = searcher
-            .search(&query, &MaskedTopK { limit, visible })
+            .search(
+                &query,
+                &MaskedTopK {
+                    limit,
+                    visible,
+                    ords: self.ords.clone(),
+                },
+            )
             .map_err(tantivy)?;
         Ok(hits)
     }
@@ -367,12 +394,14 @@ impl Ord for Ranked {
 struct MaskedTopK {
     limit: usize,
     visible: Arc<VisibleSet>,
+    ords: Arc<Vec<Vec<u32>>>,
 }
 
 struct MaskedSegment {
     limit: usize,
     visible: Arc<VisibleSet>,
-    ords: Column<u64>,
+    ords: Arc<Vec<Vec<u32>>>,
+    segment: usize,
     heap: BinaryHeap<Reverse<Ranked>>,
 }
 
@@ -382,13 +411,14 @@ impl Collector for MaskedTopK {
 
     fn for_segment(
         &self,
-        _: SegmentOrdinal,
-        segment: &SegmentReader,
+        segment: SegmentOrdinal,
+        _: &SegmentReader,
     ) -> tantivy::Result<MaskedSegment> {
         Ok(MaskedSegment {
             limit: self.limit,
             visible: self.visible.clone(),
-            ords: segment.fast_fields().u64("ord")?,
+            ords: self.ords.clone(),
+            segment: segment as usize,
             heap: BinaryHeap::with_capacity(self.limit + 1),
         })
     }
@@ -416,10 +446,11 @@ impl SegmentCollector for MaskedSegment {
     type Fruit = Vec<TextHit>;
 
     fn collect(&mut self, doc: DocId, score: Score) {
-        let Some(ord) = self.ords.first(doc) else {
-            return;
-        };
-        let Ok(ord) = u32::try_from(ord) else {
+        let Some(&ord) = self
+            .ords
+            .get(self.segment)
+            .and_then(|s| s.get(doc as usize))
+        else {
             return;
         };
         if !self.visible.contains(ord) {

@@ -2,6 +2,8 @@
 //! workspace under `config/examples/cards`) and build a real generation from it — the
 //! catalog and a real tantivy index in a temporary directory.
 
+pub mod procs;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 

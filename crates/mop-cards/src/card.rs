@@ -260,6 +260,18 @@ impl CardSummary {
         }
     }
 
+    /// The hard exclusions of OKF.md for one card: live, not bound to another user, not
+    /// bound to another asset (or to any asset when the task has none), and not an
+    /// unverified card of another author. [`crate::Catalog`] applies the same rule with
+    /// interned names for speed.
+    pub fn is_visible_to(&self, user: Option<&str>, asset: Option<&str>) -> bool {
+        let ok = |card: Option<&str>, task: Option<&str>| card.is_none_or(|c| task == Some(c));
+        self.is_live()
+            && ok(self.scope.user_id.as_deref(), user)
+            && ok(self.scope.asset_id.as_deref(), asset)
+            && ok(self.restricted_to_author(), user)
+    }
+
     /// Checks every value rule of OKF.md. Parsing calls this, and so should anything that
     /// receives a summary as JSON.
     pub fn validate(&self) -> Result<(), CardError> {

@@ -44,5 +44,7 @@ pub use select::{
 pub use task::{TaskContext, TaskError, TaskQuery};
 pub use uuid::Uuid;
 pub use wire::{
-    EntryError, Manifest, ManifestEntry, Version, VersionError, is_sha256_hex, sha256_hex,
+    BatchError, BatchItem, EntryError, Manifest, ManifestEntry, NewCard, OBJECT_BATCH_TYPE,
+    ObjectBatchRequest, StoreOutcome, StoreProvenance, StoreRequest, StoreResponse, Version,
+    VersionError, decode_batch, encode_batch_item, is_sha256_hex, sha256_hex,
 };

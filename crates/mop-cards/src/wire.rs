@@ -227,3 +227,181 @@ mod tests {
         assert!(!is_sha256_hex(&format!("../{}", "a".repeat(61))));
     }
 }
+
+/// The provenance a daemon asserts for a store from a task. The server records it and
+/// never accepts a card bound to another user or asset than it names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreProvenance {
+    /// The storing task.
+    pub task_id: String,
+    /// The task's origin user: the author of the stored card.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// The task's asset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asset_id: Option<String>,
+}
+
+/// A card an agent proposes; the server assigns id, trust and provenance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewCard {
+    /// The card type.
+    #[serde(rename = "type")]
+    pub card_type: crate::CardType,
+    /// One line, 1..200 characters.
+    pub title: String,
+    /// One line, up to 300 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Lowercase slugs.
+    #[serde(default)]
+    pub labels: Vec<String>,
+    /// Error codes.
+    #[serde(default)]
+    pub error_codes: Vec<String>,
+    /// Stacks (slugs).
+    #[serde(default)]
+    pub stacks: Vec<String>,
+    /// Binding; may only name the provenance's own user and asset.
+    #[serde(default)]
+    pub scope: crate::Scope,
+    /// Markdown body.
+    pub body: String,
+}
+
+/// `POST /v1/workspaces/{ws}/memories`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreRequest {
+    /// Who is storing.
+    pub provenance: StoreProvenance,
+    /// What.
+    pub card: NewCard,
+}
+
+/// What a store did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreOutcome {
+    /// A new unverified card.
+    Created,
+    /// An equal card the task could see: its counters went up, nothing else changed.
+    Reinforced,
+    /// The author's own unverified card with the same title got the new specifics.
+    Extended,
+}
+
+/// The answer to a store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreResponse {
+    /// What happened.
+    pub outcome: StoreOutcome,
+    /// The card created, reinforced or extended.
+    pub id: CardId,
+    /// The workspace revision after the store (a reinforcement shows in the manifest only
+    /// when counters are next published).
+    pub revision: u64,
+}
+
+/// `POST /v1/workspaces/{ws}/objects/batch`: the objects a daemon wants.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectBatchRequest {
+    /// Object hashes (64 lowercase hex digits each).
+    pub sha256: Vec<String>,
+}
+
+/// Media type of an object batch response.
+pub const OBJECT_BATCH_TYPE: &str = "application/x-mop-objects";
+
+/// Appends one object to a batch response: `<sha256> <size>\n<bytes>\n`, or
+/// `<sha256> missing\n` when the server does not have it. A simple framing that streams and
+/// needs no escaping, since sizes are given up front.
+pub fn encode_batch_item(out: &mut Vec<u8>, sha256: &str, body: Option<&[u8]>) {
+    match body {
+        Some(b) => {
+            out.extend_from_slice(format!("{sha256} {}\n", b.len()).as_bytes());
+            out.extend_from_slice(b);
+            out.push(b'\n');
+        }
+        None => out.extend_from_slice(format!("{sha256} missing\n").as_bytes()),
+    }
+}
+
+/// Why a batch response cannot be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("object batch is malformed at byte {offset}: {problem}")]
+pub struct BatchError {
+    /// Where.
+    pub offset: usize,
+    /// What.
+    pub problem: &'static str,
+}
+
+/// One item of a batch: the sha256 and the bytes, or `None` when the server lacks it.
+pub type BatchItem = (String, Option<Vec<u8>>);
+
+/// Decodes a whole batch response. Items larger than `max_item` bytes are refused.
+pub fn decode_batch(data: &[u8], max_item: usize) -> Result<Vec<BatchItem>, BatchError> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < data.len() {
+        let err = |problem| BatchError {
+            offset: pos,
+            problem,
+        };
+        let line_end = data[pos..]
+            .iter()
+            .position(|b| *b == b'\n')
+            .map(|i| pos + i)
+            .ok_or(err("header line has no newline"))?;
+        let header =
+            std::str::from_utf8(&data[pos..line_end]).map_err(|_| err("header is not UTF-8"))?;
+        let (sha, rest) = header.split_once(' ').ok_or(err("header has no size"))?;
+        if !is_sha256_hex(sha) {
+            return Err(err("header does not start with a sha256"));
+        }
+        if rest == "missing" {
+            out.push((sha.to_owned(), None));
+            pos = line_end + 1;
+            continue;
+        }
+        let size: usize = rest.parse().map_err(|_| err("size is not a number"))?;
+        if size > max_item {
+            return Err(err("item is larger than allowed"));
+        }
+        let start = line_end + 1;
+        let end = start.checked_add(size).ok_or(err("size overflows"))?;
+        if end >= data.len() || data[end] != b'\n' {
+            return Err(err("item is truncated"));
+        }
+        out.push((sha.to_owned(), Some(data[start..end].to_vec())));
+        pos = end + 1;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use super::*;
+
+    #[test]
+    fn batch_round_trip_and_truncation() {
+        let a = "a".repeat(64);
+        let b = "b".repeat(64);
+        let mut buf = Vec::new();
+        encode_batch_item(&mut buf, &a, Some(b"x\ny\n"));
+        encode_batch_item(&mut buf, &b, None);
+        let items = decode_batch(&buf, 1024).unwrap();
+        assert_eq!(
+            items,
+            vec![(a.clone(), Some(b"x\ny\n".to_vec())), (b, None)]
+        );
+        assert!(decode_batch(&buf[..buf.len() - 40], 1024).is_err());
+        assert!(decode_batch(&buf[..10], 1024).is_err());
+        assert!(decode_batch(&buf, 2).is_err(), "item over the limit");
+        assert!(decode_batch(b"../etc 3\nabc\n", 1024).is_err());
+    }
+}

@@ -469,3 +469,41 @@ fn duplicate_ids_and_deltas_are_refused() {
     };
     assert!(Catalog::new(delta, &Rules::default()).is_err());
 }
+
+#[test]
+fn catalog_visibility_agrees_with_the_per_card_rule() {
+    let agent = |author: &str| {
+        let author = author.to_owned();
+        move |e: &mut ManifestEntry| {
+            e.summary.trust = Trust::Unverified;
+            e.summary.provenance = Some(Provenance {
+                user_id: Some(author),
+                ..Default::default()
+            });
+        }
+    };
+    let cards = vec![
+        card(1, CardType::Fact),
+        with(card(2, CardType::Fact), user("alice")),
+        with(card(3, CardType::Fact), asset("db-1")),
+        with(with(card(4, CardType::Fact), user("bob")), asset("db-1")),
+        with(card(5, CardType::Fact), agent("alice")),
+        with(with(card(6, CardType::Fact), agent("bob")), asset("db-2")),
+        with(card(7, CardType::Fact), |e| e.summary.enabled = false),
+    ];
+    let cat = catalog(cards.clone());
+    for u in [None, Some("alice"), Some("bob"), Some("carol")] {
+        for a in [None, Some("db-1"), Some("db-2"), Some("db-3")] {
+            let t = task(u, a, "x");
+            for e in &cards {
+                let ord = cat.ord_of(&e.summary.id).unwrap();
+                assert_eq!(
+                    cat.is_visible(ord, &t),
+                    e.summary.is_visible_to(u, a),
+                    "{:?} {u:?} {a:?}",
+                    e.summary.id
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! The HTTP/1.1 JSON API: routing, authentication, JSON errors, body limits.
+//!
+//! Every error is JSON `{"error": <code>, "message": <text>}` naming the problem. A
+//! workspace or card outside the caller's token scope answers 404 exactly like one that
+//! does not exist.
+
+mod admin;
+mod memories;
+mod sync;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+
+use crate::state::AppState;
+use crate::store::{Role, StoreError, TokenInfo, token_hash};
+
+/// Builds the router.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/health", get(health))
+        .route("/v1/workspaces/{ws}/manifest", get(sync::manifest))
+        .route("/v1/workspaces/{ws}/objects/{sha256}", get(sync::object))
+        .route(
+            "/v1/workspaces/{ws}/objects/batch",
+            post(sync::objects_batch),
+        )
+        .route("/v1/workspaces/{ws}/memories", post(memories::store))
+        .route("/v1/workspaces/{ws}/cards", post(admin::create))
+        .route(
+            "/v1/workspaces/{ws}/cards/{id}",
+            get(admin::read)
+                .put(admin::update)
+                .delete(admin::hard_delete),
+        )
+        .route(
+            "/v1/workspaces/{ws}/cards/{id}/history",
+            get(admin::history),
+        )
+        .route(
+            "/v1/workspaces/{ws}/cards/{id}/{action}",
+            post(admin::state),
+        )
+        .route("/v1/workspaces/{ws}/history", get(admin::workspace_history))
+        .route(
+            "/v1/workspaces/{ws}/counters/publish",
+            post(admin::publish_counters),
+        )
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such endpoint; see the API list in README.md",
+            )
+        })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this endpoint does not take that method",
+            )
+        })
+        .with_state(state)
+}
+
+async fn health() -> impl IntoResponse {
+    axum::Json(serde_json::json!({ "status": "ok" }))
+}
+
+/// A JSON error response.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    /// An error with a status, a stable code and a message naming the problem.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    fn not_found(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    fn internal(e: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %e, "internal error");
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal server error; see the server log",
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": self.code, "message": self.message });
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(m) => ApiError::not_found(m),
+            StoreError::Invalid(m) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", m),
+            StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
+            other => ApiError::internal(other),
+        }
+    }
+}
+
+/// Runs blocking store work off the async threads.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, ApiError> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r.map_err(ApiError::from),
+        Err(e) => Err(ApiError::internal(e)),
+    }
+}
+
+/// The authenticated caller: its token's id, role and workspaces.
+#[derive(Debug, Clone)]
+pub struct Caller(pub TokenInfo);
+
+impl Caller {
+    /// Checks that `ws` is in scope and exists; both failures look the same (404).
+    pub fn workspace(&self, state: &AppState, ws: &str) -> Result<u64, ApiError> {
+        let missing = || ApiError::not_found(format!("workspace {ws} not found"));
+        if !self.0.workspaces.iter().any(|w| w == ws) {
+            return Err(missing());
+        }
+        if let Some(rev) = state.revision(ws) {
+            return Ok(rev);
+        }
+        // Perhaps created a moment ago by another process (mop-server import).
+        state.refresh_if_changed().map_err(ApiError::from)?;
+        state.revision(ws).ok_or_else(missing)
+    }
+
+    /// Requires an admin token.
+    pub fn admin(&self) -> Result<(), ApiError> {
+        match self.0.role {
+            Role::Admin => Ok(()),
+            Role::Node => Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "this endpoint needs an admin token (mop-server token create --role admin)",
+            )),
+        }
+    }
+
+    /// The actor recorded in audit rows.
+    pub fn actor(&self) -> String {
+        format!("token:{}", self.0.id)
+    }
+}
+
+impl FromRequestParts<Arc<AppState>> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, ApiError> {
+        let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", m);
+        let value = parts.headers.get(header::AUTHORIZATION).ok_or_else(|| {
+            unauthorized("missing bearer token: send Authorization: Bearer <token>")
+        })?;
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| unauthorized("Authorization header must be: Bearer <token>"))?;
+        let hash = token_hash(token);
+        let info = match state.token(&hash) {
+            Some(info) => Some(info),
+            // Perhaps created a moment ago with `mop-server token create`.
+            None if state.refresh_if_changed().map_err(ApiError::from)? => state.token(&hash),
+            None => None,
+        }
+        .ok_or_else(|| {
+            unauthorized("token is not valid; create one with mop-server token create")
+        })?;
+        if info.revoked {
+            return Err(unauthorized(
+                "token has been revoked; ask an admin for a new one",
+            ));
+        }
+        Ok(Caller(info))
+    }
+}
+
+/// Reads a request body up to the configured limit.
+pub(crate) async fn read_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Bytes, ApiError> {
+    let limit = state.config.server.max_body_bytes;
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!(
+                "request body is larger than the limit of {limit} bytes (server.max_body_bytes)"
+            ),
+        )
+    };
+    if let Some(len) = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        && len > limit as u64
+    {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let text = e.to_string();
+        if text.contains("length limit") {
+            too_large()
+        } else {
+            ApiError::bad_request(format!("could not read the request body: {text}"))
+        }
+    })
+}
+
+/// Decodes a JSON body; unknown fields and wrong types are errors naming the field.
+pub(crate) fn json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        let kind = if e.is_syntax() || e.is_eof() {
+            "malformed JSON"
+        } else {
+            "invalid request"
+        };
+        ApiError::bad_request(format!("{kind}: {e}"))
+    })
+}
+
+/// True when the client accepts gzip.
+pub(crate) fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|coding| {
+            let mut parts = coding.trim().split(';');
+            let name = parts.next().unwrap_or("").trim();
+            let q_zero = parts.any(|p| matches!(p.trim(), "q=0" | "q=0.0" | "q=0.00" | "q=0.000"));
+            name.eq_ignore_ascii_case("gzip") && !q_zero
+        })
+}
+
+/// gzip-compresses bytes.
+pub(crate) fn gzip(data: &[u8]) -> Bytes {
+    use std::io::Write;
+    let mut enc = flate2::write::GzEncoder::new(
+        Vec::with_capacity(data.len() / 4),
+        flate2::Compression::fast(),
+    );
+    enc.write_all(data).expect("writing to a Vec cannot fail");
+    Bytes::from(enc.finish().expect("writing to a Vec cannot fail"))
+}

@@ -1,0 +1,275 @@
+//! What daemons call: the manifest (with weak ETags, `If-None-Match` and deltas) and
+//! objects by sha256, one at a time or in batches.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use mop_cards::{OBJECT_BATCH_TYPE, ObjectBatchRequest, Version, encode_batch_item, is_sha256_hex};
+use serde::Deserialize;
+
+use super::{ApiError, Caller, accepts_gzip, blocking, gzip, json, read_body};
+use crate::state::{AppState, CachedManifest};
+use crate::store::ManifestKind;
+
+/// Bodies smaller than this are not worth compressing.
+const GZIP_MIN_BYTES: usize = 1024;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ManifestQuery {
+    since: Option<String>,
+}
+
+/// True when an `If-None-Match` value matches the entity tag whose opaque part is
+/// `opaque` (`"<epoch>-<revision>"` without quotes). RFC 9110 §13.1.2: weak comparison,
+/// so `W/"x"` and `"x"` both match; a list matches if any member does; `*` matches any
+/// current representation.
+pub fn if_none_match(header: &str, opaque: &str) -> bool {
+    let mut rest = header.trim_start();
+    while !rest.is_empty() {
+        rest = rest.trim_start_matches([',', ' ', '\t']);
+        if rest.starts_with('*') {
+            return true;
+        }
+        let tag = rest.strip_prefix("W/").unwrap_or(rest);
+        let Some(inner) = tag.strip_prefix('"') else {
+            return false;
+        };
+        let Some(end) = inner.find('"') else {
+            return false;
+        };
+        if &inner[..end] == opaque {
+            return true;
+        }
+        rest = &inner[end + 1..];
+    }
+    false
+}
+
+fn etag_header(version: &Version) -> HeaderValue {
+    HeaderValue::from_str(&version.etag()).expect("epochs and revisions are header-safe")
+}
+
+pub(crate) async fn manifest(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(ws): Path<String>,
+    Query(query): Query<ManifestQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let revision = caller.workspace(&state, &ws)?;
+    let current = Version {
+        epoch: state.store.epoch().to_owned(),
+        revision,
+    };
+    if let Some(inm) = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        && if_none_match(inm, &current.to_string())
+    {
+        return Ok((
+            StatusCode::NOT_MODIFIED,
+            [(header::ETAG, etag_header(&current))],
+        )
+            .into_response());
+    }
+    let gzip_ok = accepts_gzip(&headers);
+
+    let delta_from = match &query.since {
+        None => None,
+        Some(s) => {
+            let since: Version = s
+                .parse()
+                .map_err(|e| ApiError::bad_request(format!("since: {e}")))?;
+            (since.epoch == current.epoch).then_some(since.revision)
+        }
+    };
+    if let Some(since) = delta_from {
+        let store = state.store.clone();
+        let ws2 = ws.clone();
+        let built = blocking(move || store.manifest(&ws2, ManifestKind::Delta(since))).await?;
+        if built.manifest.since.is_some() {
+            let body = serde_json::to_vec(&built.manifest).map_err(ApiError::internal)?;
+            return Ok(respond(
+                &built.manifest.version(),
+                Bytes::from(body),
+                None,
+                gzip_ok,
+            ));
+        }
+        // The history no longer reaches `since`: fall through to the full manifest.
+    }
+
+    let cached = match state.cached_manifest(&ws, revision) {
+        Some(m) => m,
+        None => {
+            let store = state.store.clone();
+            let ws2 = ws.clone();
+            let cached = blocking(move || {
+                let built = store.manifest(&ws2, ManifestKind::Full)?;
+                let json = serde_json::to_vec(&built.manifest).expect("manifests serialize");
+                let zipped = gzip(&json);
+                Ok(CachedManifest {
+                    revision: built.manifest.revision,
+                    json: Bytes::from(json),
+                    gzip: zipped,
+                })
+            })
+            .await?;
+            let cached = Arc::new(cached);
+            state.note_revision(&ws, cached.revision);
+            state.cache_manifest(&ws, cached.clone());
+            cached
+        }
+    };
+    let version = Version {
+        epoch: current.epoch,
+        revision: cached.revision,
+    };
+    Ok(respond(
+        &version,
+        cached.json.clone(),
+        Some(cached.gzip.clone()),
+        gzip_ok,
+    ))
+}
+
+/// A JSON manifest response whose ETag is the version of the manifest in the body.
+fn respond(version: &Version, json: Bytes, zipped: Option<Bytes>, gzip_ok: bool) -> Response {
+    let mut headers = vec![
+        (header::ETAG, etag_header(version)),
+        (
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        ),
+        (header::VARY, HeaderValue::from_static("Accept-Encoding")),
+        (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+    ];
+    let body = if gzip_ok && json.len() >= GZIP_MIN_BYTES {
+        headers.push((header::CONTENT_ENCODING, HeaderValue::from_static("gzip")));
+        zipped.unwrap_or_else(|| gzip(&json))
+    } else {
+        json
+    };
+    let mut response = Response::new(Body::from(body));
+    for (k, v) in headers {
+        response.headers_mut().insert(k, v);
+    }
+    response
+}
+
+fn check_sha(sha: &str) -> Result<(), ApiError> {
+    if is_sha256_hex(sha) {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "{:?} is not a sha256: expected 64 lowercase hex digits",
+            sha.chars().take(80).collect::<String>()
+        )))
+    }
+}
+
+pub(crate) async fn object(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path((ws, sha)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    caller.workspace(&state, &ws)?;
+    check_sha(&sha)?;
+    let store = state.store.clone();
+    let (ws2, sha2) = (ws.clone(), sha.clone());
+    let body = blocking(move || store.object(&ws2, &sha2))
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("object {sha} not found in workspace {ws}")))?;
+    let mut response = Response::new(Body::from(body));
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/markdown; charset=utf-8"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=31536000, immutable"),
+    );
+    h.insert(
+        header::ETAG,
+        HeaderValue::from_str(&format!("\"{sha}\"")).expect("hex is header-safe"),
+    );
+    Ok(response)
+}
+
+pub(crate) async fn objects_batch(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(ws): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    caller.workspace(&state, &ws)?;
+    let body = read_body(&state, &headers, body).await?;
+    let req: ObjectBatchRequest = json(&body)?;
+    let max = state.config.sync.max_batch_objects;
+    if req.sha256.len() > max {
+        return Err(ApiError::bad_request(format!(
+            "sha256: {} objects requested; at most {max} per batch (sync.max_batch_objects)",
+            req.sha256.len()
+        )));
+    }
+    for sha in &req.sha256 {
+        check_sha(sha)?;
+    }
+    let store = state.store.clone();
+    let items = blocking(move || store.objects(&ws, &req.sha256)).await?;
+    let mut out = Vec::with_capacity(
+        items
+            .iter()
+            .map(|(_, b)| b.as_ref().map_or(80, |b| b.len() + 80))
+            .sum(),
+    );
+    for (sha, body) in &items {
+        encode_batch_item(&mut out, sha, body.as_deref());
+    }
+    let gzip_ok = accepts_gzip(&headers) && out.len() >= GZIP_MIN_BYTES;
+    let payload = if gzip_ok {
+        gzip(&out)
+    } else {
+        Bytes::from(out)
+    };
+    let mut response = Response::new(Body::from(payload));
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(OBJECT_BATCH_TYPE),
+    );
+    if gzip_ok {
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
+    Ok(response.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::if_none_match;
+
+    #[test]
+    fn weak_comparison_lists_and_star() {
+        let tag = "e-7";
+        assert!(if_none_match("W/\"e-7\"", tag));
+        assert!(
+            if_none_match("\"e-7\"", tag),
+            "a strong tag matches under weak comparison"
+        );
+        assert!(if_none_match("W/\"e-6\", W/\"e-7\"", tag));
+        assert!(if_none_match("W/\"x\",W/\"e-7\"", tag));
+        assert!(if_none_match("*", tag));
+        assert!(!if_none_match("W/\"e-6\"", tag));
+        assert!(!if_none_match("W/\"e-70\"", tag));
+        assert!(!if_none_match("e-7", tag), "unquoted is not an entity tag");
+        assert!(!if_none_match("", tag));
+        assert!(!if_none_match("W/\"e-7", tag));
+    }
+}

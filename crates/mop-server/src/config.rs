@@ -1,0 +1,156 @@
+//! `server.toml`: where the server listens, where its database lives, limits and
+//! retention. Every key has a default; command-line flags override the file.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The default config file.
+pub const DEFAULT_CONFIG: &str = "/etc/mop-server/server.toml";
+
+/// The whole config file.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// `[server]`.
+    pub server: Listen,
+    /// `[sync]`.
+    pub sync: Sync,
+    /// `[retention]`.
+    pub retention: Retention,
+}
+
+/// `[server]`: network and storage.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Listen {
+    /// Address to listen on. Plain HTTP: put a TLS-terminating proxy in front when daemons
+    /// reach the server over an untrusted network.
+    pub listen: SocketAddr,
+    /// The SQLite database file; created with its schema on first start.
+    pub db: PathBuf,
+    /// Largest accepted request body, in bytes.
+    pub max_body_bytes: usize,
+}
+
+/// `[sync]`: how changes reach daemons.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Sync {
+    /// Counter-only changes (reinforcements) are published at most this often, so a busy
+    /// workspace does not make the whole fleet re-download its manifest.
+    pub counter_publish_secs: u64,
+    /// Most objects in one batch request.
+    pub max_batch_objects: usize,
+}
+
+/// `[retention]`: how long superseded data is kept.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Retention {
+    /// Objects no card references any more stay fetchable this long, so a daemon in the
+    /// middle of a sync never chases a moving target.
+    pub object_secs: u64,
+    /// Archived cards are purged (content removed, history redacted) after this many days.
+    pub archive_days: u64,
+    /// Delta manifests can start from revisions up to this many days old; older clients get
+    /// the full manifest.
+    pub delta_history_days: u64,
+}
+
+impl Default for Listen {
+    fn default() -> Self {
+        Listen {
+            listen: "127.0.0.1:8731".parse().expect("valid address"),
+            db: PathBuf::from("/var/lib/mop-server/mop.db"),
+            max_body_bytes: 1024 * 1024,
+        }
+    }
+}
+
+impl Default for Sync {
+    fn default() -> Self {
+        Sync {
+            counter_publish_secs: 300,
+            max_batch_objects: 1000,
+        }
+    }
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            object_secs: 3600,
+            archive_days: 30,
+            delta_history_days: 7,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Reads a config file. A missing file is an error only when it was named explicitly;
+    /// the default path may be absent (all defaults then apply).
+    pub fn load(path: Option<&Path>) -> anyhow::Result<ServerConfig> {
+        let (path, explicit) = match path {
+            Some(p) => (p.to_owned(), true),
+            None => (PathBuf::from(DEFAULT_CONFIG), false),
+        };
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
+                return Ok(ServerConfig::default());
+            }
+            Err(e) => anyhow::bail!("cannot read config {}: {e}", path.display()),
+        };
+        let config: ServerConfig = toml::from_str(&text).map_err(|e| {
+            anyhow::anyhow!("config {}: {}", path.display(), e.to_string().trim_end())
+        })?;
+        config
+            .validate()
+            .map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))?;
+        Ok(config)
+    }
+
+    /// Checks ranges.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.server.max_body_bytes < 4096 {
+            return Err("server.max_body_bytes must be at least 4096".into());
+        }
+        if self.sync.counter_publish_secs == 0 {
+            return Err("sync.counter_publish_secs must be at least 1".into());
+        }
+        if self.sync.max_batch_objects == 0 {
+            return Err("sync.max_batch_objects must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// The counter publish interval.
+    pub fn counter_publish(&self) -> Duration {
+        Duration::from_secs(self.sync.counter_publish_secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_example_parses_to_the_defaults() {
+        let text = include_str!("../../../config/server.toml");
+        let parsed: ServerConfig = toml::from_str(text).unwrap();
+        assert_eq!(parsed, ServerConfig::default());
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_name_the_key() {
+        let err = toml::from_str::<ServerConfig>("[server]\nlisten_addr = \"x\"\n").unwrap_err();
+        assert!(err.to_string().contains("listen_addr"), "{err}");
+        let err = toml::from_str::<ServerConfig>("[server]\nlisten = \"nope\"\n").unwrap_err();
+        assert!(err.to_string().contains("listen"), "{err}");
+        let c: ServerConfig = toml::from_str("[sync]\ncounter_publish_secs = 0\n").unwrap();
+        assert!(c.validate().unwrap_err().contains("counter_publish_secs"));
+    }
+}

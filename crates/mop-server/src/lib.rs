@@ -1,0 +1,16 @@
+//! The mop card server: one process and one SQLite file hold every workspace's cards.
+//!
+//! - [`store`]: the SQLite store — cards keyed by (workspace, id), content-addressed
+//!   objects, per-workspace revisions bumped in the same transaction as every change,
+//!   hashed tokens, audit history, versioned migrations.
+//! - [`api`]: the HTTP/1.1 JSON API of DESIGN.md "Protocol": manifests with weak ETags and
+//!   deltas, objects, stores from tasks, admin endpoints.
+//! - [`server`]: serving with graceful shutdown and background work.
+//! - [`transfer`]: OKF card directories in and out (`import`, `export`).
+
+pub mod api;
+pub mod config;
+pub mod server;
+pub mod state;
+pub mod store;
+pub mod transfer;

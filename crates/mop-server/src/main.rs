@@ -1,0 +1,267 @@
+//! `mop-server`: the central card server and its admin commands.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use mop_server::config::{DEFAULT_CONFIG, ServerConfig};
+use mop_server::store::{Role, Store};
+use mop_server::transfer;
+
+#[derive(Parser)]
+#[command(
+    name = "mop-server",
+    version,
+    about = "The mop card server: holds each workspace's memory cards and serves them to host daemons",
+    long_about = "The mop card server: holds each workspace's memory cards in one SQLite file and serves \
+                  them to host daemons (mopd) over HTTP.\n\nStart it with `mop-server serve`; create \
+                  tokens for daemons and curators with `mop-server token create`; load cards with \
+                  `mop-server import`."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where the config and database are.
+#[derive(Args, Clone)]
+struct Location {
+    /// Config file [default: /etc/mop-server/server.toml, used when present].
+    #[arg(long, value_name = "FILE", global = true)]
+    config: Option<PathBuf>,
+    /// SQLite database (overrides server.db in the config).
+    #[arg(long, value_name = "PATH", global = true)]
+    db: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API until SIGTERM or SIGINT.
+    Serve {
+        #[command(flatten)]
+        at: Location,
+        /// Address to listen on (overrides server.listen); port 0 picks a free port.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<SocketAddr>,
+    },
+    /// Create, list and revoke bearer tokens.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+    /// Import an OKF card directory into a workspace; bad files are reported and skipped.
+    Import {
+        /// Directory of cards at <pillar>/<id>.md.
+        dir: PathBuf,
+        /// Workspace to import into (created if missing).
+        #[arg(long)]
+        workspace: String,
+        #[command(flatten)]
+        at: Location,
+    },
+    /// Export a workspace's cards, byte for byte, into a new or empty directory.
+    Export {
+        /// Target directory.
+        dir: PathBuf,
+        /// Workspace to export.
+        #[arg(long)]
+        workspace: String,
+        /// Include archived cards (not yet purged).
+        #[arg(long)]
+        include_archived: bool,
+        #[command(flatten)]
+        at: Location,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Create a token and print it on stdout (it is shown only once).
+    Create {
+        /// node: a host daemon (manifests, objects, stores); admin: a curator.
+        #[arg(long, value_parser = ["node", "admin"])]
+        role: String,
+        /// Workspace the token may use; repeat for several.
+        #[arg(long = "workspace", required = true)]
+        workspaces: Vec<String>,
+        /// Free text to recognise the token by in `token list`.
+        #[arg(long)]
+        note: Option<String>,
+        #[command(flatten)]
+        at: Location,
+    },
+    /// List tokens (ids, roles, workspaces; never the secrets).
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        at: Location,
+    },
+    /// Revoke a token by id; a running server refuses it within a second.
+    Revoke {
+        /// Token id, as `token list` shows it.
+        id: String,
+        #[command(flatten)]
+        at: Location,
+    },
+}
+
+fn config(at: &Location) -> Result<ServerConfig> {
+    let mut config = ServerConfig::load(at.config.as_deref())?;
+    if let Some(db) = &at.db {
+        config.server.db = db.clone();
+    }
+    Ok(config)
+}
+
+fn open(at: &Location) -> Result<Store> {
+    let config = config(at)?;
+    let db = &config.server.db;
+    if let Some(parent) = db.parent().filter(|p| !p.as_os_str().is_empty())
+        && !parent.is_dir()
+    {
+        bail!(
+            "database directory {} does not exist; create it or pass --db (config: {})",
+            parent.display(),
+            at.config
+                .as_deref()
+                .unwrap_or(Path::new(DEFAULT_CONFIG))
+                .display()
+        );
+    }
+    Store::open(db).with_context(|| format!("cannot open database {}", db.display()))
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("mop-server: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<std::process::ExitCode> {
+    match cli.command {
+        Command::Serve { at, listen } => {
+            mop_log::init("info");
+            let mut config = config(&at)?;
+            if let Some(l) = listen {
+                config.server.listen = l;
+            }
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("cannot start the async runtime")?;
+            runtime.block_on(mop_server::server::serve(config, |addr| {
+                println!("mop-server listening on http://{addr}");
+                let _ = std::io::stdout().flush();
+            }))?;
+        }
+        Command::Token { command } => match command {
+            TokenCommand::Create {
+                role,
+                workspaces,
+                note,
+                at,
+            } => {
+                let role = Role::parse(&role).expect("clap checked the role");
+                let (id, token) = open(&at)?.create_token(role, &workspaces, note.as_deref())?;
+                eprintln!(
+                    "created {role} token {id} for {}; store it now, it is not shown again",
+                    workspaces.join(", ")
+                );
+                println!("{token}");
+            }
+            TokenCommand::List { json, at } => {
+                let rows = open(&at)?.list_tokens()?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&rows)?);
+                } else if rows.is_empty() {
+                    println!(
+                        "no tokens; create one with: mop-server token create --role node --workspace W"
+                    );
+                } else {
+                    println!(
+                        "{:<12} {:<6} {:<25} {:<30} STATUS",
+                        "ID", "ROLE", "CREATED", "WORKSPACES"
+                    );
+                    for r in rows {
+                        let status = r
+                            .revoked_at
+                            .map_or("active".to_owned(), |t| format!("revoked {t}"));
+                        println!(
+                            "{:<12} {:<6} {:<25} {:<30} {}",
+                            r.id,
+                            r.role,
+                            r.created_at,
+                            r.workspaces.join(","),
+                            status
+                        );
+                    }
+                }
+            }
+            TokenCommand::Revoke { id, at } => {
+                open(&at)?.revoke_token(&id)?;
+                println!("revoked token {id}");
+            }
+        },
+        Command::Import { dir, workspace, at } => {
+            if !mop_cards::is_slug(&workspace) {
+                bail!(
+                    "--workspace {workspace:?} must be a lowercase slug matching [a-z0-9][a-z0-9._-]{{0,63}}"
+                );
+            }
+            let store = open(&at)?;
+            let (files, skipped) = transfer::read_card_dir(&dir, |n| {
+                if n % 1000 == 0 {
+                    eprintln!("read {n} files");
+                }
+            })?;
+            let total = files.len() + skipped.len();
+            let mut report = store.import(&workspace, files, "cli:import")?;
+            for s in skipped {
+                report.rejected.push(mop_server::store::Rejected {
+                    path: s.path,
+                    reason: s.reason,
+                });
+            }
+            for r in &report.rejected {
+                eprintln!("rejected {}: {}", dir.join(&r.path).display(), r.reason);
+            }
+            println!(
+                "imported {total} files into {workspace}: {} created, {} updated, {} unchanged, {} rejected; revision {}",
+                report.created,
+                report.updated,
+                report.unchanged,
+                report.rejected.len(),
+                report.revision
+            );
+            if !report.rejected.is_empty() {
+                eprintln!("some files were rejected (listed above); the others were imported");
+                return Ok(std::process::ExitCode::FAILURE);
+            }
+        }
+        Command::Export {
+            dir,
+            workspace,
+            include_archived,
+            at,
+        } => {
+            let store = open(&at)?;
+            let files = store.export(&workspace, include_archived)?;
+            transfer::write_card_dir(&dir, &files)?;
+            println!(
+                "exported {} cards from {workspace} to {}",
+                files.len(),
+                dir.display()
+            );
+        }
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}

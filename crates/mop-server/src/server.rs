@@ -1,0 +1,169 @@
+//! `mop-server serve`: bind, serve until SIGTERM or SIGINT, and run the background work —
+//! noticing changes made by other processes, publishing counters in batches, and collecting
+//! garbage. Shutdown is explicit: a watch signal stops the background tasks, the HTTP
+//! server drains its connections, and pending counters are published once more.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::api;
+use crate::config::ServerConfig;
+use crate::state::AppState;
+use crate::store::Store;
+
+/// How often the database is checked for changes made by other processes.
+const REFRESH_EVERY: Duration = Duration::from_millis(500);
+/// How often garbage is collected.
+const GC_EVERY: Duration = Duration::from_secs(60);
+
+/// Opens the store and serves until a shutdown signal. `on_ready` gets the bound address.
+pub async fn serve(config: ServerConfig, on_ready: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
+    // Handlers first: a signal that arrives as soon as we report ready must shut us down
+    // cleanly, not kill us.
+    let signals = shutdown_signal()?;
+    let db = config.server.db.clone();
+    let store = tokio::task::spawn_blocking(move || Store::open(&db))
+        .await?
+        .with_context(|| format!("cannot open database {}", config.server.db.display()))?;
+    let store = Arc::new(store);
+    let state = Arc::new(AppState::new(store.clone(), config.clone())?);
+    let listener = TcpListener::bind(config.server.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (server.listen / --listen)",
+                config.server.listen
+            )
+        })?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, db = %config.server.db.display(), epoch = store.epoch(), "mop-server listening");
+    on_ready(addr);
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut tasks = JoinSet::new();
+    tasks.spawn(refresher(state.clone(), stop_rx.clone()));
+    tasks.spawn(counter_publisher(state.clone(), stop_rx.clone()));
+    tasks.spawn(garbage_collector(state.clone(), stop_rx.clone()));
+
+    let app = api::router(state.clone());
+    let mut http_stop = stop_rx.clone();
+    tokio::spawn(async move {
+        signals.await;
+        let _ = stop_tx.send(true);
+    });
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = http_stop.wait_for(|stop| *stop).await;
+        })
+        .await
+        .context("HTTP server failed")?;
+    tracing::info!("shutting down: draining background tasks");
+    while tasks.join_next().await.is_some() {}
+    let store = state.store.clone();
+    match tokio::task::spawn_blocking(move || store.publish_counters(None)).await? {
+        Ok(p) if !p.is_empty() => {
+            tracing::info!(workspaces = p.len(), "published pending counters")
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "could not publish pending counters at shutdown"),
+    }
+    tracing::info!("mop-server stopped");
+    Ok(())
+}
+
+/// Installs SIGTERM and SIGINT handlers now; the returned future resolves on either.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("SIGINT received"),
+        }
+    })
+}
+
+/// Runs `tick` every `every` until stopped.
+async fn every<F, Fut>(every: Duration, mut stop: watch::Receiver<bool>, mut tick: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut interval = tokio::time::interval(every);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = interval.tick() => tick().await,
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+async fn refresher(state: Arc<AppState>, stop: watch::Receiver<bool>) {
+    every(REFRESH_EVERY, stop, || {
+        let state = state.clone();
+        async move {
+            match tokio::task::spawn_blocking(move || state.refresh_if_changed()).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "could not check the database for changes")
+                }
+                Err(e) => tracing::warn!(error = %e, "change check panicked"),
+            }
+        }
+    })
+    .await;
+}
+
+async fn counter_publisher(state: Arc<AppState>, stop: watch::Receiver<bool>) {
+    let period = state.config.counter_publish();
+    every(period, stop, || {
+        let state = state.clone();
+        async move {
+            let s = state.clone();
+            match tokio::task::spawn_blocking(move || s.store.publish_counters(None)).await {
+                Ok(Ok(published)) => {
+                    for (ws, rev) in published {
+                        tracing::info!(workspace = %ws, revision = rev, "published counters");
+                        state.note_revision(&ws, rev);
+                    }
+                }
+                Ok(Err(e)) => tracing::warn!(error = %e, "could not publish counters"),
+                Err(e) => tracing::warn!(error = %e, "counter publication panicked"),
+            }
+        }
+    })
+    .await;
+}
+
+async fn garbage_collector(state: Arc<AppState>, stop: watch::Receiver<bool>) {
+    every(GC_EVERY, stop, || {
+        let state = state.clone();
+        async move {
+            let r = state.config.retention.clone();
+            let s = state.clone();
+            let result = tokio::task::spawn_blocking(move || {
+                s.store.collect_garbage(
+                    r.archive_days * 86_400,
+                    r.object_secs,
+                    r.delta_history_days * 86_400,
+                )
+            })
+            .await;
+            match result {
+                Ok(Ok((0, 0))) => {}
+                Ok(Ok((cards, objects))) => tracing::info!(cards, objects, "garbage collected"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "garbage collection failed"),
+                Err(e) => tracing::warn!(error = %e, "garbage collection panicked"),
+            }
+        }
+    })
+    .await;
+}

@@ -1,0 +1,129 @@
+//! What the server keeps in memory: each workspace's revision (so `If-None-Match` is
+//! answered without touching the database), the token table, and the last full manifest of
+//! each workspace, serialized and compressed once per revision.
+//!
+//! Changes made by this process update the caches directly; changes made by another
+//! process on the same database (the `token` and `import` commands) are noticed through
+//! SQLite's `data_version` within a second.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use bytes::Bytes;
+
+use crate::config::ServerConfig;
+use crate::store::{Store, TokenInfo};
+
+/// A full manifest ready to send.
+#[derive(Debug)]
+pub struct CachedManifest {
+    /// The revision it describes.
+    pub revision: u64,
+    /// JSON.
+    pub json: Bytes,
+    /// The same, gzip-compressed.
+    pub gzip: Bytes,
+}
+
+/// Shared server state.
+#[derive(Debug)]
+pub struct AppState {
+    /// The database.
+    pub store: Arc<Store>,
+    /// The config in force.
+    pub config: ServerConfig,
+    revisions: RwLock<HashMap<String, u64>>,
+    tokens: RwLock<HashMap<String, TokenInfo>>,
+    manifests: Mutex<HashMap<String, Arc<CachedManifest>>>,
+    data_version: Mutex<Option<i64>>,
+}
+
+impl AppState {
+    /// Loads the caches from the store.
+    pub fn new(store: Arc<Store>, config: ServerConfig) -> crate::store::Result<AppState> {
+        let state = AppState {
+            store,
+            config,
+            revisions: RwLock::default(),
+            tokens: RwLock::default(),
+            manifests: Mutex::default(),
+            data_version: Mutex::default(),
+        };
+        state.reload()?;
+        Ok(state)
+    }
+
+    /// Re-reads revisions and tokens from the database.
+    pub fn reload(&self) -> crate::store::Result<()> {
+        let revisions: HashMap<String, u64> = self
+            .store
+            .revisions()?
+            .into_iter()
+            .map(|(ws, rev, _)| (ws, rev))
+            .collect();
+        let tokens: HashMap<String, TokenInfo> = self.store.token_table()?.into_iter().collect();
+        *self.revisions.write().unwrap_or_else(|p| p.into_inner()) = revisions;
+        *self.tokens.write().unwrap_or_else(|p| p.into_inner()) = tokens;
+        Ok(())
+    }
+
+    /// Reloads the caches if another connection committed since the last look. Cheap when
+    /// nothing changed (one `PRAGMA data_version`), so a cache miss can afford it.
+    pub fn refresh_if_changed(&self) -> crate::store::Result<bool> {
+        let mut last = self.data_version.lock().unwrap_or_else(|p| p.into_inner());
+        let version = self.store.data_version()?;
+        if *last == Some(version) {
+            return Ok(false);
+        }
+        self.reload()?;
+        tracing::debug!(
+            version,
+            tokens = self.tokens.read().unwrap().len(),
+            "caches reloaded"
+        );
+        *last = Some(version);
+        Ok(true)
+    }
+
+    /// The token with this hash.
+    pub fn token(&self, hash: &str) -> Option<TokenInfo> {
+        self.tokens
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(hash)
+            .cloned()
+    }
+
+    /// A workspace's current revision, if it exists.
+    pub fn revision(&self, ws: &str) -> Option<u64> {
+        self.revisions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(ws)
+            .copied()
+    }
+
+    /// Records a revision this process just committed (never moves backwards).
+    pub fn note_revision(&self, ws: &str, revision: u64) {
+        let mut map = self.revisions.write().unwrap_or_else(|p| p.into_inner());
+        let slot = map.entry(ws.to_owned()).or_insert(revision);
+        *slot = (*slot).max(revision);
+    }
+
+    /// The cached full manifest of a workspace, if it is for `revision`.
+    pub fn cached_manifest(&self, ws: &str, revision: u64) -> Option<Arc<CachedManifest>> {
+        let map = self.manifests.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(ws).filter(|m| m.revision == revision).cloned()
+    }
+
+    /// Keeps a full manifest unless a newer one is cached already.
+    pub fn cache_manifest(&self, ws: &str, manifest: Arc<CachedManifest>) {
+        let mut map = self.manifests.lock().unwrap_or_else(|p| p.into_inner());
+        match map.get(ws) {
+            Some(m) if m.revision >= manifest.revision => {}
+            _ => {
+                map.insert(ws.to_owned(), manifest);
+            }
+        }
+    }
+}

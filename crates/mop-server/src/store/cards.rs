@@ -1,0 +1,840 @@
+//! Card mutations: import, admin create/update, state changes (supersede, disable, enable,
+//! verify, archive), history, hard delete, purge and garbage collection, export.
+//!
+//! Each mutation is one transaction that writes the card, bumps the workspace revision
+//! when the manifest changes, and adds an audit row. A failure anywhere rolls all of it
+//! back.
+
+use std::collections::HashMap;
+
+use mop_cards::{Card, CardId, CardSummary, CardType, Trust, parse_card, render_card, sha256_hex};
+use rusqlite::{OptionalExtension, Transaction, params};
+use serde::Serialize;
+
+use super::{Result, Store, StoreError, bump, ensure_workspace, now};
+
+/// What a card mutation did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CardChange {
+    /// The card.
+    pub id: CardId,
+    /// The workspace revision after the change.
+    pub revision: u64,
+    /// The card file's hash after the change (absent once deleted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// False when the request changed nothing (same bytes).
+    pub changed: bool,
+}
+
+/// A state change an admin can make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CardState {
+    /// Take the card out of every task (`enabled: false`).
+    Disable,
+    /// Put a disabled card back.
+    Enable,
+    /// A person vouches for the card (`trust: verified`); it then reaches every task its
+    /// scope allows, not only its author's.
+    Verify,
+    /// Replaced by a newer card.
+    Supersede(CardId),
+    /// Soft delete: out of the manifest now, purged after the archive retention.
+    Archive,
+    /// Undo an archive before the purge.
+    Unarchive,
+}
+
+impl CardState {
+    fn action(self) -> &'static str {
+        match self {
+            CardState::Disable => "disable",
+            CardState::Enable => "enable",
+            CardState::Verify => "verify",
+            CardState::Supersede(_) => "supersede",
+            CardState::Archive => "archive",
+            CardState::Unarchive => "unarchive",
+        }
+    }
+}
+
+/// One audit row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HistoryRow {
+    /// Order of mutations.
+    pub seq: i64,
+    /// The card, absent for workspace-wide rows (counter publication).
+    pub card_id: Option<String>,
+    /// Workspace revision the change produced (or the current one, for changes the
+    /// manifest does not show yet).
+    pub revision: u64,
+    /// When.
+    pub at: String,
+    /// Token id, or `cli:<command>`.
+    pub actor: String,
+    /// What.
+    pub action: String,
+    /// Hash before.
+    pub sha256_before: Option<String>,
+    /// Hash after.
+    pub sha256_after: Option<String>,
+    /// Card text after the change; `None` when redacted or not applicable.
+    pub content: Option<String>,
+    /// True once a purge or hard delete removed the content.
+    pub redacted: bool,
+    /// Extra facts (outcome of a store, superseding card, …).
+    pub detail: Option<String>,
+}
+
+/// A file an import did not take, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rejected {
+    /// Path relative to the import directory.
+    pub path: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// What an import did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ImportReport {
+    /// New cards.
+    pub created: usize,
+    /// Cards whose bytes changed.
+    pub updated: usize,
+    /// Cards already present with the same bytes.
+    pub unchanged: usize,
+    /// Files not imported.
+    pub rejected: Vec<Rejected>,
+    /// Workspace revision after the import.
+    pub revision: u64,
+}
+
+/// A card row, as mutations need it.
+pub(crate) struct Row {
+    pub summary: CardSummary,
+    pub sha256: String,
+    pub occurrence: u64,
+    pub last_seen: Option<String>,
+    pub archived_at: Option<String>,
+}
+
+pub(crate) fn load_row(
+    tx: &Transaction<'_>,
+    ws: &str,
+    id: &CardId,
+) -> rusqlite::Result<Option<Row>> {
+    tx.query_row(
+        "SELECT summary, sha256, occurrence, last_seen, archived_at FROM cards WHERE workspace = ?1 AND id = ?2",
+        params![ws, id.to_string()],
+        |r| {
+            let summary: String = r.get(0)?;
+            Ok(Row {
+                summary: serde_json::from_str(&summary).map_err(|e| {
+                    rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+                })?,
+                sha256: r.get(1)?,
+                occurrence: r.get::<_, i64>(2)? as u64,
+                last_seen: r.get(3)?,
+                archived_at: r.get(4)?,
+            })
+        },
+    )
+    .optional()
+}
+
+pub(crate) fn load_object(tx: &Transaction<'_>, ws: &str, sha: &str) -> rusqlite::Result<Vec<u8>> {
+    tx.query_row(
+        "SELECT body FROM objects WHERE workspace = ?1 AND sha256 = ?2",
+        params![ws, sha],
+        |r| r.get(0),
+    )
+}
+
+/// Case- and whitespace-folded title: two stores titled "Lock  wait" and "lock wait" are
+/// the same card for dedup.
+pub(crate) fn title_key(title: &str) -> String {
+    title
+        .split_whitespace()
+        .map(str::to_lowercase)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Server-side facts a card row carries besides its text.
+pub(crate) struct Kept<'a> {
+    /// Server counter.
+    pub occurrence: u64,
+    /// Server counter.
+    pub last_seen: Option<&'a str>,
+    /// Set while archived.
+    pub archived_at: Option<&'a str>,
+}
+
+/// Writes a card row and its object; releases the previous object if nothing else uses it.
+pub(crate) fn write_card(
+    tx: &Transaction<'_>,
+    ws: &str,
+    card: &Card,
+    raw: &[u8],
+    rev: u64,
+    kept: Kept<'_>,
+) -> rusqlite::Result<String> {
+    let Kept {
+        occurrence,
+        last_seen,
+        archived_at,
+    } = kept;
+    let sha = sha256_hex(raw);
+    tx.execute(
+        "INSERT INTO objects (workspace, sha256, body) VALUES (?1, ?2, ?3)
+         ON CONFLICT (workspace, sha256) DO UPDATE SET released_at = NULL",
+        params![ws, sha, raw],
+    )?;
+    let id = card.summary.id.to_string();
+    let previous: Option<String> = tx
+        .query_row(
+            "SELECT sha256 FROM cards WHERE workspace = ?1 AND id = ?2",
+            params![ws, id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let live = card.summary.is_live() && archived_at.is_none();
+    tx.execute(
+        "INSERT INTO cards (workspace, id, card_type, title_key, summary, sha256, size, occurrence,
+                            last_seen, live, archived_at, rev, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+         ON CONFLICT (workspace, id) DO UPDATE SET
+            card_type = excluded.card_type, title_key = excluded.title_key,
+            summary = excluded.summary, sha256 = excluded.sha256, size = excluded.size,
+            occurrence = excluded.occurrence, last_seen = excluded.last_seen,
+            live = excluded.live, archived_at = excluded.archived_at, rev = excluded.rev",
+        params![
+            ws,
+            id,
+            card.summary.card_type.as_str(),
+            title_key(&card.summary.title),
+            serde_json::to_string(&card.summary).expect("summaries serialize"),
+            sha,
+            raw.len() as i64,
+            occurrence as i64,
+            last_seen,
+            live,
+            archived_at,
+            rev as i64,
+            now(),
+        ],
+    )?;
+    if let Some(prev) = previous
+        && prev != sha
+    {
+        release_if_unused(tx, ws, &prev)?;
+    }
+    Ok(sha)
+}
+
+/// Marks an object released when no card uses it, starting its retention window.
+pub(crate) fn release_if_unused(tx: &Transaction<'_>, ws: &str, sha: &str) -> rusqlite::Result<()> {
+    tx.execute(
+        "UPDATE objects SET released_at = ?3
+         WHERE workspace = ?1 AND sha256 = ?2 AND released_at IS NULL
+           AND NOT EXISTS (SELECT 1 FROM cards WHERE workspace = ?1 AND sha256 = ?2)",
+        params![ws, sha, now()],
+    )?;
+    Ok(())
+}
+
+/// One audit row.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn audit(
+    tx: &Transaction<'_>,
+    ws: &str,
+    card_id: Option<&CardId>,
+    revision: u64,
+    actor: &str,
+    action: &str,
+    before: Option<&str>,
+    after: Option<&str>,
+    content: Option<&[u8]>,
+    detail: Option<&str>,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO history (workspace, card_id, revision, at, actor, action, sha256_before,
+                              sha256_after, content, detail)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        params![
+            ws,
+            card_id.map(ToString::to_string),
+            revision as i64,
+            now(),
+            actor,
+            action,
+            before,
+            after,
+            content.map(|c| String::from_utf8_lossy(c).into_owned()),
+            detail,
+        ],
+    )?;
+    Ok(())
+}
+
+fn current_revision(tx: &Transaction<'_>, ws: &str) -> rusqlite::Result<u64> {
+    tx.query_row(
+        "SELECT revision FROM workspaces WHERE name = ?1",
+        params![ws],
+        |r| r.get::<_, i64>(0).map(|v| v as u64),
+    )
+    .optional()
+    .map(Option::unwrap_or_default)
+}
+
+fn not_found(ws: &str, id: &CardId) -> StoreError {
+    StoreError::NotFound(format!("card {id} not found in workspace {ws}"))
+}
+
+fn invalid_card(e: mop_cards::CardError) -> StoreError {
+    StoreError::Invalid(format!("card is not valid OKF: {e}"))
+}
+
+impl Store {
+    /// Imports card files (paths relative to the import directory). Each bad file is
+    /// reported and skipped; the rest go in together in one transaction and one revision.
+    pub fn import(
+        &self,
+        ws: &str,
+        files: Vec<(String, Vec<u8>)>,
+        actor: &str,
+    ) -> Result<ImportReport> {
+        let mut report = ImportReport::default();
+        let mut valid: Vec<(Card, Vec<u8>)> = Vec::new();
+        let mut seen: HashMap<CardId, String> = HashMap::new();
+        for (path, bytes) in files {
+            let card = match parse_card(&bytes) {
+                Ok(c) => c,
+                Err(e) => {
+                    report.rejected.push(Rejected {
+                        path,
+                        reason: e.to_string(),
+                    });
+                    continue;
+                }
+            };
+            let expected = card.path();
+            if path != expected {
+                report.rejected.push(Rejected {
+                    reason: format!("its type and id place it at {expected}; move the file there"),
+                    path,
+                });
+                continue;
+            }
+            if let Some(first) = seen.get(&card.summary.id) {
+                report.rejected.push(Rejected {
+                    reason: format!("id {} is already used by {first}", card.summary.id),
+                    path,
+                });
+                continue;
+            }
+            seen.insert(card.summary.id, path);
+            valid.push((card, bytes));
+        }
+        self.write(|tx| {
+            let e = self.err("import");
+            ensure_workspace(tx, ws).map_err(&e)?;
+            let mut changes = Vec::new();
+            for (card, bytes) in &valid {
+                match load_row(tx, ws, &card.summary.id).map_err(&e)? {
+                    Some(row) if row.sha256 == sha256_hex(bytes) => report.unchanged += 1,
+                    Some(row) => changes.push((card, bytes, Some(row.sha256))),
+                    None => changes.push((card, bytes, None)),
+                }
+            }
+            report.revision = if changes.is_empty() {
+                current_revision(tx, ws).map_err(&e)?
+            } else {
+                bump(tx, ws).map_err(&e)?
+            };
+            for (card, bytes, before) in changes {
+                let last_seen = card.counters.last_seen.map(|t| t.to_string());
+                let sha = write_card(
+                    tx,
+                    ws,
+                    card,
+                    bytes,
+                    report.revision,
+                    Kept {
+                        occurrence: card.counters.occurrence,
+                        last_seen: last_seen.as_deref(),
+                        archived_at: None,
+                    },
+                )
+                .map_err(&e)?;
+                let action = if before.is_some() {
+                    "import-update"
+                } else {
+                    "import-create"
+                };
+                audit(
+                    tx,
+                    ws,
+                    Some(&card.summary.id),
+                    report.revision,
+                    actor,
+                    action,
+                    before.as_deref(),
+                    Some(&sha),
+                    Some(bytes),
+                    None,
+                )
+                .map_err(&e)?;
+                if before.is_some() {
+                    report.updated += 1;
+                } else {
+                    report.created += 1;
+                }
+            }
+            Ok(())
+        })?;
+        Ok(report)
+    }
+
+    /// Every card's file, at its OKF path, byte for byte as stored. Archived cards are left
+    /// out unless asked for.
+    pub fn export(
+        &self,
+        ws: &str,
+        include_archived: bool,
+    ) -> Result<Vec<crate::transfer::CardFile>> {
+        self.read(|tx| {
+            let e = self.err("export");
+            let mut stmt = tx
+                .prepare(
+                    "SELECT c.id, c.card_type, o.body FROM cards c
+                     JOIN objects o ON o.workspace = c.workspace AND o.sha256 = c.sha256
+                     WHERE c.workspace = ?1 AND (?2 OR c.archived_at IS NULL) ORDER BY c.id",
+                )
+                .map_err(&e)?;
+            let rows = stmt
+                .query_map(params![ws, include_archived], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, Vec<u8>>(2)?,
+                    ))
+                })
+                .map_err(&e)?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, card_type, body) = row.map_err(&e)?;
+                let (Ok(id), Some(t)) = (CardId::parse(&id), CardType::parse(&card_type)) else {
+                    return Err(StoreError::Invalid(format!(
+                        "stored card {id:?} has an invalid id or type"
+                    )));
+                };
+                out.push((mop_cards::card_path(t, &id), body));
+            }
+            Ok(out)
+        })
+    }
+
+    /// Creates a card from OKF text (admin). The id comes from the text.
+    pub fn create_card(&self, ws: &str, raw: &[u8], actor: &str) -> Result<CardChange> {
+        let card = parse_card(raw).map_err(invalid_card)?;
+        let id = card.summary.id;
+        self.write(|tx| {
+            let e = self.err("create card");
+            if load_row(tx, ws, &id).map_err(&e)?.is_some() {
+                return Err(StoreError::Conflict(format!(
+                    "card {id} already exists in workspace {ws}; use PUT to update it"
+                )));
+            }
+            let rev = bump(tx, ws).map_err(&e)?;
+            let last_seen = card.counters.last_seen.map(|t| t.to_string());
+            let sha = write_card(
+                tx,
+                ws,
+                &card,
+                raw,
+                rev,
+                Kept {
+                    occurrence: card.counters.occurrence,
+                    last_seen: last_seen.as_deref(),
+                    archived_at: None,
+                },
+            )
+            .map_err(&e)?;
+            audit(
+                tx,
+                ws,
+                Some(&id),
+                rev,
+                actor,
+                "create",
+                None,
+                Some(&sha),
+                Some(raw),
+                None,
+            )
+            .map_err(&e)?;
+            Ok(CardChange {
+                id,
+                revision: rev,
+                sha256: Some(sha),
+                changed: true,
+            })
+        })
+    }
+
+    /// Replaces a card's text (admin). Server counters are kept.
+    pub fn update_card(
+        &self,
+        ws: &str,
+        id: &CardId,
+        raw: &[u8],
+        actor: &str,
+    ) -> Result<CardChange> {
+        let card = parse_card(raw).map_err(invalid_card)?;
+        if card.summary.id != *id {
+            return Err(StoreError::Invalid(format!(
+                "the card text has id {} but the request names {id}",
+                card.summary.id
+            )));
+        }
+        self.write(|tx| {
+            let e = self.err("update card");
+            let row = load_row(tx, ws, id)
+                .map_err(&e)?
+                .ok_or_else(|| not_found(ws, id))?;
+            if row.archived_at.is_some() {
+                return Err(StoreError::Conflict(format!(
+                    "card {id} is archived; unarchive it before updating"
+                )));
+            }
+            if row.sha256 == sha256_hex(raw) {
+                let revision = current_revision(tx, ws).map_err(&e)?;
+                return Ok(CardChange {
+                    id: *id,
+                    revision,
+                    sha256: Some(row.sha256),
+                    changed: false,
+                });
+            }
+            let rev = bump(tx, ws).map_err(&e)?;
+            let sha = write_card(
+                tx,
+                ws,
+                &card,
+                raw,
+                rev,
+                Kept {
+                    occurrence: row.occurrence,
+                    last_seen: row.last_seen.as_deref(),
+                    archived_at: None,
+                },
+            )
+            .map_err(&e)?;
+            audit(
+                tx,
+                ws,
+                Some(id),
+                rev,
+                actor,
+                "update",
+                Some(&row.sha256),
+                Some(&sha),
+                Some(raw),
+                None,
+            )
+            .map_err(&e)?;
+            Ok(CardChange {
+                id: *id,
+                revision: rev,
+                sha256: Some(sha),
+                changed: true,
+            })
+        })
+    }
+
+    /// Disables, enables, verifies, supersedes, archives or unarchives a card (admin).
+    pub fn set_state(
+        &self,
+        ws: &str,
+        id: &CardId,
+        state: CardState,
+        actor: &str,
+    ) -> Result<CardChange> {
+        self.write(|tx| {
+            let e = self.err("change card state");
+            let row = load_row(tx, ws, id)
+                .map_err(&e)?
+                .ok_or_else(|| not_found(ws, id))?;
+            let raw = load_object(tx, ws, &row.sha256).map_err(&e)?;
+            let mut card = parse_card(&raw).map_err(invalid_card)?;
+            let mut archived_at = row.archived_at.clone();
+            let mut detail = None;
+            match state {
+                CardState::Disable => card.summary.enabled = false,
+                CardState::Enable => card.summary.enabled = true,
+                CardState::Verify => card.summary.trust = Trust::Verified,
+                CardState::Supersede(by) => {
+                    if by == *id {
+                        return Err(StoreError::Invalid("a card cannot supersede itself".into()));
+                    }
+                    let newer = load_row(tx, ws, &by).map_err(&e)?.ok_or_else(|| {
+                        StoreError::Invalid(format!(
+                            "superseding card {by} not found in workspace {ws}"
+                        ))
+                    })?;
+                    if !newer.summary.is_live() || newer.archived_at.is_some() {
+                        return Err(StoreError::Invalid(format!(
+                            "superseding card {by} is disabled, superseded or archived itself"
+                        )));
+                    }
+                    card.summary.superseded_by = Some(by);
+                    detail = Some(format!("superseded_by={by}"));
+                }
+                CardState::Archive => {
+                    archived_at = Some(row.archived_at.clone().unwrap_or_else(now))
+                }
+                CardState::Unarchive => archived_at = None,
+            }
+            let new_raw = if matches!(state, CardState::Archive | CardState::Unarchive) {
+                raw.clone()
+            } else {
+                render_card(&card).into_bytes()
+            };
+            let unchanged = new_raw == raw && archived_at == row.archived_at;
+            if unchanged {
+                let revision = current_revision(tx, ws).map_err(&e)?;
+                return Ok(CardChange {
+                    id: *id,
+                    revision,
+                    sha256: Some(row.sha256),
+                    changed: false,
+                });
+            }
+            let rev = bump(tx, ws).map_err(&e)?;
+            let sha = write_card(
+                tx,
+                ws,
+                &card,
+                &new_raw,
+                rev,
+                Kept {
+                    occurrence: row.occurrence,
+                    last_seen: row.last_seen.as_deref(),
+                    archived_at: archived_at.as_deref(),
+                },
+            )
+            .map_err(&e)?;
+            audit(
+                tx,
+                ws,
+                Some(id),
+                rev,
+                actor,
+                state.action(),
+                Some(&row.sha256),
+                Some(&sha),
+                Some(&new_raw),
+                detail.as_deref(),
+            )
+            .map_err(&e)?;
+            Ok(CardChange {
+                id: *id,
+                revision: rev,
+                sha256: Some(sha),
+                changed: true,
+            })
+        })
+    }
+
+    /// A card's stored text and whether it is archived (admin).
+    pub fn card_text(&self, ws: &str, id: &CardId) -> Result<(Vec<u8>, Option<String>)> {
+        self.read(|tx| {
+            let e = self.err("read card");
+            let row = load_row(tx, ws, id)
+                .map_err(&e)?
+                .ok_or_else(|| not_found(ws, id))?;
+            Ok((
+                load_object(tx, ws, &row.sha256).map_err(&e)?,
+                row.archived_at,
+            ))
+        })
+    }
+
+    /// A card's audit history, oldest first (admin). Works for deleted cards too.
+    pub fn history(&self, ws: &str, id: &CardId) -> Result<Vec<HistoryRow>> {
+        self.read(|tx| {
+            let e = self.err("read history");
+            let mut stmt = tx
+                .prepare(
+                    "SELECT seq, card_id, revision, at, actor, action, sha256_before, sha256_after,
+                            content, redacted, detail
+                     FROM history WHERE workspace = ?1 AND card_id = ?2 ORDER BY seq",
+                )
+                .map_err(&e)?;
+            let rows = stmt
+                .query_map(params![ws, id.to_string()], history_row)
+                .map_err(&e)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(&e)?;
+            if rows.is_empty() {
+                return Err(not_found(ws, id));
+            }
+            Ok(rows)
+        })
+    }
+
+    /// Every audit row of a workspace from `after_seq` on (admin, and tests).
+    pub fn workspace_history(&self, ws: &str, after_seq: i64) -> Result<Vec<HistoryRow>> {
+        self.read(|tx| {
+            let e = self.err("read history");
+            let mut stmt = tx
+                .prepare(
+                    "SELECT seq, card_id, revision, at, actor, action, sha256_before, sha256_after,
+                            content, redacted, detail
+                     FROM history WHERE workspace = ?1 AND seq > ?2 ORDER BY seq",
+                )
+                .map_err(&e)?;
+            stmt.query_map(params![ws, after_seq], history_row)
+                .map_err(&e)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(&e)
+        })
+    }
+
+    /// Removes a card and its content at once, for personal data: the object is deleted
+    /// (no retention) unless another card shares it, and the card's history is redacted,
+    /// keeping hashes.
+    pub fn hard_delete(&self, ws: &str, id: &CardId, actor: &str) -> Result<CardChange> {
+        self.write(|tx| {
+            let e = self.err("hard delete");
+            let row = load_row(tx, ws, id)
+                .map_err(&e)?
+                .ok_or_else(|| not_found(ws, id))?;
+            let rev = bump(tx, ws).map_err(&e)?;
+            remove_card(tx, ws, id, &row.sha256, rev).map_err(&e)?;
+            audit(
+                tx,
+                ws,
+                Some(id),
+                rev,
+                actor,
+                "hard_delete",
+                Some(&row.sha256),
+                None,
+                None,
+                None,
+            )
+            .map_err(&e)?;
+            Ok(CardChange {
+                id: *id,
+                revision: rev,
+                sha256: None,
+                changed: true,
+            })
+        })
+    }
+
+    /// Purges archived cards past `archive_secs`, deletes released objects past
+    /// `object_secs`, and forgets tombstones past `delta_secs` (raising the delta floor).
+    /// Returns (cards purged, objects deleted).
+    pub fn collect_garbage(
+        &self,
+        archive_secs: u64,
+        object_secs: u64,
+        delta_secs: u64,
+    ) -> Result<(usize, usize)> {
+        let cutoff = |secs: u64| {
+            jiff::Timestamp::now()
+                .checked_sub(jiff::SignedDuration::from_secs(
+                    secs.min(i64::MAX as u64 / 2) as i64,
+                ))
+                .unwrap_or(jiff::Timestamp::MIN)
+                .to_string()
+        };
+        let (archive_cut, object_cut, delta_cut) = (
+            cutoff(archive_secs),
+            cutoff(object_secs),
+            cutoff(delta_secs),
+        );
+        self.write(|tx| {
+            let e = self.err("collect garbage");
+            let expired: Vec<(String, String, String, i64)> = {
+                let mut stmt = tx
+                    .prepare("SELECT workspace, id, sha256, rev FROM cards WHERE archived_at IS NOT NULL AND archived_at < ?1")
+                    .map_err(&e)?;
+                stmt.query_map(params![archive_cut], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                    .map_err(&e)?
+                    .collect::<rusqlite::Result<_>>()
+                    .map_err(&e)?
+            };
+            for (ws, id, sha, rev) in &expired {
+                let Ok(card_id) = CardId::parse(id) else { continue };
+                // The card left the manifest when it was archived, at `rev`.
+                remove_card(tx, ws, &card_id, sha, *rev as u64).map_err(&e)?;
+                let current = current_revision(tx, ws).map_err(&e)?;
+                audit(tx, ws, Some(&card_id), current, "server:gc", "purge", Some(sha), None, None, None).map_err(&e)?;
+            }
+            let objects = tx
+                .execute("DELETE FROM objects WHERE released_at IS NOT NULL AND released_at < ?1", params![object_cut])
+                .map_err(&e)?;
+            tx.execute(
+                "UPDATE workspaces SET history_floor = MAX(history_floor,
+                    (SELECT COALESCE(MAX(rev), 0) FROM tombstones t
+                     WHERE t.workspace = workspaces.name AND t.created_at < ?1))",
+                params![delta_cut],
+            )
+            .map_err(&e)?;
+            tx.execute("DELETE FROM tombstones WHERE created_at < ?1", params![delta_cut]).map_err(&e)?;
+            Ok((expired.len(), objects))
+        })
+    }
+}
+
+/// Deletes a card row, leaves a tombstone for deltas, deletes its object if unshared and
+/// redacts the card's history.
+fn remove_card(
+    tx: &Transaction<'_>,
+    ws: &str,
+    id: &CardId,
+    sha: &str,
+    rev: u64,
+) -> rusqlite::Result<()> {
+    let id_s = id.to_string();
+    tx.execute(
+        "DELETE FROM cards WHERE workspace = ?1 AND id = ?2",
+        params![ws, id_s],
+    )?;
+    tx.execute(
+        "INSERT INTO tombstones (workspace, id, rev, created_at) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (workspace, id) DO UPDATE SET rev = excluded.rev, created_at = excluded.created_at",
+        params![ws, id_s, rev as i64, now()],
+    )?;
+    tx.execute(
+        "DELETE FROM objects WHERE workspace = ?1 AND sha256 = ?2
+           AND NOT EXISTS (SELECT 1 FROM cards WHERE workspace = ?1 AND sha256 = ?2)",
+        params![ws, sha],
+    )?;
+    tx.execute(
+        "UPDATE history SET content = NULL, redacted = 1 WHERE workspace = ?1 AND card_id = ?2",
+        params![ws, id_s],
+    )?;
+    Ok(())
+}
+
+fn history_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryRow> {
+    Ok(HistoryRow {
+        seq: r.get(0)?,
+        card_id: r.get(1)?,
+        revision: r.get::<_, i64>(2)? as u64,
+        at: r.get(3)?,
+        actor: r.get(4)?,
+        action: r.get(5)?,
+        sha256_before: r.get(6)?,
+        sha256_after: r.get(7)?,
+        content: r.get(8)?,
+        redacted: r.get(9)?,
+        detail: r.get(10)?,
+    })
+}

@@ -1,0 +1,125 @@
+//! Versioned schema migrations, applied at start in order, each in its own transaction;
+//! `PRAGMA user_version` records how far a database has come.
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use super::{Result, StoreError};
+
+/// Migration N (1-based) brings a database from version N-1 to N. Never edit a shipped
+/// migration: add a new one.
+const MIGRATIONS: &[&str] = &[
+    // 1: the initial schema.
+    "
+    CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    ) STRICT;
+
+    CREATE TABLE workspaces (
+        name           TEXT PRIMARY KEY,
+        revision       INTEGER NOT NULL,
+        history_floor  INTEGER NOT NULL,  -- deltas from revisions below this are incomplete
+        counters_dirty INTEGER NOT NULL,  -- reinforcements waiting to be published
+        created_at     TEXT NOT NULL
+    ) STRICT;
+
+    CREATE TABLE objects (
+        workspace   TEXT NOT NULL REFERENCES workspaces(name),
+        sha256      TEXT NOT NULL,
+        body        BLOB NOT NULL,
+        released_at TEXT,                 -- when the last card stopped using it
+        PRIMARY KEY (workspace, sha256)
+    ) STRICT, WITHOUT ROWID;
+
+    CREATE TABLE cards (
+        workspace          TEXT NOT NULL REFERENCES workspaces(name),
+        id                 TEXT NOT NULL,
+        card_type          TEXT NOT NULL,
+        title_key          TEXT NOT NULL, -- case- and space-folded title, for store dedup
+        summary            TEXT NOT NULL, -- CardSummary as JSON, for manifests
+        sha256             TEXT NOT NULL,
+        size               INTEGER NOT NULL,
+        occurrence         INTEGER NOT NULL,
+        last_seen          TEXT,
+        pending_occurrence INTEGER NOT NULL DEFAULT 0,
+        pending_last_seen  TEXT,
+        live               INTEGER NOT NULL, -- enabled, not superseded, not archived
+        archived_at        TEXT,
+        rev                INTEGER NOT NULL, -- revision of the last change the manifest shows
+        created_at         TEXT NOT NULL,
+        PRIMARY KEY (workspace, id),
+        FOREIGN KEY (workspace, sha256) REFERENCES objects(workspace, sha256)
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX cards_by_rev ON cards (workspace, rev);
+    CREATE INDEX cards_by_title ON cards (workspace, card_type, title_key);
+    CREATE INDEX cards_by_sha ON cards (workspace, sha256);
+
+    CREATE TABLE tombstones (
+        workspace  TEXT NOT NULL,
+        id         TEXT NOT NULL,
+        rev        INTEGER NOT NULL,
+        created_at TEXT NOT NULL,
+        PRIMARY KEY (workspace, id)
+    ) STRICT;
+
+    CREATE TABLE tokens (
+        id         TEXT PRIMARY KEY,
+        hash       TEXT NOT NULL UNIQUE,     -- SHA-256 of the whole token; the token is never stored
+        role       TEXT NOT NULL CHECK (role IN ('node', 'admin')),
+        workspaces TEXT NOT NULL,            -- JSON array
+        note       TEXT,
+        created_at TEXT NOT NULL,
+        revoked_at TEXT
+    ) STRICT;
+
+    CREATE TABLE history (
+        seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+        workspace     TEXT NOT NULL,
+        card_id       TEXT,
+        revision      INTEGER NOT NULL,
+        at            TEXT NOT NULL,
+        actor         TEXT NOT NULL,
+        action        TEXT NOT NULL,
+        sha256_before TEXT,
+        sha256_after  TEXT,
+        content       TEXT,                  -- card text after the change; NULL once redacted
+        redacted      INTEGER NOT NULL DEFAULT 0,
+        detail        TEXT
+    ) STRICT;
+    CREATE INDEX history_by_card ON history (workspace, card_id);
+    ",
+];
+
+/// Brings the database to the newest schema.
+pub(crate) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
+    let sqlite = |context| {
+        let path = path.to_owned();
+        move |source| StoreError::Sqlite {
+            path,
+            context,
+            source,
+        }
+    };
+    let known = MIGRATIONS.len() as i64;
+    let found: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(sqlite("read schema version"))?;
+    if found > known {
+        return Err(StoreError::TooNew {
+            path: path.to_owned(),
+            found,
+            known,
+        });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Exclusive)
+            .map_err(sqlite("begin migration"))?;
+        tx.execute_batch(sql).map_err(sqlite("migrate"))?;
+        tx.pragma_update(None, "user_version", i as i64 + 1)
+            .map_err(sqlite("record schema version"))?;
+        tx.commit().map_err(sqlite("commit migration"))?;
+        tracing::info!(version = i + 1, "database schema migrated");
+    }
+    Ok(())
+}

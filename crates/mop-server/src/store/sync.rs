@@ -1,0 +1,232 @@
+//! What daemons read: manifests (full and delta), objects, and the per-workspace revisions
+//! the server keeps in memory to answer `If-None-Match` without touching the database.
+//! Also the batched publication of counter-only changes.
+
+use jiff::Timestamp;
+use mop_cards::{CardId, CardSummary, Manifest, ManifestEntry, card_path};
+use rusqlite::{OptionalExtension, Transaction, params};
+
+use super::{Result, Store, StoreError, bump};
+
+/// Full or delta.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ManifestKind {
+    /// Every live card.
+    Full,
+    /// Changes after the given revision.
+    Delta(u64),
+}
+
+/// A manifest and the revision it describes (read in the same snapshot).
+#[derive(Debug, Clone)]
+pub struct BuiltManifest {
+    /// The manifest.
+    pub manifest: Manifest,
+}
+
+impl Store {
+    /// Every workspace with its revision and delta floor.
+    pub fn revisions(&self) -> Result<Vec<(String, u64, u64)>> {
+        self.read(|tx| {
+            let e = self.err("read revisions");
+            let mut stmt = tx
+                .prepare("SELECT name, revision, history_floor FROM workspaces")
+                .map_err(&e)?;
+            stmt.query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get::<_, i64>(1)? as u64,
+                    r.get::<_, i64>(2)? as u64,
+                ))
+            })
+            .map_err(&e)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(&e)
+        })
+    }
+
+    /// Builds a manifest in one snapshot. A delta is answered only when `since` is within
+    /// the kept history (`since >= floor` and not ahead of the workspace); otherwise the
+    /// full manifest is returned and the caller sees `since: None`.
+    pub fn manifest(&self, ws: &str, kind: ManifestKind) -> Result<BuiltManifest> {
+        self.read(|tx| {
+            let e = self.err("build manifest");
+            let (revision, floor): (u64, u64) = tx
+                .query_row(
+                    "SELECT revision, history_floor FROM workspaces WHERE name = ?1",
+                    params![ws],
+                    |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64)),
+                )
+                .optional()
+                .map_err(&e)?
+                .ok_or_else(|| StoreError::NotFound(format!("workspace {ws} not found")))?;
+            let since = match kind {
+                ManifestKind::Delta(s) if s >= floor && s <= revision => Some(s),
+                _ => None,
+            };
+            let (cards, removed) = match since {
+                None => (entries(tx, ws, None).map_err(&e)?.0, Vec::new()),
+                Some(s) => {
+                    let (cards, removed) = entries(tx, ws, Some(s)).map_err(&e)?;
+                    let mut removed = removed;
+                    let mut stmt = tx
+                        .prepare("SELECT id FROM tombstones WHERE workspace = ?1 AND rev > ?2")
+                        .map_err(&e)?;
+                    let gone = stmt
+                        .query_map(params![ws, s as i64], |r| r.get::<_, String>(0))
+                        .map_err(&e)?;
+                    for id in gone {
+                        if let Ok(id) = CardId::parse(&id.map_err(&e)?) {
+                            removed.push(id);
+                        }
+                    }
+                    removed.sort();
+                    removed.dedup();
+                    (cards, removed)
+                }
+            };
+            Ok(BuiltManifest {
+                manifest: Manifest {
+                    epoch: self.epoch.clone(),
+                    revision,
+                    generated_at: Timestamp::now(),
+                    since,
+                    cards,
+                    removed,
+                },
+            })
+        })
+    }
+
+    /// One object's bytes, if the workspace has it.
+    pub fn object(&self, ws: &str, sha: &str) -> Result<Option<Vec<u8>>> {
+        self.read(|tx| {
+            tx.query_row(
+                "SELECT body FROM objects WHERE workspace = ?1 AND sha256 = ?2",
+                params![ws, sha],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.err("read object"))
+        })
+    }
+
+    /// Several objects in one snapshot; `None` for each one the workspace lacks.
+    pub fn objects(&self, ws: &str, shas: &[String]) -> Result<Vec<(String, Option<Vec<u8>>)>> {
+        self.read(|tx| {
+            let e = self.err("read objects");
+            let mut stmt = tx
+                .prepare_cached("SELECT body FROM objects WHERE workspace = ?1 AND sha256 = ?2")
+                .map_err(&e)?;
+            shas.iter()
+                .map(|sha| {
+                    let body = stmt
+                        .query_row(params![ws, sha], |r| r.get(0))
+                        .optional()
+                        .map_err(&e)?;
+                    Ok((sha.clone(), body))
+                })
+                .collect()
+        })
+    }
+
+    /// Publishes pending counter changes: for every workspace with reinforcements waiting,
+    /// one revision carries all of them. Returns the workspaces published and their new
+    /// revisions.
+    pub fn publish_counters(&self, only: Option<&str>) -> Result<Vec<(String, u64)>> {
+        self.write(|tx| {
+            let e = self.err("publish counters");
+            let dirty: Vec<String> = {
+                let mut stmt = tx
+                    .prepare("SELECT name FROM workspaces WHERE counters_dirty = 1 AND (?1 IS NULL OR name = ?1)")
+                    .map_err(&e)?;
+                stmt.query_map(params![only], |r| r.get(0))
+                    .map_err(&e)?
+                    .collect::<rusqlite::Result<_>>()
+                    .map_err(&e)?
+            };
+            let mut out = Vec::new();
+            for ws in dirty {
+                let rev = bump(tx, &ws).map_err(&e)?;
+                let n = tx
+                    .execute(
+                        "UPDATE cards SET occurrence = occurrence + pending_occurrence,
+                            last_seen = CASE WHEN pending_last_seen IS NOT NULL
+                                              AND (last_seen IS NULL OR pending_last_seen > last_seen)
+                                             THEN pending_last_seen ELSE last_seen END,
+                            pending_occurrence = 0, pending_last_seen = NULL,
+                            rev = CASE WHEN live = 1 THEN ?2 ELSE rev END
+                         WHERE workspace = ?1 AND (pending_occurrence > 0 OR pending_last_seen IS NOT NULL)",
+                        params![ws, rev as i64],
+                    )
+                    .map_err(&e)?;
+                tx.execute("UPDATE workspaces SET counters_dirty = 0 WHERE name = ?1", params![ws])
+                    .map_err(&e)?;
+                super::cards::audit(
+                    tx,
+                    &ws,
+                    None,
+                    rev,
+                    "server:counters",
+                    "publish_counters",
+                    None,
+                    None,
+                    None,
+                    Some(&format!("cards={n}")),
+                )
+                .map_err(&e)?;
+                out.push((ws, rev));
+            }
+            Ok(out)
+        })
+    }
+}
+
+/// Live entries (full manifest), or every card changed after `since` (delta), whose
+/// non-live ones come back as removed ids.
+fn entries(
+    tx: &Transaction<'_>,
+    ws: &str,
+    since: Option<u64>,
+) -> rusqlite::Result<(Vec<ManifestEntry>, Vec<CardId>)> {
+    const COLUMNS: &str = "SELECT summary, sha256, size, occurrence, last_seen, live FROM cards";
+    let mut stmt = match since {
+        None => tx.prepare_cached(&format!(
+            "{COLUMNS} WHERE workspace = ?1 AND live = 1 AND ?2 IS NULL ORDER BY id"
+        ))?,
+        Some(_) => tx.prepare_cached(&format!(
+            "{COLUMNS} WHERE workspace = ?1 AND rev > ?2 ORDER BY id"
+        ))?,
+    };
+    let rows = stmt.query_map(params![ws, since.map(|s| s as i64)], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, i64>(2)?,
+            r.get::<_, i64>(3)?,
+            r.get::<_, Option<String>>(4)?,
+            r.get::<_, bool>(5)?,
+        ))
+    })?;
+    let mut cards = Vec::new();
+    let mut removed = Vec::new();
+    for row in rows {
+        let (summary, sha256, size, occurrence, last_seen, live) = row?;
+        let summary: CardSummary = serde_json::from_str(&summary).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+        })?;
+        if !live {
+            removed.push(summary.id);
+            continue;
+        }
+        cards.push(ManifestEntry {
+            path: card_path(summary.card_type, &summary.id),
+            summary,
+            sha256,
+            size: size as u64,
+            occurrence: occurrence as u64,
+            last_seen: last_seen.and_then(|t| t.parse().ok()),
+        });
+    }
+    Ok((cards, removed))
+}

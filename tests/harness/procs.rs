@@ -11,19 +11,26 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-/// A binary of this workspace, built next to the test executable (`cargo nextest run
-/// --workspace` builds every binary before running tests).
+/// A binary of this workspace from the same build as the running executable: next to it
+/// (a benchmark binary in `target/<profile>/`) or one level up (a test in
+/// `target/<profile>/deps/`). `cargo nextest run --workspace` builds every binary first.
 pub fn bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    // target/<profile>/deps/<test> -> target/<profile>/<name>
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let path = dir.join(name);
-    assert!(
-        path.is_file(),
-        "{} is missing: build the workspace binaries first (cargo build --workspace)",
-        path.display()
-    );
-    path
+    let exe = std::env::current_exe().expect("executable path");
+    let here = exe.parent().expect("executable directory");
+    let candidates = [
+        here.join(name),
+        here.parent().map(|p| p.join(name)).unwrap_or_default(),
+    ];
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "{name} is missing next to {}: build the workspace binaries first (cargo build --workspace)",
+                exe.display()
+            )
+        })
 }
 
 /// Runs a command to completion, capturing output.

@@ -14,6 +14,8 @@ use mop_bench::{show, summarize, synth};
 use mop_cards::{Catalog, Rules, render_memory_md};
 use mop_search::{IndexDoc, SearchIndex, build_index, select_for_task};
 
+mod server;
+
 #[derive(Parser)]
 #[command(
     version,
@@ -44,6 +46,25 @@ enum Command {
         #[arg(long, default_value_t = 42)]
         seed: u64,
     },
+    /// Card server: 304 answers/s against nginx in the same run, manifest and delta sizes
+    /// and latencies. Needs `wrk` and `nginx` (bench/server.sh installs them).
+    Server {
+        /// Cards in the workspace.
+        #[arg(long, default_value_t = 10_000)]
+        cards: usize,
+        /// Alternating rounds of mop-server and nginx.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Seconds per wrk run.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// Concurrent connections per wrk run.
+        #[arg(long, default_value_t = 32)]
+        connections: usize,
+        /// Seed of the synthetic data.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
 }
 
 fn main() -> Result<()> {
@@ -60,6 +81,19 @@ fn main() -> Result<()> {
             builds,
             seed,
         } => engine(&sizes, tasks, rounds.max(1), builds.max(1), seed),
+        Command::Server {
+            cards,
+            rounds,
+            seconds,
+            connections,
+            seed,
+        } => server::run(&server::Options {
+            cards,
+            rounds: rounds.max(1),
+            seconds: seconds.max(1),
+            connections: connections.max(1),
+            seed,
+        }),
     }
 }
 

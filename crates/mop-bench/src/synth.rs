@@ -476,6 +476,16 @@ pub fn workspace(seed: u64, total: usize, now: Timestamp) -> Synthetic {
     }
 }
 
+/// Writes a workspace as an OKF card directory (for `mop-server import`).
+pub fn write_dir(ws: &Synthetic, dir: &std::path::Path) -> std::io::Result<()> {
+    for card in &ws.cards {
+        let path = dir.join(card.path());
+        std::fs::create_dir_all(path.parent().expect("card paths have a directory"))?;
+        std::fs::write(path, render_card(card))?;
+    }
+    Ok(())
+}
+
 /// Task contexts of the kind runners send: mostly with a user and an asset, half naming an
 /// error code, with ticket-like text.
 pub fn tasks(seed: u64, count: usize, total_cards: usize) -> Vec<TaskContext> {

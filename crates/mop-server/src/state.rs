@@ -33,7 +33,7 @@ pub struct AppState {
     /// The config in force.
     pub config: ServerConfig,
     revisions: RwLock<HashMap<String, u64>>,
-    tokens: RwLock<HashMap<String, TokenInfo>>,
+    tokens: RwLock<HashMap<String, Arc<TokenInfo>>>,
     manifests: Mutex<HashMap<String, Arc<CachedManifest>>>,
     data_version: Mutex<Option<i64>>,
 }
@@ -61,7 +61,12 @@ impl AppState {
             .into_iter()
             .map(|(ws, rev, _)| (ws, rev))
             .collect();
-        let tokens: HashMap<String, TokenInfo> = self.store.token_table()?.into_iter().collect();
+        let tokens: HashMap<String, Arc<TokenInfo>> = self
+            .store
+            .token_table()?
+            .into_iter()
+            .map(|(h, t)| (h, Arc::new(t)))
+            .collect();
         *self.revisions.write().unwrap_or_else(|p| p.into_inner()) = revisions;
         *self.tokens.write().unwrap_or_else(|p| p.into_inner()) = tokens;
         Ok(())
@@ -86,7 +91,7 @@ impl AppState {
     }
 
     /// The token with this hash.
-    pub fn token(&self, hash: &str) -> Option<TokenInfo> {
+    pub fn token(&self, hash: &str) -> Option<Arc<TokenInfo>> {
         self.tokens
             .read()
             .unwrap_or_else(|p| p.into_inner())

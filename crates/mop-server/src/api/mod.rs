@@ -141,7 +141,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
 
 /// The authenticated caller: its token's id, role and workspaces.
 #[derive(Debug, Clone)]
-pub struct Caller(pub TokenInfo);
+pub struct Caller(pub Arc<TokenInfo>);
 
 impl Caller {
     /// Checks that `ws` is in scope and exists; both failures look the same (404).
@@ -210,6 +210,27 @@ impl FromRequestParts<Arc<AppState>> for Caller {
             ));
         }
         Ok(Caller(info))
+    }
+}
+
+/// The request's `If-None-Match` and whether it accepts gzip, read without copying the
+/// whole header map (this is the hot path of every unchanged poll).
+#[derive(Debug, Default)]
+pub struct Conditional {
+    /// The `If-None-Match` value, if any.
+    pub if_none_match: Option<axum::http::HeaderValue>,
+    /// True when `Accept-Encoding` allows gzip.
+    pub gzip: bool,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Conditional {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Conditional {
+            if_none_match: parts.headers.get(header::IF_NONE_MATCH).cloned(),
+            gzip: accepts_gzip(&parts.headers),
+        })
     }
 }
 

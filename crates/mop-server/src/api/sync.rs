@@ -11,7 +11,7 @@ use bytes::Bytes;
 use mop_cards::{OBJECT_BATCH_TYPE, ObjectBatchRequest, Version, encode_batch_item, is_sha256_hex};
 use serde::Deserialize;
 
-use super::{ApiError, Caller, accepts_gzip, blocking, gzip, json, read_body};
+use super::{ApiError, Caller, Conditional, accepts_gzip, blocking, gzip, json, read_body};
 use crate::state::{AppState, CachedManifest};
 use crate::store::ManifestKind;
 
@@ -59,15 +59,16 @@ pub(crate) async fn manifest(
     caller: Caller,
     Path(ws): Path<String>,
     Query(query): Query<ManifestQuery>,
-    headers: HeaderMap,
+    conditional: Conditional,
 ) -> Result<Response, ApiError> {
     let revision = caller.workspace(&state, &ws)?;
     let current = Version {
         epoch: state.store.epoch().to_owned(),
         revision,
     };
-    if let Some(inm) = headers
-        .get(header::IF_NONE_MATCH)
+    if let Some(inm) = conditional
+        .if_none_match
+        .as_ref()
         .and_then(|v| v.to_str().ok())
         && if_none_match(inm, &current.to_string())
     {
@@ -77,7 +78,7 @@ pub(crate) async fn manifest(
         )
             .into_response());
     }
-    let gzip_ok = accepts_gzip(&headers);
+    let gzip_ok = conditional.gzip;
 
     let delta_from = match &query.since {
         None => None,

@@ -11,7 +11,7 @@ use mop_cards::{Card, CardId, CardSummary, CardType, Trust, parse_card, render_c
 use rusqlite::{OptionalExtension, Transaction, params};
 use serde::Serialize;
 
-use super::{Result, Store, StoreError, bump, ensure_workspace, now};
+use super::{Result, Store, StoreError, bump, ensure_workspace, now, stamp};
 
 /// What a card mutation did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -354,7 +354,7 @@ impl Store {
                 bump(tx, ws).map_err(&e)?
             };
             for (card, bytes, before) in changes {
-                let last_seen = card.counters.last_seen.map(|t| t.to_string());
+                let last_seen = card.counters.last_seen.map(stamp);
                 let sha = write_card(
                     tx,
                     ws,
@@ -448,7 +448,7 @@ impl Store {
                 )));
             }
             let rev = bump(tx, ws).map_err(&e)?;
-            let last_seen = card.counters.last_seen.map(|t| t.to_string());
+            let last_seen = card.counters.last_seen.map(stamp);
             let sha = write_card(
                 tx,
                 ws,
@@ -750,8 +750,7 @@ impl Store {
                 .checked_sub(jiff::SignedDuration::from_secs(
                     secs.min(i64::MAX as u64 / 2) as i64,
                 ))
-                .unwrap_or(jiff::Timestamp::MIN)
-                .to_string()
+                .map_or_else(|_| "0000".to_owned(), stamp)
         };
         let (archive_cut, object_cut, delta_cut) = (
             cutoff(archive_secs),

@@ -17,7 +17,7 @@ use mop_cards::{
 use rusqlite::params;
 
 use super::cards::{Kept, audit, load_object, title_key, write_card};
-use super::{Result, Store, StoreError, bump, ensure_workspace};
+use super::{Result, Store, StoreError, bump, ensure_workspace, stamp};
 
 fn body_key(body: &str) -> String {
     body.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -137,7 +137,7 @@ impl Store {
                     tx.execute(
                         "UPDATE cards SET pending_occurrence = pending_occurrence + 1, pending_last_seen = ?3
                          WHERE workspace = ?1 AND id = ?2",
-                        params![ws, summary.id.to_string(), now_ts.to_string()],
+                        params![ws, summary.id.to_string(), stamp(now_ts)],
                     )
                     .map_err(&e)?;
                     tx.execute("UPDATE workspaces SET counters_dirty = 1 WHERE name = ?1", params![ws])
@@ -192,7 +192,7 @@ impl Store {
 
             let raw = render_card(&new_card).into_bytes();
             let rev = bump(tx, ws).map_err(&e)?;
-            let seen = now_ts.to_string();
+            let seen = stamp(now_ts);
             let sha = write_card(tx, ws, &new_card, &raw, rev, Kept { occurrence: 1, last_seen: Some(&seen), archived_at: None }).map_err(&e)?;
             audit(tx, ws, Some(&new_card.summary.id), rev, actor, "store", None, Some(&sha), Some(&raw), Some(&detail))
                 .map_err(&e)?;

@@ -216,9 +216,17 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// The current time as stored: RFC 3339.
+/// The current time as stored (see [`stamp`]).
 pub(crate) fn now() -> String {
-    Timestamp::now().to_string()
+    stamp(Timestamp::now())
+}
+
+/// A timestamp as stored: RFC 3339 in UTC with exactly six fractional digits, so that
+/// SQLite can compare stored times as strings (`23.5Z` would sort before `23Z`).
+pub(crate) fn stamp(ts: Timestamp) -> String {
+    const PRINTER: jiff::fmt::temporal::DateTimePrinter =
+        jiff::fmt::temporal::DateTimePrinter::new().precision(Some(6));
+    PRINTER.timestamp_to_string(&ts)
 }
 
 /// Ensures a workspace row exists.

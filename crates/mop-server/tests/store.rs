@@ -1,0 +1,177 @@
+//! The store without HTTP: purge after archive retention, object retention, the delta
+//! history floor, and migrations, on a real SQLite file.
+
+use mop_cards::{CardId, sha256_hex};
+use mop_server::store::{CardState, ManifestKind, Store, StoreError};
+
+const WS: &str = "acme";
+
+fn card(id: &str, title: &str) -> (String, Vec<u8>) {
+    let path = format!("facts/specs/{id}.md");
+    (
+        path,
+        format!("---\nid: {id}\ntype: fact\ntitle: {title}\n---\nBody of {title}.\n").into_bytes(),
+    )
+}
+
+const A: &str = "00000000-0000-4000-8000-00000000000a";
+const B: &str = "00000000-0000-4000-8000-00000000000b";
+
+fn open() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("mop.db")).unwrap();
+    store
+        .import(WS, vec![card(A, "Alpha"), card(B, "Beta")], "test")
+        .unwrap();
+    (dir, store)
+}
+
+fn object_count(store: &Store) -> i64 {
+    let conn = rusqlite::Connection::open(store.path()).unwrap();
+    conn.query_row("SELECT COUNT(*) FROM objects", [], |r| r.get(0))
+        .unwrap()
+}
+
+#[test]
+fn archived_cards_are_purged_after_retention_and_history_redacted() {
+    let (_dir, store) = open();
+    let a = CardId::parse(A).unwrap();
+    let before_archive = store
+        .manifest(WS, ManifestKind::Full)
+        .unwrap()
+        .manifest
+        .revision;
+    store.set_state(WS, &a, CardState::Archive, "test").unwrap();
+    // Within the retention nothing is purged.
+    assert_eq!(store.collect_garbage(3600, 3600, 3600).unwrap(), (0, 0));
+    assert!(store.card_text(WS, &a).is_ok());
+    // Past it, the card and its content go; its history keeps hashes only.
+    let (purged, _) = store.collect_garbage(0, 3600, 3600).unwrap();
+    assert_eq!(purged, 1);
+    assert!(matches!(
+        store.card_text(WS, &a),
+        Err(StoreError::NotFound(_))
+    ));
+    assert_eq!(object_count(&store), 1, "only B's object is left");
+    let history = store.history(WS, &a).unwrap();
+    let actions: Vec<&str> = history.iter().map(|h| h.action.as_str()).collect();
+    assert_eq!(actions, ["import-create", "archive", "purge"]);
+    assert!(history.iter().all(|h| h.content.is_none()));
+    assert!(history[0].redacted && history[0].sha256_after.is_some());
+    // A daemon that last saw the workspace before the archive learns that A is gone.
+    let delta = store
+        .manifest(WS, ManifestKind::Delta(before_archive))
+        .unwrap()
+        .manifest;
+    assert_eq!(delta.removed, vec![a]);
+}
+
+#[test]
+fn released_objects_live_for_the_retention_window() {
+    let (_dir, store) = open();
+    let b = CardId::parse(B).unwrap();
+    let old_sha = sha256_hex(&card(B, "Beta").1);
+    store
+        .update_card(WS, &b, &card(B, "Beta two").1, "test")
+        .unwrap();
+    assert!(
+        store.object(WS, &old_sha).unwrap().is_some(),
+        "kept for daemons mid-sync"
+    );
+    assert_eq!(store.collect_garbage(3600, 3600, 3600).unwrap(), (0, 0));
+    assert!(store.object(WS, &old_sha).unwrap().is_some());
+    assert_eq!(store.collect_garbage(3600, 0, 3600).unwrap(), (0, 1));
+    assert!(store.object(WS, &old_sha).unwrap().is_none());
+    assert_eq!(object_count(&store), 2, "live objects are never collected");
+}
+
+#[test]
+fn deltas_fall_back_to_full_once_their_history_is_forgotten() {
+    let (_dir, store) = open();
+    let a = CardId::parse(A).unwrap();
+    let old = store
+        .manifest(WS, ManifestKind::Full)
+        .unwrap()
+        .manifest
+        .revision;
+    store.hard_delete(WS, &a, "test").unwrap();
+    let delta = store
+        .manifest(WS, ManifestKind::Delta(old))
+        .unwrap()
+        .manifest;
+    assert_eq!(delta.since, Some(old));
+    assert_eq!(delta.removed, vec![a]);
+    // Forgetting the tombstone raises the floor: the old revision now gets a full manifest.
+    store.collect_garbage(3600, 3600, 0).unwrap();
+    let full = store
+        .manifest(WS, ManifestKind::Delta(old))
+        .unwrap()
+        .manifest;
+    assert_eq!(full.since, None);
+    assert_eq!(full.cards.len(), 1);
+    // A delta from the current revision still works.
+    let now = full.revision;
+    assert_eq!(
+        store
+            .manifest(WS, ManifestKind::Delta(now))
+            .unwrap()
+            .manifest
+            .since,
+        Some(now)
+    );
+}
+
+#[test]
+fn migrations_are_versioned_and_newer_databases_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mop.db");
+    let epoch = Store::open(&path).unwrap().epoch().to_owned();
+    assert_eq!(
+        Store::open(&path).unwrap().epoch(),
+        epoch,
+        "reopening keeps the epoch"
+    );
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 1);
+    conn.pragma_update(None, "user_version", 99).unwrap();
+    drop(conn);
+    let err = Store::open(&path).unwrap_err();
+    assert!(matches!(err, StoreError::TooNew { found: 99, .. }), "{err}");
+    assert!(err.to_string().contains("upgrade mop-server"));
+}
+
+#[test]
+fn stored_times_compare_correctly_as_strings() {
+    // Reinforcements record last_seen; publishing keeps the later of two times even when
+    // their fractional digits differ.
+    let (_dir, store) = open();
+    let req = |body: &str| mop_cards::StoreRequest {
+        provenance: mop_cards::StoreProvenance {
+            task_id: "t".into(),
+            user_id: Some("u".into()),
+            asset_id: None,
+        },
+        card: mop_cards::NewCard {
+            card_type: mop_cards::CardType::Fact,
+            title: "Same".into(),
+            description: None,
+            labels: vec![],
+            error_codes: vec![],
+            stacks: vec![],
+            scope: Default::default(),
+            body: body.into(),
+        },
+    };
+    let first = store.store_memory(WS, &req("x"), "test").unwrap();
+    for _ in 0..3 {
+        store.store_memory(WS, &req("x"), "test").unwrap();
+    }
+    store.publish_counters(None).unwrap();
+    let m = store.manifest(WS, ManifestKind::Full).unwrap().manifest;
+    let e = m.cards.iter().find(|c| c.summary.id == first.id).unwrap();
+    assert_eq!(e.occurrence, 4);
+    assert!(e.last_seen.unwrap() >= e.summary.created_at.unwrap());
+}

@@ -638,10 +638,15 @@ fn audit_rows_for_every_mutation() {
         .json()
         .unwrap();
     let actions: Vec<&str> = rows.iter().map(|r| r["action"].as_str().unwrap()).collect();
+    assert_eq!(
+        &actions[..2],
+        ["token_create", "token_create"],
+        "tokens are audited too"
+    );
     let imports = actions.iter().filter(|a| **a == "import-create").count();
     assert_eq!(imports, card_files(&example_cards_dir()).len());
     assert_eq!(
-        &actions[imports..],
+        &actions[2 + imports..],
         [
             "disable",
             "enable",

@@ -118,6 +118,7 @@ impl Store {
                 params![id, token_hash(&token), role.as_str(), list, note, now()],
             )
             .map_err(self.err("create token"))?;
+            self.audit_token(tx, workspaces, "token_create", &format!("token={id} role={role}"))?;
             Ok(())
         })?;
         Ok((id, token))
@@ -171,6 +172,39 @@ impl Store {
                 }
             }
         })
+    }
+
+    /// One audit row per workspace the token reaches.
+    fn audit_token(
+        &self,
+        tx: &rusqlite::Transaction<'_>,
+        workspaces: &[String],
+        action: &str,
+        detail: &str,
+    ) -> Result<()> {
+        for ws in workspaces {
+            let revision: i64 = tx
+                .query_row(
+                    "SELECT revision FROM workspaces WHERE name = ?1",
+                    params![ws],
+                    |r| r.get(0),
+                )
+                .map_err(self.err("audit token"))?;
+            super::cards::audit(
+                tx,
+                ws,
+                None,
+                revision as u64,
+                "cli:token",
+                action,
+                None,
+                None,
+                None,
+                Some(detail),
+            )
+            .map_err(self.err("audit token"))?;
+        }
+        Ok(())
     }
 
     /// Every token by hash, for the server's in-memory cache.

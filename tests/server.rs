@@ -22,7 +22,7 @@ struct Api {
 impl Api {
     fn new(server: &Server, token: &str) -> Api {
         Api {
-            http: Client::new(),
+            http: mop_tests::http(),
             url: server.url.clone(),
             token: token.to_owned(),
         }
@@ -575,7 +575,7 @@ fn objects_single_batch_and_retention() {
 #[test]
 fn manifests_are_gzip_compressed_when_asked() {
     let (server, _admin, node) = setup("");
-    let raw = Client::builder().gzip(false).build().unwrap();
+    let raw = mop_tests::http_builder().gzip(false).build().unwrap();
     let url = format!("{}/v1/workspaces/{WS}/manifest", server.url);
     let plain = raw.get(&url).bearer_auth(&node.token).send().unwrap();
     assert!(plain.headers().get("content-encoding").is_none());
@@ -802,7 +802,7 @@ fn tokens_missing_invalid_and_revoked() {
     let server = Server::start();
     let node_token = server.token("node", &[WS]);
     let url = format!("{}/v1/workspaces/{WS}/manifest", server.url);
-    let http = Client::new();
+    let http = mop_tests::http();
     let check = |r: Response, needle: &str| {
         assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
         assert_eq!(r.headers()["content-type"], "application/json");

@@ -11,6 +11,18 @@ use jiff::Timestamp;
 use mop_cards::{Card, CardId, Catalog, Manifest, ManifestEntry, Rules, parse_card};
 use mop_search::{IndexDoc, SearchIndex, build_index};
 
+/// An HTTP client for tests. reqwest's TLS (rustls, needed by mopd) wants a crypto
+/// provider installed first, even for plain-HTTP clients.
+pub fn http() -> reqwest::blocking::Client {
+    http_builder().build().expect("HTTP client")
+}
+
+/// A client builder, with the crypto provider installed.
+pub fn http_builder() -> reqwest::blocking::ClientBuilder {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::blocking::Client::builder()
+}
+
 /// The repository root.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

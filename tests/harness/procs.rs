@@ -90,8 +90,33 @@ impl Server {
     }
 
     fn spawn(&mut self) {
+        self.spawn_on("127.0.0.1:0");
+    }
+
+    /// The port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("url has a port")
+    }
+
+    /// Starts again on the same port (after [`Server::stop`]), so daemons find it.
+    pub fn start_again(&mut self) {
+        let listen = format!("127.0.0.1:{}", self.port());
+        for _ in 0..50 {
+            if std::net::TcpListener::bind(&listen).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.spawn_on(&listen);
+    }
+
+    fn spawn_on(&mut self, listen: &str) {
         let mut child = Command::new(bin("mop-server"))
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--listen", listen])
             .arg("--config")
             .arg(self.config())
             .arg("--db")
@@ -166,6 +191,11 @@ impl Server {
         self.spawn();
     }
 
+    /// True while the process runs.
+    pub fn running(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// Creates a token with the CLI.
     pub fn token(&self, role: &str, workspaces: &[&str]) -> String {
         let mut args = vec!["token", "create", "--role", role];
@@ -198,5 +228,250 @@ impl Drop for Server {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+/// A running `mopd` with its own config, token file and directories.
+pub struct Daemon {
+    child: Option<Child>,
+    /// Its directory: config, token, cache, state, run.
+    pub dir: tempfile::TempDir,
+    log: Arc<Mutex<String>>,
+}
+
+/// Options for [`Daemon::start`].
+pub struct DaemonOptions<'a> {
+    /// Workspaces to sync.
+    pub workspaces: &'a [&'a str],
+    /// Poll interval.
+    pub interval_secs: u64,
+    /// Offline re-check interval.
+    pub offline_recheck_secs: u64,
+    /// Extra TOML appended to the config.
+    pub extra: &'a str,
+}
+
+impl Default for DaemonOptions<'_> {
+    fn default() -> Self {
+        DaemonOptions {
+            workspaces: &["acme"],
+            interval_secs: 3600,
+            offline_recheck_secs: 3600,
+            extra: "",
+        }
+    }
+}
+
+impl Daemon {
+    /// Writes a config for `server` with a fresh node token and starts `mopd run`.
+    pub fn start(server: &Server, options: DaemonOptions<'_>) -> Daemon {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let token = server.token("node", options.workspaces);
+        let token_file = dir.path().join("node.token");
+        std::fs::write(&token_file, token).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let d = Daemon {
+            child: None,
+            dir,
+            log: Arc::default(),
+        };
+        d.write_config(&server.url, options);
+        let mut d = d;
+        d.spawn();
+        d
+    }
+
+    /// Rewrites the config file (a running daemon reloads it).
+    pub fn write_config(&self, url: &str, o: DaemonOptions<'_>) {
+        let p = self.dir.path();
+        let list = o
+            .workspaces
+            .iter()
+            .map(|w| format!("\"{w}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let text = format!(
+            "[server]\nurl = \"{url}\"\ntoken_file = \"{}\"\ntimeout_secs = 5\n\
+             [sync]\nworkspaces = [{list}]\ninterval_secs = {}\noffline_recheck_secs = {}\nbackoff_max_secs = 2\n\
+             [paths]\ncache_dir = \"{}\"\nruntime_dir = \"{}\"\nstate_dir = \"{}\"\n{}",
+            p.join("node.token").display(),
+            o.interval_secs,
+            o.offline_recheck_secs,
+            p.join("cache").display(),
+            p.join("run").display(),
+            p.join("state").display(),
+            o.extra,
+        );
+        // Write beside and rename, as an editor or config manager would.
+        let tmp = p.join("mopd.toml.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.config()).unwrap();
+    }
+
+    /// The config file.
+    pub fn config(&self) -> PathBuf {
+        self.dir.path().join("mopd.toml")
+    }
+
+    /// The control socket.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("run/mopd.sock")
+    }
+
+    /// A workspace's pool directory.
+    pub fn pool(&self, ws: &str) -> PathBuf {
+        self.dir.path().join("cache/pools").join(ws)
+    }
+
+    /// `mopd <args…> --config <this config>`.
+    pub fn cli(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(bin("mopd"));
+        cmd.args(args).arg("--config").arg(self.config());
+        cmd
+    }
+
+    /// Starts the daemon process and waits for its socket.
+    pub fn spawn(&mut self) {
+        self.log.lock().unwrap().clear();
+        let mut child = Command::new(bin("mopd"))
+            .arg("run")
+            .arg("--config")
+            .arg(self.config())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start mopd");
+        let stderr = child.stderr.take().expect("stderr");
+        let log = self.log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut l = log.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !self.log().contains("mopd started") {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("mopd exited with {status}; log:\n{}", self.log());
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "mopd did not start; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Everything the daemon logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Sends a signal.
+    pub fn signal(&self, sig: Signal) {
+        if let Some(pid) = self.pid() {
+            kill(Pid::from_raw(pid as i32), sig).expect("signal mopd");
+        }
+    }
+
+    /// SIGKILL, no cleanup.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM and wait; returns whether it exited successfully.
+    pub fn stop(&mut self) -> bool {
+        let Some(mut child) = self.child.take() else {
+            return true;
+        };
+        kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).expect("signal mopd");
+        for _ in 0..400 {
+            if let Some(status) = child.try_wait().expect("wait") {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        let _ = child.kill();
+        panic!(
+            "mopd did not stop within 10 s of SIGTERM; log:\n{}",
+            self.log()
+        );
+    }
+
+    /// `mopd <args…> --socket <this socket>` (works even while the config is broken).
+    pub fn ctl(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(bin("mopd"));
+        cmd.args(args).arg("--socket").arg(self.socket());
+        cmd
+    }
+
+    /// `mopd sync <ws>`; returns its stdout.
+    pub fn sync(&self, ws: &str) -> String {
+        let out = run(&mut self.ctl(&["sync", ws]));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `mopd status --json`, parsed, with the exit code.
+    pub fn status(&self) -> (i32, serde_json::Value) {
+        let out = run(&mut self.ctl(&["status", "--json"]));
+        let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "status --json: {e}: {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        });
+        (out.status.code().unwrap_or(-1), v)
+    }
+
+    /// Waits until `f(status)` holds.
+    pub fn wait_for(
+        &self,
+        what: &str,
+        mut f: impl FnMut(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (_, v) = self.status();
+            if f(&v) {
+                return v;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}; status: {v:#}\nlog:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+impl Daemon {
+    /// Waits until every configured workspace has a generation (the first sync runs at
+    /// start).
+    pub fn wait_synced(&self) -> serde_json::Value {
+        self.wait_for("first generation", |v| {
+            v["workspaces"]
+                .as_array()
+                .is_some_and(|ws| !ws.is_empty() && ws.iter().all(|w| w["generation"].is_string()))
+        })
     }
 }

@@ -97,7 +97,7 @@ fn start_nginx(dir: &Path, file: &[u8]) -> Result<Nginx> {
         .context("cannot start nginx (apt-get install nginx)")?;
     let url = format!("http://127.0.0.1:{port}/manifest.json");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while reqwest::blocking::get(&url).is_err() {
+    while mop_tests::http().get(&url).send().is_err() {
         if Instant::now() > deadline {
             bail!(
                 "nginx did not start; see {}",
@@ -135,7 +135,7 @@ pub fn run(o: &Options) -> Result<()> {
         bail!("import failed: {}", String::from_utf8_lossy(&out.stderr));
     }
     let manifest_url = format!("{}/v1/workspaces/bench/manifest", server.url);
-    let plain = reqwest::blocking::Client::builder().gzip(false).build()?;
+    let plain = mop_tests::http_builder().gzip(false).build()?;
     let get = |url: &str, gzip: bool| -> Result<reqwest::blocking::Response> {
         let mut req = plain.get(url).bearer_auth(&token);
         if gzip {
@@ -194,7 +194,7 @@ pub fn run(o: &Options) -> Result<()> {
 
     // 304s: mop-server vs nginx, alternating.
     let nginx = start_nginx(&tmp.path().join("nginx"), &full_bytes)?;
-    let nginx_etag = reqwest::blocking::get(&nginx.url)?.headers()["etag"]
+    let nginx_etag = mop_tests::http().get(&nginx.url).send()?.headers()["etag"]
         .to_str()?
         .to_owned();
     for (url, inm, auth) in [

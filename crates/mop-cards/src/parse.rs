@@ -44,6 +44,16 @@ pub fn parse_card(bytes: &[u8]) -> Result<Card, CardError> {
     Ok(card)
 }
 
+/// The Markdown body of a card file, without parsing or validating its frontmatter: for
+/// callers that already trust the file (a daemon indexing objects it verified by hash).
+pub fn card_body(bytes: &[u8]) -> Result<&str, CardError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| CardError::NotUtf8 {
+        valid_up_to: e.valid_up_to(),
+    })?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    split_frontmatter(text).map(|(_, body)| body)
+}
+
 /// Splits `---\n<yaml>---\n<body>`; the body is everything after the closing line, verbatim.
 fn split_frontmatter(text: &str) -> Result<(&str, &str), CardError> {
     let mut lines = text.split_inclusive('\n');

@@ -1,0 +1,285 @@
+//! `mopd.toml`: where the server is, which workspaces to keep, where the pool, state and
+//! sockets live, and pool limits. Every key is documented in `config/mopd.toml`.
+//!
+//! A bad file is refused with the file, the key and the reason; at start that stops the
+//! daemon, on reload (SIGHUP or a change of the file) the running config stays in force.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The default config file.
+pub const DEFAULT_CONFIG: &str = "/etc/mopd/mopd.toml";
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MopdConfig {
+    /// `[server]`.
+    pub server: ServerSection,
+    /// `[sync]`.
+    pub sync: SyncSection,
+    /// `[paths]`.
+    #[serde(default)]
+    pub paths: PathsSection,
+    /// `[pool]`.
+    #[serde(default)]
+    pub pool: PoolSection,
+    /// `[selection]`: tier, ranking and MEMORY.md settings (OKF.md defaults).
+    #[serde(default)]
+    pub selection: mop_cards::SelectionConfig,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    /// Base URL of mop-server (`https://…`, or `http://…` on a trusted network).
+    pub url: String,
+    /// File holding this host's node token; readable by the daemon alone (mode 0600 or 0400).
+    #[serde(default = "default_token_file")]
+    pub token_file: PathBuf,
+    /// Timeout of one request to the server, in seconds.
+    #[serde(default = "default_timeout")]
+    pub timeout_secs: u64,
+}
+
+/// `[sync]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyncSection {
+    /// Workspaces to keep in the pool.
+    pub workspaces: Vec<String>,
+    /// Seconds between polls of an unchanged workspace (jittered by ±20 %).
+    #[serde(default = "default_interval")]
+    pub interval_secs: u64,
+    /// Seconds between attempts while the server cannot be reached.
+    #[serde(default = "default_offline")]
+    pub offline_recheck_secs: u64,
+    /// Longest wait between attempts after errors (exponential backoff with jitter).
+    #[serde(default = "default_backoff_max")]
+    pub backoff_max_secs: u64,
+}
+
+/// `[paths]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PathsSection {
+    /// The cache pool: objects, generations, task views.
+    pub cache_dir: PathBuf,
+    /// Sockets.
+    pub runtime_dir: PathBuf,
+    /// Sync status and leases.
+    pub state_dir: PathBuf,
+}
+
+/// `[pool]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PoolSection {
+    /// Most bytes all pools together may use; a sync that would pass it is refused.
+    pub max_bytes: u64,
+    /// Seconds between background re-hashes of every pool (0: never; `mopd verify` on demand).
+    pub verify_interval_secs: u64,
+}
+
+fn default_token_file() -> PathBuf {
+    PathBuf::from("/etc/mopd/node.token")
+}
+fn default_timeout() -> u64 {
+    30
+}
+fn default_interval() -> u64 {
+    30
+}
+fn default_offline() -> u64 {
+    30
+}
+fn default_backoff_max() -> u64 {
+    300
+}
+
+impl Default for PathsSection {
+    fn default() -> Self {
+        PathsSection {
+            cache_dir: PathBuf::from("/var/cache/mopd"),
+            runtime_dir: PathBuf::from("/run/mopd"),
+            state_dir: PathBuf::from("/var/lib/mopd"),
+        }
+    }
+}
+
+impl Default for PoolSection {
+    fn default() -> Self {
+        PoolSection {
+            max_bytes: 2 * 1024 * 1024 * 1024,
+            verify_interval_secs: 6 * 3600,
+        }
+    }
+}
+
+/// Why a config is refused: the file, the key and the reason.
+#[derive(Debug, thiserror::Error)]
+#[error("config {file}: {problem}")]
+pub struct ConfigError {
+    /// The file.
+    pub file: String,
+    /// Key and reason.
+    pub problem: String,
+}
+
+impl MopdConfig {
+    /// Reads and checks a config file.
+    pub fn load(path: &Path) -> Result<MopdConfig, ConfigError> {
+        let err = |problem: String| ConfigError {
+            file: path.display().to_string(),
+            problem,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            err(format!(
+                "cannot read it: {e} (pass --config or create {DEFAULT_CONFIG})"
+            ))
+        })?;
+        let config: MopdConfig =
+            toml::from_str(&text).map_err(|e| err(e.to_string().trim_end().to_owned()))?;
+        config.validate().map_err(err)?;
+        Ok(config)
+    }
+
+    /// Checks values a parser cannot: URL form, workspace names, ranges, paths.
+    pub fn validate(&self) -> Result<(), String> {
+        let url = &self.server.url;
+        if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 10 {
+            return Err(format!(
+                "server.url {url:?} must be an http:// or https:// URL"
+            ));
+        }
+        if self.sync.workspaces.is_empty() {
+            return Err("sync.workspaces must name at least one workspace".into());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for ws in &self.sync.workspaces {
+            if !mop_cards::is_slug(ws) {
+                return Err(format!(
+                    "sync.workspaces: {ws:?} must be a lowercase slug matching [a-z0-9][a-z0-9._-]{{0,63}}"
+                ));
+            }
+            if !seen.insert(ws) {
+                return Err(format!("sync.workspaces: {ws:?} is listed twice"));
+            }
+        }
+        for (key, v) in [
+            ("sync.interval_secs", self.sync.interval_secs),
+            ("sync.offline_recheck_secs", self.sync.offline_recheck_secs),
+            ("sync.backoff_max_secs", self.sync.backoff_max_secs),
+            ("server.timeout_secs", self.server.timeout_secs),
+        ] {
+            if v == 0 {
+                return Err(format!("{key} must be at least 1"));
+            }
+        }
+        for (key, p) in [
+            ("paths.cache_dir", &self.paths.cache_dir),
+            ("paths.runtime_dir", &self.paths.runtime_dir),
+            ("paths.state_dir", &self.paths.state_dir),
+            ("server.token_file", &self.server.token_file),
+        ] {
+            if !p.is_absolute() {
+                return Err(format!("{key} {} must be an absolute path", p.display()));
+            }
+        }
+        // The control socket path must fit sun_path (108 bytes with its NUL).
+        let sock = self.socket_path();
+        if sock.as_os_str().len() > 100 {
+            return Err(format!(
+                "paths.runtime_dir is too long: the socket {} would exceed the 108-byte limit of Unix socket paths",
+                sock.display()
+            ));
+        }
+        mop_cards::Rules::new(self.selection.clone()).map_err(|e| format!("selection.{e}"))?;
+        Ok(())
+    }
+
+    /// The control socket.
+    pub fn socket_path(&self) -> PathBuf {
+        self.paths.runtime_dir.join("mopd.sock")
+    }
+
+    /// Poll interval.
+    pub fn interval(&self) -> Duration {
+        Duration::from_secs(self.sync.interval_secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<MopdConfig, String> {
+        let c: MopdConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    const MINIMAL: &str =
+        "[server]\nurl = \"https://mop.example.internal\"\n[sync]\nworkspaces = [\"acme\"]\n";
+
+    #[test]
+    fn shipped_default_file_parses() {
+        let text = include_str!("../../../config/mopd.toml");
+        let c = parse(text).unwrap();
+        assert_eq!(c.sync.workspaces, ["acme"]);
+        assert_eq!(c.sync.interval_secs, 30);
+        assert_eq!(c.paths, PathsSection::default());
+        assert_eq!(c.pool, PoolSection::default());
+        assert_eq!(c.selection, mop_cards::SelectionConfig::default());
+    }
+
+    #[test]
+    fn minimal_file_gets_defaults() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.server.token_file, PathBuf::from("/etc/mopd/node.token"));
+        assert_eq!(c.socket_path(), PathBuf::from("/run/mopd/mopd.sock"));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let cases = [
+            (
+                MINIMAL.replace("https://mop.example.internal", "ftp://x"),
+                "server.url",
+            ),
+            (MINIMAL.replace("[\"acme\"]", "[]"), "sync.workspaces"),
+            (
+                MINIMAL.replace("[\"acme\"]", "[\"Acme\"]"),
+                "sync.workspaces",
+            ),
+            (
+                MINIMAL.replace("[\"acme\"]", "[\"a\", \"a\"]"),
+                "listed twice",
+            ),
+            (
+                format!("{MINIMAL}interval_secs = 0\n"),
+                "sync.interval_secs",
+            ),
+            (format!("{MINIMAL}intervall_secs = 5\n"), "intervall_secs"),
+            (
+                format!("{MINIMAL}[paths]\ncache_dir = \"relative\"\n"),
+                "paths.cache_dir",
+            ),
+            (
+                format!("{MINIMAL}[paths]\nruntime_dir = \"/{}\"\n", "r".repeat(100)),
+                "108-byte",
+            ),
+            (
+                format!("{MINIMAL}[selection]\nmin_text_ratio = 3.0\n"),
+                "min_text_ratio",
+            ),
+        ];
+        for (text, needle) in cases {
+            let err = parse(&text).unwrap_err();
+            assert!(err.contains(needle), "{err:?} lacks {needle:?}");
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! The mop host daemon.
+//!
+//! - [`config`]: `mopd.toml`, validated, reloadable.
+//! - [`pool`]: one workspace's verified cache pool: objects, generations, the atomic
+//!   `current` swap, garbage collection, re-hashing.
+//! - [`client`]: the protocol's client side (conditional and delta manifests, objects
+//!   verified while they stream).
+//! - [`sync`]: the per-workspace sync loop with backoff, rollback refusal and epoch checks.
+//! - [`status`]: the versioned status report and its rendering for `mopd status`.
+//! - [`control`]: the control socket (server and client).
+//! - [`daemon`]: `mopd run`.
+
+pub mod client;
+pub mod config;
+pub mod control;
+pub mod daemon;
+pub mod pool;
+pub mod shared;
+pub mod status;
+pub mod sync;

@@ -1,0 +1,113 @@
+//! State shared by the daemon's tasks: the config and server client in force (swapped on
+//! reload), the workspaces' statuses, and the generations pinned by live tasks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+
+use jiff::Timestamp;
+
+use crate::client::ServerClient;
+use crate::config::MopdConfig;
+use crate::status::WorkspaceStatus;
+
+/// Daemon-wide state.
+pub struct Shared {
+    config: RwLock<Arc<MopdConfig>>,
+    client: RwLock<Arc<ServerClient>>,
+    /// The config file.
+    pub config_path: PathBuf,
+    /// When the daemon started.
+    pub started_at: Timestamp,
+    statuses: Mutex<BTreeMap<String, Arc<Mutex<WorkspaceStatus>>>>,
+    pins: Mutex<BTreeMap<String, BTreeMap<String, usize>>>,
+}
+
+impl Shared {
+    /// New state.
+    pub fn new(config: MopdConfig, client: ServerClient, config_path: PathBuf) -> Shared {
+        Shared {
+            config: RwLock::new(Arc::new(config)),
+            client: RwLock::new(Arc::new(client)),
+            config_path,
+            started_at: Timestamp::now(),
+            statuses: Mutex::default(),
+            pins: Mutex::default(),
+        }
+    }
+
+    /// The config in force.
+    pub fn config(&self) -> Arc<MopdConfig> {
+        self.config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The server client in force.
+    pub fn client(&self) -> Arc<ServerClient> {
+        self.client
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Swaps in a new config and client (reload).
+    pub fn replace(&self, config: MopdConfig, client: ServerClient) {
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+        *self.client.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(client);
+    }
+
+    /// Registers (or forgets, with `None`) a workspace's status.
+    pub fn set_status(&self, ws: &str, status: Option<Arc<Mutex<WorkspaceStatus>>>) {
+        let mut map = self.statuses.lock().unwrap_or_else(|p| p.into_inner());
+        match status {
+            Some(s) => map.insert(ws.to_owned(), s),
+            None => map.remove(ws),
+        };
+    }
+
+    /// Snapshots of every workspace's status, by name.
+    pub fn statuses(&self) -> Vec<WorkspaceStatus> {
+        let map = self.statuses.lock().unwrap_or_else(|p| p.into_inner());
+        map.values()
+            .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .collect()
+    }
+
+    /// Bytes all pools use, as last measured.
+    pub fn pool_usage(&self) -> u64 {
+        self.statuses().iter().map(|s| s.pool_bytes).sum()
+    }
+
+    /// Generations of `ws` pinned by live tasks.
+    pub fn pinned(&self, ws: &str) -> BTreeSet<String> {
+        let pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        pins.get(ws)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Pins a generation for a task.
+    pub fn pin(&self, ws: &str, generation: &str) {
+        let mut pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        *pins
+            .entry(ws.to_owned())
+            .or_default()
+            .entry(generation.to_owned())
+            .or_default() += 1;
+    }
+
+    /// Releases one pin.
+    pub fn unpin(&self, ws: &str, generation: &str) {
+        let mut pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(m) = pins.get_mut(ws)
+            && let Some(n) = m.get_mut(generation)
+        {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(generation);
+            }
+        }
+    }
+}

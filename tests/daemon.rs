@@ -1,0 +1,638 @@
+//! mopd end to end: the real mop-server and mopd binaries on loopback with temporary
+//! directories.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use mop_cards::{Manifest, card_path, sha256_hex};
+use mop_tests::example_cards_dir;
+use mop_tests::procs::{Daemon, DaemonOptions, Server, run};
+use serde_json::Value;
+
+const WS: &str = "acme";
+
+/// A server with the example workspace and an admin token.
+fn server() -> (Server, String) {
+    let server = Server::start();
+    let admin = server.token("admin", &[WS]);
+    let out = server.import(&example_cards_dir(), WS);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (server, admin)
+}
+
+/// Checks that `current` is a complete generation: every card file hashes to its manifest
+/// entry, and the index opens. Returns the manifest.
+fn check_current(pool: &Path) -> Manifest {
+    let link = std::fs::read_link(pool.join("current")).expect("current link");
+    let dir = pool.join(&link);
+    let manifest: Manifest =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+    for e in &manifest.cards {
+        let file = dir
+            .join("tree")
+            .join(card_path(e.summary.card_type, &e.summary.id));
+        let bytes = std::fs::read(&file).unwrap_or_else(|err| panic!("{}: {err}", file.display()));
+        assert_eq!(sha256_hex(&bytes), e.sha256, "{}", file.display());
+    }
+    let index = mop_search::SearchIndex::open(&dir.join("index")).expect("index opens");
+    assert_eq!(index.num_docs(), manifest.cards.len() as u64);
+    manifest
+}
+
+fn ws_status(v: &Value) -> &Value {
+    &v["workspaces"][0]
+}
+
+fn admin_post(server: &Server, token: &str, path: &str, body: Option<Value>) {
+    let mut req = mop_tests::http()
+        .post(format!("{}/v1/workspaces/{WS}{path}", server.url))
+        .bearer_auth(token);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let r = req.send().unwrap();
+    assert!(r.status().is_success(), "{path}: {}", r.text().unwrap());
+}
+
+fn admin_edit(server: &Server, token: &str, id: &str, extra: &str) {
+    let http = mop_tests::http();
+    let url = format!("{}/v1/workspaces/{WS}/cards/{id}", server.url);
+    let raw = http
+        .get(&url)
+        .bearer_auth(token)
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let r = http
+        .put(&url)
+        .bearer_auth(token)
+        .body(format!("{raw}{extra}\n"))
+        .send()
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().unwrap());
+}
+
+fn live_ids(m: &Manifest) -> Vec<String> {
+    m.cards.iter().map(|c| c.summary.id.to_string()).collect()
+}
+
+#[test]
+fn first_sync_unchanged_poll_and_incremental_change() {
+    let (server, admin) = server();
+    let d = Daemon::start(&server, DaemonOptions::default());
+    // The first sync runs as the daemon starts.
+    d.wait_synced();
+    let (code, v) = d.status();
+    assert_eq!(code, 0, "{v:#}");
+    let w = ws_status(&v);
+    let m = check_current(&d.pool(WS));
+    assert_eq!(w["cards"], m.cards.len());
+    assert_eq!(
+        m.cards.len(),
+        42,
+        "44 example cards minus one disabled and one superseded"
+    );
+    assert_eq!(w["stats"]["objects_fetched"], 42);
+    let bytes_after_first = w["stats"]["object_bytes"].as_u64().unwrap();
+
+    // Permissions: directories 0750, objects 0440, socket 0660.
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    for dir in ["cache", "state", "run"] {
+        assert_eq!(mode(&d.dir.path().join(dir)), 0o750, "{dir}");
+    }
+    let obj = &m.cards[0].sha256;
+    assert_eq!(
+        mode(&d.pool(WS).join("objects").join(&obj[..2]).join(obj)),
+        0o440
+    );
+    assert_eq!(mode(&d.socket()), 0o660);
+
+    // Unchanged: a 304, and no object bytes move.
+    assert_eq!(d.sync(WS).trim(), format!("{WS}: not modified"));
+    let (_, v) = d.status();
+    let w = ws_status(&v);
+    assert_eq!(w["last_sync"]["http_status"], 304);
+    assert_eq!(w["stats"]["not_modified"], 1);
+    assert_eq!(w["stats"]["object_bytes"], bytes_after_first);
+
+    // Two cards change: exactly two objects are fetched, through a delta.
+    let (a, b) = (
+        &m.cards[0].summary.id.to_string(),
+        &m.cards[1].summary.id.to_string(),
+    );
+    admin_edit(&server, &admin, a, "Edited once.");
+    admin_edit(&server, &admin, b, "Edited too.");
+    assert_eq!(d.sync(WS).trim(), format!("{WS}: modified"));
+    let (_, v) = d.status();
+    assert_eq!(ws_status(&v)["stats"]["objects_fetched"], 44);
+    let m2 = check_current(&d.pool(WS));
+    assert_eq!(m2.revision, m.revision + 2);
+    assert_eq!(live_ids(&m2), live_ids(&m));
+    // Old generations and unreferenced objects are collected.
+    assert_eq!(
+        std::fs::read_dir(d.pool(WS).join("gens")).unwrap().count(),
+        1
+    );
+    let objects: usize = std::fs::read_dir(d.pool(WS).join("objects"))
+        .unwrap()
+        .map(|f| std::fs::read_dir(f.unwrap().path()).unwrap().count())
+        .sum();
+    assert_eq!(objects, 42);
+}
+
+#[test]
+fn superseded_and_disabled_cards_leave_the_next_generation() {
+    let (server, admin) = server();
+    let d = Daemon::start(&server, DaemonOptions::default());
+    d.sync(WS);
+    let m = check_current(&d.pool(WS));
+    let (a, b, newer) = (
+        m.cards[0].summary.id,
+        m.cards[1].summary.id,
+        m.cards[2].summary.id,
+    );
+    admin_post(&server, &admin, &format!("/cards/{a}/disable"), None);
+    admin_post(
+        &server,
+        &admin,
+        &format!("/cards/{b}/supersede"),
+        Some(serde_json::json!({"by": newer.to_string()})),
+    );
+    d.sync(WS);
+    let m2 = check_current(&d.pool(WS));
+    assert_eq!(m2.cards.len(), m.cards.len() - 2);
+    for gone in [a, b] {
+        assert!(!live_ids(&m2).contains(&gone.to_string()));
+    }
+    let generation = d
+        .pool(WS)
+        .join(std::fs::read_link(d.pool(WS).join("current")).unwrap());
+    let tree_files = walk(&generation.join("tree"));
+    assert_eq!(tree_files.len(), m2.cards.len());
+    assert!(
+        !tree_files
+            .iter()
+            .any(|p| p.to_string_lossy().contains(&a.to_string()))
+    );
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn server_outage_degrades_status_and_recovers_by_itself() {
+    let (mut server, admin) = server();
+    let d = Daemon::start(
+        &server,
+        DaemonOptions {
+            interval_secs: 1,
+            offline_recheck_secs: 1,
+            ..Default::default()
+        },
+    );
+    d.wait_for("first generation", |v| {
+        ws_status(v)["generation"].is_string()
+    });
+    let before = check_current(&d.pool(WS));
+    assert!(server.stop());
+    let v = d.wait_for("failing sync", |v| {
+        ws_status(v)["last_sync"]["result"] == "failed"
+    });
+    let (code, v2) = d.status();
+    assert_eq!(code, 1, "degraded exits 1: {v2:#}");
+    assert_eq!(v["healthy"], false);
+    let problem = &v2["problems"][0];
+    assert!(
+        problem["message"].as_str().unwrap().contains("unreachable"),
+        "{problem}"
+    );
+    assert!(
+        problem["next"]
+            .as_str()
+            .unwrap()
+            .starts_with("curl -sS http://127.0.0.1:"),
+        "{problem}"
+    );
+    let human = run(&mut d.ctl(&["status"]));
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(text.starts_with("mopd: DEGRADED"), "{text}");
+    assert!(
+        text.contains("→ curl -sS"),
+        "each problem ends with the next command: {text}"
+    );
+    // Still serving the last good generation.
+    assert_eq!(check_current(&d.pool(WS)).revision, before.revision);
+
+    server.start_again();
+    admin_edit(
+        &server,
+        &admin,
+        &before.cards[0].summary.id.to_string(),
+        "Changed during the outage.",
+    );
+    let v = d.wait_for("recovery", |v| {
+        v["healthy"] == true && ws_status(v)["revision"] == before.revision + 1
+    });
+    assert_eq!(ws_status(&v)["consecutive_failures"], 0);
+    assert_eq!(d.status().0, 0);
+}
+
+#[test]
+fn restart_while_offline_serves_at_once() {
+    let (mut server, _admin) = server();
+    let mut d = Daemon::start(&server, DaemonOptions::default());
+    d.sync(WS);
+    let m = check_current(&d.pool(WS));
+    assert!(server.stop());
+    assert!(d.stop(), "clean exit on SIGTERM; log:\n{}", d.log());
+    assert!(!d.socket().exists(), "socket removed at shutdown");
+    d.spawn();
+    let (code, v) = d.status();
+    let w = ws_status(&v);
+    assert_eq!(
+        w["revision"], m.revision,
+        "the last good generation is there at once: {v:#}"
+    );
+    assert_eq!(w["cards"], m.cards.len());
+    assert_eq!(code, 1, "degraded while the server is away: {v:#}");
+    assert_eq!(check_current(&d.pool(WS)).revision, m.revision);
+}
+
+#[test]
+fn a_lower_revision_is_refused_and_a_new_epoch_accepted_with_a_warning() {
+    let (mut server, admin) = server();
+    let d = Daemon::start(&server, DaemonOptions::default());
+    d.sync(WS);
+    // Keep a copy of the database at this revision.
+    assert!(server.stop());
+    let old_db = server.dir.path().join("old.db");
+    std::fs::copy(server.db(), &old_db).unwrap();
+    server.start_again();
+    let m = check_current(&d.pool(WS));
+    admin_edit(
+        &server,
+        &admin,
+        &m.cards[0].summary.id.to_string(),
+        "Newer.",
+    );
+    d.sync(WS);
+    let newer = check_current(&d.pool(WS));
+    assert_eq!(newer.revision, m.revision + 1);
+
+    // The server comes back from the old copy: same epoch, lower revision.
+    assert!(server.stop());
+    std::fs::copy(&old_db, server.db()).unwrap();
+    server.start_again();
+    let out = d.sync(WS);
+    assert!(
+        out.contains("sync failed") && out.contains("rollback"),
+        "{out}"
+    );
+    let (code, v) = d.status();
+    assert_eq!(code, 1);
+    assert_eq!(ws_status(&v)["stats"]["rollbacks_refused"], 1);
+    assert_eq!(
+        check_current(&d.pool(WS)).revision,
+        newer.revision,
+        "the newer generation stays"
+    );
+
+    // Rebuilt elsewhere: a new epoch is accepted, with a warning status keeps showing.
+    assert!(server.stop());
+    let db = rusqlite::Connection::open(server.db()).unwrap();
+    db.execute(
+        "UPDATE meta SET value = '11111111-2222-4333-8444-555555555555' WHERE key = 'epoch'",
+        [],
+    )
+    .unwrap();
+    drop(db);
+    server.start_again();
+    assert_eq!(d.sync(WS).trim(), format!("{WS}: modified"));
+    let after = check_current(&d.pool(WS));
+    assert_eq!(after.epoch, "11111111-2222-4333-8444-555555555555");
+    assert_eq!(after.revision, m.revision);
+    let (code, v) = d.status();
+    assert_eq!(code, 0, "a new epoch is a warning, not a failure: {v:#}");
+    let warning = &v["warnings"][0];
+    assert!(
+        warning["message"]
+            .as_str()
+            .unwrap()
+            .contains("epoch changed"),
+        "{warning}"
+    );
+    assert_eq!(warning["next"], format!("mopd ack-epoch {WS}"));
+    assert!(d.log().contains("new server epoch accepted"));
+    assert!(run(&mut d.ctl(&["ack-epoch", WS])).status.success());
+    assert!(d.status().1["warnings"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn corrupted_objects_are_detected_and_fetched_again() {
+    let (server, _admin) = server();
+    let d = Daemon::start(&server, DaemonOptions::default());
+    d.sync(WS);
+    let m = check_current(&d.pool(WS));
+    let victim = &m.cards[3];
+    let object = d
+        .pool(WS)
+        .join("objects")
+        .join(&victim.sha256[..2])
+        .join(&victim.sha256);
+    // Root ignores the 0440 mode; flip bytes in place, as a failing disk would.
+    let mut bytes = std::fs::read(&object).unwrap();
+    bytes[10] ^= 0xff;
+    std::fs::write(&object, &bytes).unwrap();
+
+    let out = run(&mut d.cli(&["verify"]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("DAMAGED") && text.contains(&victim.sha256),
+        "{text}"
+    );
+    assert!(text.contains("mopd verify --repair"), "{text}");
+    let out = run(&mut d.cli(&["verify", "--repair"]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("repaired"), "{text}");
+    check_current(&d.pool(WS));
+    let out = run(&mut d.cli(&["verify"]));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let quarantined = std::fs::read_dir(d.pool(WS).join("quarantine"))
+        .unwrap()
+        .count();
+    assert_eq!(quarantined, 1);
+}
+
+#[test]
+fn the_daemon_scrubs_its_pool_by_itself() {
+    let (server, _admin) = server();
+    let d = Daemon::start(
+        &server,
+        DaemonOptions {
+            extra: "[pool]\nverify_interval_secs = 1\n",
+            ..Default::default()
+        },
+    );
+    d.sync(WS);
+    let m = check_current(&d.pool(WS));
+    let victim = &m.cards[5];
+    let object = d
+        .pool(WS)
+        .join("objects")
+        .join(&victim.sha256[..2])
+        .join(&victim.sha256);
+    std::fs::write(&object, b"garbage").unwrap();
+    d.wait_for("scrub", |v| {
+        ws_status(v)["stats"]["objects_quarantined"] == 1
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = run(&mut d.cli(&["verify"]));
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not repaired: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    check_current(&d.pool(WS));
+}
+
+#[test]
+fn status_exit_codes_and_unreachable_daemon() {
+    let (server, _admin) = server();
+    let mut d = Daemon::start(&server, DaemonOptions::default());
+    d.sync(WS);
+    assert_eq!(d.status().0, 0);
+    let human = run(&mut d.ctl(&["status"]));
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(text.starts_with("mopd: healthy"), "{text}");
+    for needle in [
+        "workspace acme",
+        "revision",
+        "cards",
+        "pool",
+        "last sync",
+        "304",
+        "server       reached",
+        "last error   none",
+        "tasks",
+        "sandbox",
+        "config",
+        "up ",
+    ] {
+        assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
+    }
+    let (_, v) = d.status();
+    assert_eq!(v["schema"], 1);
+
+    // Killed: the socket file stays but nothing answers.
+    d.kill9();
+    let out = run(&mut d.ctl(&["status"]));
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("refuses connections") && text.contains("systemctl restart mopd"),
+        "{text}"
+    );
+    // No socket at all.
+    std::fs::remove_file(d.socket()).unwrap();
+    let out = run(&mut d.ctl(&["status", "--json"]));
+    assert_eq!(out.status.code(), Some(2));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["reason"], "socket_missing");
+    assert!(v["message"].as_str().unwrap().contains("does not exist"));
+}
+
+#[test]
+fn peers_in_another_user_namespace_are_refused() {
+    let (server, _admin) = server();
+    let d = Daemon::start(&server, DaemonOptions::default());
+    d.wait_synced();
+    // Control: the same command from our namespace works.
+    assert_eq!(d.status().0, 0);
+    let out = run(std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user"])
+        .arg(mop_tests::procs::bin("mopd"))
+        .args(["status", "--socket"])
+        .arg(d.socket()));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("UNREACHABLE"), "{text}");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        d.log()
+            .contains("refused a control connection from another user namespace"),
+        "{}",
+        d.log()
+    );
+}
+
+#[test]
+fn bad_configs_are_refused_at_start_and_kept_out_on_reload() {
+    let (server, _admin) = server();
+    let d = Daemon::start(
+        &server,
+        DaemonOptions {
+            workspaces: &["acme", "globex"],
+            ..Default::default()
+        },
+    );
+    d.wait_for("both workspaces", |v| {
+        v["workspaces"].as_array().unwrap().len() == 2
+    });
+    let out = run(std::process::Command::new(mop_tests::procs::bin("mopd"))
+        .args(["run", "--config"])
+        .arg(d.dir.path().join("missing.toml")));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));
+    let bad = d.dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[server]\nurl = \"ftp://x\"\n[sync]\nworkspaces = [\"acme\"]\n",
+    )
+    .unwrap();
+    let out = run(std::process::Command::new(mop_tests::procs::bin("mopd"))
+        .args(["run", "--config"])
+        .arg(&bad));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("bad.toml") && err.contains("server.url"),
+        "{err}"
+    );
+
+    // A bad edit of the running config is logged, the running config kept.
+    std::fs::write(d.config(), "[server]\nurl = 3\n").unwrap();
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !d.log().contains("new configuration refused") {
+        assert!(std::time::Instant::now() < deadline, "{}", d.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(d.status().1["workspaces"].as_array().unwrap().len(), 2);
+
+    // A good edit (no signal: the file watch notices) drops globex and removes its pool.
+    d.sync("globex");
+    assert!(d.pool("globex").exists());
+    d.write_config(
+        &server.url,
+        DaemonOptions {
+            workspaces: &["acme"],
+            ..Default::default()
+        },
+    );
+    let v = d.wait_for("reload", |v| v["workspaces"].as_array().unwrap().len() == 1);
+    assert_eq!(v["workspaces"][0]["workspace"], "acme");
+    assert!(
+        !d.pool("globex").exists(),
+        "the dropped workspace's pool is removed"
+    );
+    assert!(d.log().contains("configuration reloaded"));
+}
+
+#[test]
+fn kill_9_during_syncs_always_leaves_a_complete_generation() {
+    let (server, admin) = server();
+    let mut d = Daemon::start(
+        &server,
+        DaemonOptions {
+            interval_secs: 1,
+            ..Default::default()
+        },
+    );
+    d.sync(WS);
+    let ids = live_ids(&check_current(&d.pool(WS)));
+    let mut killed_mid_build = 0;
+    for round in 0..50 {
+        // Change the workspace, then kill the daemon at a random moment of its next sync.
+        admin_edit(
+            &server,
+            &admin,
+            &ids[round % ids.len()],
+            &format!("Round {round}."),
+        );
+        let pid = d.pid().unwrap();
+        let trigger = std::thread::spawn({
+            let cmd = d.cli(&["sync", WS]).get_program().to_owned();
+            let config = d.config();
+            move || {
+                let _ = std::process::Command::new(cmd)
+                    .args(["sync", WS, "--config"])
+                    .arg(config)
+                    .output();
+            }
+        });
+        std::thread::sleep(Duration::from_millis(fastrand_ms(round)));
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        d.kill9();
+        let _ = trigger.join();
+        if std::fs::read_dir(d.pool(WS).join("gens")).unwrap().count() > 1 {
+            killed_mid_build += 1;
+        }
+        // After the restart, `current` is complete and every file verifies.
+        d.spawn();
+        check_current(&d.pool(WS));
+        let out = run(&mut d.cli(&["verify"]));
+        assert!(
+            out.status.success(),
+            "round {round}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    // The run reaches the newest revision once left alone.
+    d.sync(WS);
+    let (_, v) = d.status();
+    let latest: Value = mop_tests::http()
+        .get(format!("{}/v1/workspaces/{WS}/manifest", server.url))
+        .bearer_auth(&admin)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(ws_status(&v)["revision"], latest["revision"]);
+    eprintln!("kill -9 rounds that left a partial generation behind: {killed_mid_build}/50");
+}
+
+/// A spread of kill delays (0–400 ms) that is the same on every run.
+fn fastrand_ms(round: usize) -> u64 {
+    ((round as u64 * 7919) % 41) * 10
+}

@@ -636,3 +636,74 @@ fn kill_9_during_syncs_always_leaves_a_complete_generation() {
 fn fastrand_ms(round: usize) -> u64 {
     ((round as u64 * 7919) % 41) * 10
 }
+
+#[test]
+fn the_pool_quota_refuses_a_sync_with_a_clear_log_line() {
+    let (server, _admin) = server();
+    let d = Daemon::start(
+        &server,
+        DaemonOptions {
+            extra: "[pool]\nmax_bytes = 4096\n",
+            ..Default::default()
+        },
+    );
+    let v = d.wait_for("quota failure", |v| {
+        ws_status(v)["last_error"]["kind"] == "quota"
+    });
+    let problem = &v["problems"][0];
+    assert!(
+        problem["message"]
+            .as_str()
+            .unwrap()
+            .contains("pool.max_bytes = 4096"),
+        "{problem}"
+    );
+    assert!(
+        problem["next"].as_str().unwrap().contains("max_bytes"),
+        "{problem}"
+    );
+    assert!(d.log().contains("pool quota"), "{}", d.log());
+    assert!(ws_status(&v)["generation"].is_null());
+}
+
+#[test]
+fn systemd_notifications_ready_status_watchdog_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let (server, _admin) = server();
+    let sock_dir = tempfile::tempdir().unwrap();
+    let sock_path = sock_dir.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut d = Daemon::start_with_env(
+        &server,
+        DaemonOptions::default(),
+        &[
+            ("NOTIFY_SOCKET", sock_path.to_str().unwrap()),
+            ("WATCHDOG_USEC", "1000000"),
+        ],
+    );
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while !(seen.contains("READY=1")
+        && seen.contains("STATUS=1 workspace(s) in sync")
+        && seen.contains("WATCHDOG=1"))
+    {
+        let n = sock
+            .recv(&mut buf)
+            .unwrap_or_else(|e| panic!("no notification ({e}); so far: {seen}"));
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        seen.push('\n');
+    }
+    // READY comes only once the pool is usable.
+    assert!(d.status().1["workspaces"][0]["generation"].is_string());
+    assert!(d.stop());
+    let mut tail = String::new();
+    while let Ok(n) = sock.recv(&mut buf) {
+        tail.push_str(&String::from_utf8_lossy(&buf[..n]));
+        if tail.contains("STOPPING=1") {
+            break;
+        }
+    }
+    assert!(tail.contains("STOPPING=1"), "{tail}");
+}

@@ -237,6 +237,7 @@ pub struct Daemon {
     /// Its directory: config, token, cache, state, run.
     pub dir: tempfile::TempDir,
     log: Arc<Mutex<String>>,
+    env: Vec<(String, String)>,
 }
 
 /// Options for [`Daemon::start`].
@@ -265,6 +266,15 @@ impl Default for DaemonOptions<'_> {
 impl Daemon {
     /// Writes a config for `server` with a fresh node token and starts `mopd run`.
     pub fn start(server: &Server, options: DaemonOptions<'_>) -> Daemon {
+        Daemon::start_with_env(server, options, &[])
+    }
+
+    /// Like [`Daemon::start`], with extra environment variables for the daemon.
+    pub fn start_with_env(
+        server: &Server,
+        options: DaemonOptions<'_>,
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let dir = tempfile::tempdir().expect("temp dir");
         let token = server.token("node", options.workspaces);
         let token_file = dir.path().join("node.token");
@@ -275,6 +285,10 @@ impl Daemon {
             child: None,
             dir,
             log: Arc::default(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         d.write_config(&server.url, options);
         let mut d = d;
@@ -339,6 +353,7 @@ impl Daemon {
             .arg("--config")
             .arg(self.config())
             .env("RUST_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

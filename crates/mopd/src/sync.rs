@@ -468,3 +468,46 @@ pub async fn run(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> crate::config::MopdConfig {
+        toml::from_str(
+            "[server]\nurl = \"http://x.invalid\"\n[sync]\nworkspaces = [\"a\"]\ninterval_secs = 30\noffline_recheck_secs = 10\nbackoff_max_secs = 60\n",
+        )
+        .unwrap()
+    }
+
+    fn failure(kind: ErrorKind) -> Result<SyncResult, Failure> {
+        Err(Failure {
+            kind,
+            message: String::new(),
+            http_status: None,
+            reached: false,
+        })
+    }
+
+    #[test]
+    fn delays_jitter_back_off_and_recheck_offline_servers_at_their_own_pace() {
+        let c = config();
+        for _ in 0..200 {
+            let ok = next_delay(&c, &Ok(SyncResult::NotModified), 0).as_secs_f64();
+            assert!((24.0..=36.0).contains(&ok), "{ok}");
+            let offline = next_delay(&c, &failure(ErrorKind::Unreachable), 7).as_secs_f64();
+            assert!((8.0..=12.0).contains(&offline), "{offline}");
+            let first = next_delay(&c, &failure(ErrorKind::Server), 1).as_secs_f64();
+            assert!((0.5..=1.0).contains(&first), "{first}");
+            let fourth = next_delay(&c, &failure(ErrorKind::BadResponse), 4).as_secs_f64();
+            assert!((4.0..=8.0).contains(&fourth), "{fourth}");
+            let capped = next_delay(&c, &failure(ErrorKind::Server), 40).as_secs_f64();
+            assert!((30.0..=60.0).contains(&capped), "{capped}");
+        }
+        // Jitter really varies.
+        let a: Vec<u128> = (0..20)
+            .map(|_| next_delay(&c, &Ok(SyncResult::Modified), 0).as_millis())
+            .collect();
+        assert!(a.iter().any(|x| *x != a[0]));
+    }
+}

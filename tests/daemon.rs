@@ -630,6 +630,10 @@ fn kill_9_during_syncs_always_leaves_a_complete_generation() {
         .unwrap();
     assert_eq!(ws_status(&v)["revision"], latest["revision"]);
     eprintln!("kill -9 rounds that left a partial generation behind: {killed_mid_build}/50");
+    assert!(
+        killed_mid_build > 0,
+        "no kill landed inside a generation build; the test proved nothing"
+    );
 }
 
 /// A spread of kill delays (0–400 ms) that is the same on every run.

@@ -490,3 +490,77 @@ impl Daemon {
         })
     }
 }
+
+/// The unprivileged runner user of the task tests: `moprunner`, in group `mop`. Created
+/// when missing (which needs root). `None` means the tests cannot run here; under CI
+/// (`CI=true`) that is a failure, never a skip.
+pub fn runner_user() -> Option<(u32, u32)> {
+    use nix::unistd::{Group, User};
+    let ensure = || -> Result<(), String> {
+        if Group::from_name("mop").ok().flatten().is_none() {
+            let out = run(Command::new("groupadd").args(["-f", "mop"]));
+            if !out.status.success() {
+                return Err(format!(
+                    "groupadd mop: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+        }
+        if User::from_name("moprunner").ok().flatten().is_none() {
+            let out = run(Command::new("useradd").args([
+                "-m",
+                "-G",
+                "mop",
+                "-s",
+                "/bin/sh",
+                "moprunner",
+            ]));
+            if !out.status.success() && User::from_name("moprunner").ok().flatten().is_none() {
+                return Err(format!(
+                    "useradd moprunner: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+        }
+        Ok(())
+    };
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    if let Err(e) = ensure() {
+        assert!(!ci, "CI=true: the runner user is required: {e}");
+        eprintln!("skipping: cannot create the runner user ({e}); run as root");
+        return None;
+    }
+    let u = User::from_name("moprunner").ok().flatten()?;
+    Some((u.uid.as_raw(), u.gid.as_raw()))
+}
+
+/// Whether bubblewrap is installed; under CI its absence is a failure.
+pub fn bwrap_available() -> bool {
+    let found = ["/usr/bin/bwrap", "/bin/bwrap"]
+        .iter()
+        .any(|p| Path::new(p).exists());
+    if !found {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "CI=true: bubblewrap must be installed (.ci/run installs it)"
+        );
+        eprintln!("skipping: bubblewrap is not installed");
+    }
+    found
+}
+
+/// `mop <args…>` run as the unprivileged runner user, through `setpriv`.
+pub fn as_runner(args: &[&std::ffi::OsStr]) -> Command {
+    let mut cmd = Command::new("/usr/bin/setpriv");
+    cmd.args([
+        "--reuid",
+        "moprunner",
+        "--regid",
+        "moprunner",
+        "--init-groups",
+        "--",
+    ]);
+    cmd.arg(bin("mop"));
+    cmd.args(args);
+    cmd
+}

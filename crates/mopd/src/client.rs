@@ -191,6 +191,28 @@ impl ServerClient {
         Ok(ManifestFetch::Manifest(Box::new(manifest)))
     }
 
+    /// Forwards a store from a task.
+    pub async fn store(
+        &self,
+        ws: &str,
+        req: &mop_cards::StoreRequest,
+    ) -> Result<mop_cards::StoreResponse, ClientError> {
+        let response = self
+            .http
+            .post(self.url(ws, "memories"))
+            .bearer_auth(&self.token)
+            .json(req)
+            .send()
+            .await
+            .map_err(transport)?;
+        if !response.status().is_success() {
+            return Err(Self::error_status(response).await);
+        }
+        response.json().await.map_err(|e| {
+            ClientError::BadResponse(format!("store answer unreadable: {}", without_url(&e)))
+        })
+    }
+
     /// Fetches objects into the pool, each verified while it streams. Returns the bytes
     /// received.
     pub async fn fetch_objects(

@@ -26,6 +26,9 @@ pub struct MopdConfig {
     /// `[pool]`.
     #[serde(default)]
     pub pool: PoolSection,
+    /// `[tasks]`: task views, leases and sandbox profiles.
+    #[serde(default)]
+    pub tasks: TasksSection,
     /// `[selection]`: tier, ranking and MEMORY.md settings (OKF.md defaults).
     #[serde(default)]
     pub selection: mop_cards::SelectionConfig,
@@ -82,6 +85,34 @@ pub struct PoolSection {
     pub max_bytes: u64,
     /// Seconds between background re-hashes of every pool (0: never; `mopd verify` on demand).
     pub verify_interval_secs: u64,
+}
+
+/// `[tasks]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TasksSection {
+    /// Directories searched for `<profile>.toml`, first match wins.
+    pub profile_dirs: Vec<PathBuf>,
+    /// Profile used when a prepare names none.
+    pub default_profile: String,
+    /// Lifetime of a bare `mop prepare` lease, in seconds (`mop renew` extends it).
+    pub lease_ttl_secs: u64,
+    /// Most live tasks on this host.
+    pub max_tasks: usize,
+}
+
+impl Default for TasksSection {
+    fn default() -> Self {
+        TasksSection {
+            profile_dirs: vec![
+                PathBuf::from("/etc/mopd/profiles"),
+                PathBuf::from("/usr/share/mopd/profiles"),
+            ],
+            default_profile: "default".into(),
+            lease_ttl_secs: 24 * 3600,
+            max_tasks: 1024,
+        }
+    }
 }
 
 fn default_token_file() -> PathBuf {
@@ -198,12 +229,37 @@ impl MopdConfig {
             ));
         }
         mop_cards::Rules::new(self.selection.clone()).map_err(|e| format!("selection.{e}"))?;
+        if self.tasks.lease_ttl_secs == 0 || self.tasks.max_tasks == 0 {
+            return Err("tasks.lease_ttl_secs and tasks.max_tasks must be at least 1".into());
+        }
+        for (i, d) in self.tasks.profile_dirs.iter().enumerate() {
+            if !d.is_absolute() {
+                return Err(format!(
+                    "tasks.profile_dirs[{i}] {} must be an absolute path",
+                    d.display()
+                ));
+            }
+        }
         Ok(())
     }
 
     /// The control socket.
     pub fn socket_path(&self) -> PathBuf {
         self.paths.runtime_dir.join("mopd.sock")
+    }
+
+    /// Directories a sandbox must never see: mop's cache, state, runtime and config.
+    pub fn protected_dirs(&self, config_path: &Path) -> Vec<PathBuf> {
+        let mut dirs = vec![
+            self.paths.cache_dir.clone(),
+            self.paths.state_dir.clone(),
+            self.paths.runtime_dir.clone(),
+            self.server.token_file.clone(),
+        ];
+        if let Some(parent) = config_path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            dirs.push(std::fs::canonicalize(parent).unwrap_or_else(|_| parent.to_owned()));
+        }
+        dirs
     }
 
     /// Poll interval.
@@ -234,6 +290,7 @@ mod tests {
         assert_eq!(c.paths, PathsSection::default());
         assert_eq!(c.pool, PoolSection::default());
         assert_eq!(c.selection, mop_cards::SelectionConfig::default());
+        assert_eq!(c.tasks, TasksSection::default());
     }
 
     #[test]

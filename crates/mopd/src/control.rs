@@ -2,21 +2,20 @@
 //! when it exists). Peers in another user namespace are refused at accept: a sandboxed
 //! process that somehow reached the socket cannot talk to the daemon.
 //!
-//! Also the client side, used by `mopd status` and `mop`.
+//! The client side, used by `mopd status` and `mop`, is `mop_proto::client`.
 
 use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path as UrlPath, State};
+use axum::extract::{ConnectInfo, Path as UrlPath, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use http_body_util::BodyExt;
 use tokio::net::{UnixListener, UnixStream};
 
 use crate::daemon::Daemon;
@@ -74,16 +73,41 @@ impl CheckedListener {
     }
 }
 
+/// Who is on the other end of a control connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer {
+    /// Its uid.
+    pub uid: u32,
+    /// Its pid.
+    pub pid: Option<i32>,
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, CheckedListener>>
+    for Peer
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, CheckedListener>) -> Self {
+        *stream.remote_addr()
+    }
+}
+
 impl axum::serve::Listener for CheckedListener {
     type Io = UnixStream;
-    type Addr = tokio::net::unix::SocketAddr;
+    type Addr = Peer;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         loop {
             match self.inner.accept().await {
-                Ok((stream, addr)) => {
-                    if self.allowed(&stream) {
-                        return (stream, addr);
+                Ok((stream, _)) => {
+                    if self.allowed(&stream)
+                        && let Ok(cred) = stream.peer_cred()
+                    {
+                        return (
+                            stream,
+                            Peer {
+                                uid: cred.uid(),
+                                pid: cred.pid(),
+                            },
+                        );
                     }
                 }
                 Err(e) => {
@@ -95,7 +119,10 @@ impl axum::serve::Listener for CheckedListener {
     }
 
     fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.inner.local_addr()
+        Ok(Peer {
+            uid: nix::unistd::getuid().as_raw(),
+            pid: Some(std::process::id() as i32),
+        })
     }
 }
 
@@ -114,8 +141,83 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/v1/workspaces/{ws}/sync", post(sync_now))
         .route("/v1/workspaces/{ws}/ack-epoch", post(ack_epoch))
         .route("/v1/workspaces/{ws}/verify", post(verify))
+        .route("/v1/tasks", post(prepare).get(list_tasks))
+        .route("/v1/tasks/{id}", axum::routing::delete(release))
+        .route("/v1/tasks/{id}/renew", post(renew))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") })
         .with_state(daemon)
+}
+
+fn task_error(e: crate::tasks::TaskError) -> Response {
+    use crate::tasks::TaskError as E;
+    let status = match &e {
+        E::Invalid(_) => StatusCode::BAD_REQUEST,
+        E::NotFound(_) => StatusCode::NOT_FOUND,
+        E::Conflict(_) => StatusCode::CONFLICT,
+        E::Forbidden(_) => StatusCode::FORBIDDEN,
+        E::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        E::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error(status, e.to_string())
+}
+
+async fn prepare(
+    State(d): State<Arc<Daemon>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    body: axum::body::Bytes,
+) -> Response {
+    if body.len() > 256 * 1024 {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "a prepare request is at most 256 KiB",
+        );
+    }
+    let req: mop_proto::PrepareRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid request: {e}")),
+    };
+    match d.tasks.prepare(req, peer.uid, peer.pid).await {
+        Ok(plan) => (StatusCode::CREATED, Json(plan)).into_response(),
+        Err(e) => task_error(e),
+    }
+}
+
+async fn list_tasks(State(d): State<Arc<Daemon>>) -> Response {
+    Json(d.tasks.list()).into_response()
+}
+
+async fn release(
+    State(d): State<Arc<Daemon>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    UrlPath(id): UrlPath<String>,
+) -> Response {
+    match d
+        .tasks
+        .release(&id, Some(peer.uid), "released by its runner")
+    {
+        Ok(()) => Json(serde_json::json!({ "task_id": id, "released": true })).into_response(),
+        Err(e) => task_error(e),
+    }
+}
+
+async fn renew(
+    State(d): State<Arc<Daemon>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    UrlPath(id): UrlPath<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    let req: mop_proto::RenewRequest = if body.is_empty() {
+        Default::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(r) => r,
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid request: {e}")),
+        }
+    };
+    match d.tasks.renew(&id, peer.uid, req.ttl_secs) {
+        Ok(info) => Json(info).into_response(),
+        Err(e) => task_error(e),
+    }
 }
 
 async fn status(State(d): State<Arc<Daemon>>) -> Response {
@@ -177,81 +279,4 @@ async fn ack_epoch(State(d): State<Arc<Daemon>>, UrlPath(ws): UrlPath<String>) -
     }
 }
 
-/// Why the daemon could not be asked.
-#[derive(Debug, thiserror::Error)]
-pub enum ControlError {
-    /// The socket file does not exist: the daemon is not running.
-    #[error(
-        "mopd is not running: the socket {0} does not exist → systemctl start mopd (or: mopd run)"
-    )]
-    Missing(PathBuf),
-    /// The socket exists but nothing accepts connections.
-    #[error(
-        "mopd is not answering: the socket {0} exists but refuses connections → systemctl restart mopd"
-    )]
-    Refused(PathBuf),
-    /// The caller may not use the socket.
-    #[error("permission denied on {0} → run as root or as a member of group mop")]
-    Denied(PathBuf),
-    /// Anything else.
-    #[error("control socket {path}: {message}")]
-    Other {
-        /// The socket.
-        path: PathBuf,
-        /// What happened.
-        message: String,
-    },
-}
-
-/// One request to the daemon: returns the status code and body.
-pub async fn request(
-    socket: &Path,
-    method: &str,
-    path: &str,
-    body: Option<Vec<u8>>,
-) -> Result<(u16, Vec<u8>), ControlError> {
-    let stream = match UnixStream::connect(socket).await {
-        Ok(s) => s,
-        Err(e) => {
-            return Err(match e.kind() {
-                io::ErrorKind::NotFound => ControlError::Missing(socket.to_owned()),
-                io::ErrorKind::ConnectionRefused => ControlError::Refused(socket.to_owned()),
-                io::ErrorKind::PermissionDenied => ControlError::Denied(socket.to_owned()),
-                _ => ControlError::Other {
-                    path: socket.to_owned(),
-                    message: e.to_string(),
-                },
-            });
-        }
-    };
-    let other = |m: String| ControlError::Other {
-        path: socket.to_owned(),
-        message: m,
-    };
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .map_err(|e| other(e.to_string()))?;
-    tokio::spawn(conn);
-    let req = hyper::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", "mopd")
-        .header("content-type", "application/json")
-        .body(http_body_util::Full::new(bytes::Bytes::from(
-            body.unwrap_or_default(),
-        )))
-        .map_err(|e| other(e.to_string()))?;
-    let response = sender
-        .send_request(req)
-        .await
-        .map_err(|e| other(e.to_string()))?;
-    let status = response.status().as_u16();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| other(e.to_string()))?
-        .to_bytes();
-    Ok((status, body.to_vec()))
-}
+pub use mop_proto::client::{ControlError, request};

@@ -31,14 +31,27 @@ pub fn chgrp_mop(path: &Path) {
     }
 }
 
+/// Creates the cache, state and runtime directories (0750). With a group `mop`, they get
+/// that group and the setgid bit, so everything below (objects, views, agent sockets) is
+/// readable by runners in group `mop` whatever the daemon's own primary group is.
 fn prepare_dirs(config: &MopdConfig) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mop = nix::unistd::Group::from_name("mop").ok().flatten();
     for dir in [
         &config.paths.cache_dir,
         &config.paths.state_dir,
         &config.paths.runtime_dir,
     ] {
         make_dir(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        chgrp_mop(dir);
+        if let Some(group) = &mop {
+            match nix::unistd::chown(dir.as_path(), None, Some(group.gid)) {
+                Ok(()) => std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o2750))
+                    .with_context(|| format!("cannot set the mode of {}", dir.display()))?,
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot set group mop; runners may not read task views")
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -65,6 +78,8 @@ struct Handle {
 pub struct Daemon {
     /// Shared state.
     pub shared: Arc<Shared>,
+    /// Live tasks.
+    pub tasks: Arc<crate::tasks::Tasks>,
     workspaces: Mutex<BTreeMap<String, Handle>>,
 }
 
@@ -240,6 +255,21 @@ impl Daemon {
             &config.server.token_file.display().to_string(),
         );
         let healthy = problems.is_empty();
+        let tasks: Vec<crate::status::TaskInfo> = self
+            .tasks
+            .list()
+            .into_iter()
+            .map(|t| crate::status::TaskInfo {
+                lease: match (&t.lease.pid, &t.lease.expires_at) {
+                    (Some(pid), _) => format!("lives with mop run pid {pid}"),
+                    (_, Some(at)) => format!("expires {at}"),
+                    _ => t.lease.kind.clone(),
+                },
+                task_id: t.task_id,
+                workspace: t.workspace,
+                generation: t.generation,
+            })
+            .collect();
         let in_sync = workspaces.len()
             - problems
                 .iter()
@@ -268,7 +298,7 @@ impl Daemon {
                 server_url: config.server.url.clone(),
             },
             workspaces,
-            tasks: Vec::new(),
+            tasks,
             sandbox: SandboxInfo {
                 bwrap: find_bwrap(),
             },
@@ -321,8 +351,12 @@ pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
     let socket = config.socket_path();
     let listener = CheckedListener::bind(&socket).await?;
     let shared = Arc::new(Shared::new(config, client, config_path.clone()));
+    let tasks = Arc::new(crate::tasks::Tasks::new(shared.clone()));
+    // Leases first: their generations must be pinned before any pool is collected.
+    tasks.recover().await;
     let daemon = Arc::new(Daemon {
         shared: shared.clone(),
+        tasks: tasks.clone(),
         workspaces: Mutex::default(),
     });
     daemon.reconcile().await;
@@ -330,12 +364,16 @@ pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut http_stop = stop_rx.clone();
+    let reaper = tokio::spawn(crate::tasks::reaper(tasks.clone(), stop_rx.clone()));
     let control = tokio::spawn(
-        axum::serve(listener, router(daemon.clone()))
-            .with_graceful_shutdown(async move {
-                let _ = http_stop.changed().await;
-            })
-            .into_future(),
+        axum::serve(
+            listener,
+            router(daemon.clone()).into_make_service_with_connect_info::<crate::control::Peer>(),
+        )
+        .with_graceful_shutdown(async move {
+            let _ = http_stop.changed().await;
+        })
+        .into_future(),
     );
 
     // Config file changes: watch the directory (editors replace files) and reload.
@@ -372,6 +410,7 @@ pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
         daemon.stop_workspace(&ws, false).await;
     }
     let _ = control.await;
+    let _ = reaper.await;
     let _ = notifier.await;
     let _ = scrubber.await;
     let _ = std::fs::remove_file(&socket);

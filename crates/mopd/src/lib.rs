@@ -8,8 +8,10 @@
 //! - [`sync`]: the per-workspace sync loop with backoff, rollback refusal and epoch checks.
 //! - [`status`]: the versioned status report and its rendering for `mopd status`.
 //! - [`control`]: the control socket (server and client).
+//! - [`tasks`]: task projection: views, leases, pins; [`agent`]: each task's agent socket.
 //! - [`daemon`]: `mopd run`.
 
+pub mod agent;
 pub mod client;
 pub mod config;
 pub mod control;
@@ -18,3 +20,4 @@ pub mod pool;
 pub mod shared;
 pub mod status;
 pub mod sync;
+pub mod tasks;

@@ -1,0 +1,88 @@
+//! The client side of mopd's Unix sockets (the control socket and agent sockets): one
+//! HTTP/1.1 request per connection, with errors that say whether the daemon is missing,
+//! refusing, or forbidden.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use http_body_util::BodyExt;
+use tokio::net::UnixStream;
+
+/// Why the daemon could not be asked.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// The socket file does not exist: the daemon is not running.
+    #[error(
+        "mopd is not running: the socket {0} does not exist → systemctl start mopd (or: mopd run)"
+    )]
+    Missing(PathBuf),
+    /// The socket exists but nothing accepts connections.
+    #[error(
+        "mopd is not answering: the socket {0} exists but refuses connections → systemctl restart mopd"
+    )]
+    Refused(PathBuf),
+    /// The caller may not use the socket.
+    #[error("permission denied on {0} → run as root or as a member of group mop")]
+    Denied(PathBuf),
+    /// Anything else.
+    #[error("control socket {path}: {message}")]
+    Other {
+        /// The socket.
+        path: PathBuf,
+        /// What happened.
+        message: String,
+    },
+}
+
+/// One request to the daemon: returns the status code and body.
+pub async fn request(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> Result<(u16, Vec<u8>), ControlError> {
+    let stream = match UnixStream::connect(socket).await {
+        Ok(s) => s,
+        Err(e) => {
+            return Err(match e.kind() {
+                io::ErrorKind::NotFound => ControlError::Missing(socket.to_owned()),
+                io::ErrorKind::ConnectionRefused => ControlError::Refused(socket.to_owned()),
+                io::ErrorKind::PermissionDenied => ControlError::Denied(socket.to_owned()),
+                _ => ControlError::Other {
+                    path: socket.to_owned(),
+                    message: e.to_string(),
+                },
+            });
+        }
+    };
+    let other = |m: String| ControlError::Other {
+        path: socket.to_owned(),
+        message: m,
+    };
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| other(e.to_string()))?;
+    tokio::spawn(conn);
+    let req = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "mopd")
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            body.unwrap_or_default(),
+        )))
+        .map_err(|e| other(e.to_string()))?;
+    let response = sender
+        .send_request(req)
+        .await
+        .map_err(|e| other(e.to_string()))?;
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| other(e.to_string()))?
+        .to_bytes();
+    Ok((status, body.to_vec()))
+}

@@ -1,0 +1,359 @@
+//! Sandbox profiles (`bwrap-profiles/*.toml`): what a task's sandbox shares with the host.
+//!
+//! The daemon loads them, fills in defaults and refuses a profile that would expose mop's
+//! own directories (cache, state, runtime, config): a bind of such a directory, of anything
+//! inside it, or of any directory containing it (`/`, `/var`, `/run`, `/etc` …). The
+//! runner applies the resolved profile it receives in the plan.
+
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// An extra bind mount.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bind {
+    /// Host path.
+    pub source: PathBuf,
+    /// Path inside the sandbox (defaults to `source`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dest: Option<PathBuf>,
+    /// Read-write instead of read-only.
+    #[serde(default)]
+    pub writable: bool,
+    /// Skip silently when the source does not exist.
+    #[serde(default)]
+    pub optional: bool,
+}
+
+/// A sandbox profile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Its name (the file stem).
+    #[serde(default)]
+    pub name: String,
+    /// What it is for.
+    #[serde(default)]
+    pub description: String,
+    /// Share the host's network; false gives the sandbox only a loopback interface.
+    #[serde(default = "yes")]
+    pub network: bool,
+    /// Where the task's memory view appears, relative to the working directory.
+    #[serde(default = "default_memory_dir")]
+    pub memory_dir: String,
+    /// Host paths mounted read-only at the same place, when they exist. `/bin`, `/lib`
+    /// and friends are added as symlinks or binds to match the host.
+    #[serde(default = "default_ro_paths")]
+    pub ro_paths: Vec<PathBuf>,
+    /// Environment variables passed through from the runner.
+    #[serde(default = "default_env")]
+    pub env_allow: Vec<String>,
+    /// Extra binds.
+    #[serde(default)]
+    pub binds: Vec<Bind>,
+    /// Allow user namespaces inside the sandbox (otherwise `--disable-userns`).
+    #[serde(default)]
+    pub nesting: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_memory_dir() -> String {
+    ".claude/memory".into()
+}
+
+fn default_ro_paths() -> Vec<PathBuf> {
+    [
+        "/usr",
+        "/etc/alternatives",
+        "/etc/ssl",
+        "/etc/ca-certificates",
+        "/etc/pki",
+        "/etc/resolv.conf",
+        "/etc/hosts",
+        "/etc/nsswitch.conf",
+        "/etc/passwd",
+        "/etc/group",
+        "/etc/localtime",
+        "/etc/os-release",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect()
+}
+
+fn default_env() -> Vec<String> {
+    [
+        "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Why a profile is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// No file with that name in any profile directory.
+    #[error("no sandbox profile {name:?} in {dirs}; profiles are <name>.toml files")]
+    NotFound {
+        /// The name asked for.
+        name: String,
+        /// Where it was looked for.
+        dirs: String,
+    },
+    /// The name is not a plain name.
+    #[error("profile name {0:?} must be letters, digits, '-' or '_'")]
+    BadName(String),
+    /// The file is not valid TOML of the profile shape.
+    #[error("profile {path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A rule broken: the file, the key and why.
+    #[error("profile {name}: {key}: {reason}")]
+    Rule {
+        /// The profile.
+        name: String,
+        /// The key.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// True when `a` is `b` or lies inside it (by path components, after normalisation).
+fn within(a: &Path, b: &Path) -> bool {
+    a.starts_with(b)
+}
+
+/// Removes `.` and resolves `..` lexically; refuses relative paths.
+fn normal(p: &Path) -> Option<PathBuf> {
+    if !p.is_absolute() {
+        return None;
+    }
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::RootDir | Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(s) => out.push(s),
+            Component::Prefix(_) => return None,
+        }
+    }
+    Some(out)
+}
+
+impl Profile {
+    /// Parses a profile file's text.
+    pub fn parse(name: &str, path: &Path, text: &str) -> Result<Profile, ProfileError> {
+        let mut p: Profile = toml::from_str(text).map_err(|e| ProfileError::Parse {
+            path: path.display().to_string(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        p.name = name.to_owned();
+        Ok(p)
+    }
+
+    /// Finds `<name>.toml` in the first directory that has it.
+    pub fn load(name: &str, dirs: &[PathBuf]) -> Result<Profile, ProfileError> {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(ProfileError::BadName(name.to_owned()));
+        }
+        for dir in dirs {
+            let path = dir.join(format!("{name}.toml"));
+            match std::fs::read_to_string(&path) {
+                Ok(text) => return Profile::parse(name, &path, &text),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    return Err(ProfileError::Parse {
+                        path: path.display().to_string(),
+                        message: e.to_string(),
+                    });
+                }
+            }
+        }
+        Err(ProfileError::NotFound {
+            name: name.to_owned(),
+            dirs: dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+    }
+
+    /// Checks the profile against the directories it must never expose, and its own
+    /// rules (absolute paths, a relative memory dir without `..`).
+    pub fn check(&self, protected: &[PathBuf]) -> Result<(), ProfileError> {
+        let rule = |key: String, reason: String| ProfileError::Rule {
+            name: self.name.clone(),
+            key,
+            reason,
+        };
+        let md = Path::new(&self.memory_dir);
+        if self.memory_dir.is_empty()
+            || md.is_absolute()
+            || md.components().any(|c| !matches!(c, Component::Normal(_)))
+        {
+            return Err(rule(
+                "memory_dir".into(),
+                "must be a relative path inside the working directory, without '.' or '..'".into(),
+            ));
+        }
+        let protected: Vec<PathBuf> = protected.iter().filter_map(|p| normal(p)).collect();
+        let mut sources: Vec<(String, &Path)> = self
+            .ro_paths
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (format!("ro_paths[{i}]"), p.as_path()))
+            .collect();
+        for (i, b) in self.binds.iter().enumerate() {
+            sources.push((format!("binds[{i}].source"), b.source.as_path()));
+            if let Some(d) = &b.dest {
+                sources.push((format!("binds[{i}].dest"), d.as_path()));
+            }
+        }
+        for (key, path) in sources {
+            let Some(p) = normal(path) else {
+                return Err(rule(
+                    key,
+                    format!("{} must be an absolute path", path.display()),
+                ));
+            };
+            for guard in &protected {
+                if within(&p, guard) || within(guard, &p) {
+                    return Err(rule(
+                        key,
+                        format!(
+                            "{} would expose {}, which belongs to mop; bind something narrower",
+                            p.display(),
+                            guard.display()
+                        ),
+                    ));
+                }
+            }
+        }
+        for (i, name) in self.env_allow.iter().enumerate() {
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(rule(
+                    format!("env_allow[{i}]"),
+                    format!("{name:?} is not a variable name"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn protected() -> Vec<PathBuf> {
+        ["/var/cache/mopd", "/var/lib/mopd", "/run/mopd", "/etc/mopd"]
+            .iter()
+            .map(PathBuf::from)
+            .collect()
+    }
+
+    #[test]
+    fn shipped_profiles_load_and_pass() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bwrap-profiles");
+        for name in ["default", "offline"] {
+            let p = Profile::load(name, std::slice::from_ref(&dir)).unwrap();
+            p.check(&protected()).unwrap();
+            assert_eq!(p.name, name);
+            assert_eq!(p.memory_dir, ".claude/memory");
+        }
+        assert!(
+            Profile::load("default", std::slice::from_ref(&dir))
+                .unwrap()
+                .network
+        );
+        assert!(!Profile::load("offline", &[dir]).unwrap().network);
+    }
+
+    #[test]
+    fn binds_that_expose_mop_are_refused() {
+        for (bad, key) in [
+            ("/", "ro_paths[1]"),
+            ("/var", "ro_paths[1]"),
+            ("/run", "ro_paths[1]"),
+            ("/etc", "ro_paths[1]"),
+            ("/var/cache/mopd/pools", "ro_paths[1]"),
+            ("/var/cache/../cache/mopd", "ro_paths[1]"),
+            ("/etc/mopd/node.token", "ro_paths[1]"),
+        ] {
+            let p = Profile {
+                ro_paths: vec!["/usr".into(), bad.into()],
+                ..Profile::parse("x", Path::new("x"), "").unwrap()
+            };
+            let err = p.check(&protected()).unwrap_err().to_string();
+            assert!(
+                err.contains(key) && err.contains("belongs to mop"),
+                "{bad}: {err}"
+            );
+        }
+        let with_bind = |source: &str, dest: Option<&str>| Profile {
+            binds: vec![Bind {
+                source: source.into(),
+                dest: dest.map(Into::into),
+                writable: false,
+                optional: false,
+            }],
+            ..Profile::parse("x", Path::new("x"), "").unwrap()
+        };
+        assert!(with_bind("/opt/tools", None).check(&protected()).is_ok());
+        assert!(with_bind("/var/lib", None).check(&protected()).is_err());
+        assert!(
+            with_bind("/opt/tools", Some("/run/mopd"))
+                .check(&protected())
+                .is_err()
+        );
+        assert!(with_bind("relative", None).check(&protected()).is_err());
+    }
+
+    #[test]
+    fn memory_dir_and_env_rules() {
+        for bad in ["", "/abs", "../up", "a/../b", "./x"] {
+            let p = Profile {
+                memory_dir: bad.into(),
+                ..Profile::parse("x", Path::new("x"), "").unwrap()
+            };
+            assert!(p.check(&protected()).is_err(), "{bad:?}");
+        }
+        let p = Profile {
+            env_allow: vec!["A=B".into()],
+            ..Profile::parse("x", Path::new("x"), "").unwrap()
+        };
+        assert!(p.check(&protected()).is_err());
+        assert!(matches!(
+            Profile::load("../etc/passwd", &[]),
+            Err(ProfileError::BadName(_))
+        ));
+        assert!(matches!(
+            Profile::load("nope", &[PathBuf::from("/nonexistent")]),
+            Err(ProfileError::NotFound { .. })
+        ));
+        let err = Profile::parse("x", Path::new("/p/x.toml"), "networks = true")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("/p/x.toml") && err.contains("networks"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,480 @@
+//! `mop`: the command line of mop.
+//!
+//! For runners: `mop prepare`, `mop run`, `mop release`, `mop renew`, `mop tasks`,
+//! `mop doctor`. For agents inside a sandbox: `mop memory retrieve|get|list|store`.
+
+mod doctor;
+mod memory;
+mod run;
+mod sandbox;
+mod sys;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use mop_cards::{CardType, TaskContext};
+use mop_proto::client::request;
+use mop_proto::{LeaseRequest, Plan, PrepareRequest, RenewRequest, TaskSummary};
+
+#[derive(Parser)]
+#[command(
+    name = "mop",
+    version,
+    about = "Memory for AI agent tasks: prepare a task's memory view and run agents in a bubblewrap sandbox",
+    long_about = "Memory for AI agent tasks.\n\nRunners: `mop run --workspace W --title T -- CMD` prepares the task's \
+                  memory view (the cards it may see, and a MEMORY.md index), runs CMD in a bubblewrap sandbox \
+                  where the view is mounted read-only, and releases the view when CMD exits. `mop doctor` checks \
+                  that bubblewrap works for you.\n\nAgents (inside the sandbox): `mop memory retrieve`, `get`, \
+                  `list`, `store`."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where the daemon is.
+#[derive(Args, Clone)]
+struct Daemon {
+    /// mopd's control socket.
+    #[arg(long, env = "MOP_SOCKET", default_value = "/run/mopd/mopd.sock")]
+    socket: PathBuf,
+}
+
+/// What a task is about.
+#[derive(Args, Clone)]
+struct TaskArgs {
+    /// Workspace whose memory the task may use.
+    #[arg(long)]
+    workspace: String,
+    /// Task id: 1–64 of [A-Za-z0-9._-], starting with a letter or digit.
+    #[arg(long)]
+    task_id: Option<String>,
+    /// Who asked (their personal cards join the task).
+    #[arg(long)]
+    user: Option<String>,
+    /// What the task targets (host, database, cluster …).
+    #[arg(long)]
+    asset: Option<String>,
+    /// The ticket title.
+    #[arg(long)]
+    title: String,
+    /// The ticket text.
+    #[arg(long, default_value = "")]
+    description: String,
+    /// Labels (repeatable).
+    #[arg(long = "label")]
+    labels: Vec<String>,
+    /// Sandbox profile [default: the daemon's tasks.default_profile].
+    #[arg(long)]
+    profile: Option<String>,
+}
+
+impl TaskArgs {
+    fn context(&self, generated_id: impl FnOnce() -> String) -> TaskContext {
+        TaskContext {
+            task_id: self.task_id.clone().unwrap_or_else(generated_id),
+            workspace: self.workspace.clone(),
+            origin_user_id: self.user.clone(),
+            asset_id: self.asset.clone(),
+            title: self.title.clone(),
+            description: self.description.clone(),
+            labels: self.labels.clone(),
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Prepare a task's memory view and print the plan (the view lives until released or
+    /// its TTL passes).
+    Prepare {
+        #[command(flatten)]
+        task: TaskArgs,
+        /// Lease lifetime in seconds [default: the daemon's tasks.lease_ttl_secs].
+        #[arg(long)]
+        ttl: Option<u64>,
+        /// Print the plan as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        daemon: Daemon,
+    },
+    /// Prepare a task, run CMD in a bubblewrap sandbox with the memory view mounted
+    /// read-only, release the view when CMD exits, and exit with CMD's status (125 when
+    /// the sandbox could not be set up).
+    Run {
+        #[command(flatten)]
+        task: TaskArgs,
+        /// Working directory, bound read-write [default: the current directory].
+        #[arg(long)]
+        workdir: Option<PathBuf>,
+        /// Pass an environment variable: NAME (from this environment) or NAME=VALUE.
+        #[arg(long = "env")]
+        envs: Vec<String>,
+        /// The agent needs its controlling terminal: drop --new-session, which is allowed only
+        /// when TIOCSTI is blocked host-wide (dev.tty.legacy_tiocsti = 0).
+        #[arg(long)]
+        interactive: bool,
+        /// Run without any sandbox (development only; warns every time).
+        #[arg(long)]
+        no_sandbox_dev_only: bool,
+        #[command(flatten)]
+        daemon: Daemon,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
+    /// Release a prepared task: its view and agent socket go.
+    Release {
+        /// The task.
+        #[arg(long)]
+        task_id: String,
+        #[command(flatten)]
+        daemon: Daemon,
+    },
+    /// Extend a prepared task's lease.
+    Renew {
+        /// The task.
+        #[arg(long)]
+        task_id: String,
+        /// New lifetime from now, in seconds.
+        #[arg(long)]
+        ttl: Option<u64>,
+        #[command(flatten)]
+        daemon: Daemon,
+    },
+    /// List live tasks.
+    Tasks {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        daemon: Daemon,
+    },
+    /// Check that bubblewrap works for you, and say how to fix it if not.
+    Doctor {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inside a task's sandbox: search, read and propose memory.
+    Memory {
+        #[command(subcommand)]
+        command: MemoryCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum MemoryCommand {
+    /// Search every card this task may see (mounted or not).
+    Retrieve {
+        /// What to look for.
+        query: String,
+        /// Most results.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print one card (or save it under .memory/ in the working directory).
+    Get {
+        /// Card id.
+        id: String,
+        /// Save to <workdir>/.memory/<id>.md instead of printing.
+        #[arg(long)]
+        save: bool,
+    },
+    /// List the cards mounted in the memory directory.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Propose a new card (stored unverified until a person reviews it).
+    Store {
+        /// fact, preference, human_correction, error_resolution, pitfall, playbook or reference_doc.
+        #[arg(long = "type")]
+        card_type: String,
+        /// One line, up to 200 characters.
+        #[arg(long)]
+        title: String,
+        /// One line, up to 300 characters.
+        #[arg(long)]
+        description: Option<String>,
+        /// Label (repeatable).
+        #[arg(long = "label")]
+        labels: Vec<String>,
+        /// Error code the card is about (repeatable).
+        #[arg(long = "error-code")]
+        error_codes: Vec<String>,
+        /// Technology stack (repeatable).
+        #[arg(long = "stack")]
+        stacks: Vec<String>,
+        /// Bind the card to the task's user (a personal card).
+        #[arg(long)]
+        personal: bool,
+        /// Bind the card to the task's asset.
+        #[arg(long)]
+        asset: bool,
+        /// Read the card text from this file.
+        #[arg(long)]
+        content_file: Option<PathBuf>,
+        /// Read the card text from stdin.
+        #[arg(long)]
+        content_stdin: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("mop: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn message(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned())
+}
+
+/// Sends a prepare to the daemon.
+pub async fn prepare(socket: &std::path::Path, req: &PrepareRequest) -> Result<Plan> {
+    let (code, body) = request(socket, "POST", "/v1/tasks", Some(serde_json::to_vec(req)?)).await?;
+    if code != 201 {
+        bail!(
+            "prepare of task {} refused ({code}): {}",
+            req.task.task_id,
+            message(&body)
+        );
+    }
+    serde_json::from_slice(&body).context("the daemon's plan is unreadable")
+}
+
+/// Releases a task.
+pub async fn release(socket: &std::path::Path, task_id: &str) -> Result<()> {
+    let (code, body) = request(socket, "DELETE", &format!("/v1/tasks/{task_id}"), None).await?;
+    if code != 200 {
+        bail!(
+            "release of task {task_id} failed ({code}): {}",
+            message(&body)
+        );
+    }
+    Ok(())
+}
+
+fn print_plan(plan: &Plan) {
+    println!(
+        "task       {} (workspace {}, revision {})",
+        plan.task_id, plan.workspace, plan.revision
+    );
+    println!("view       {}", plan.view_dir.display());
+    println!("MEMORY.md  {}", plan.memory_md.display());
+    println!("agent      {}", plan.agent_socket.display());
+    println!(
+        "profile    {} (memory dir {})",
+        plan.profile.name, plan.profile.memory_dir
+    );
+    match (&plan.lease.kind[..], plan.expires_at) {
+        ("ttl", Some(at)) => println!(
+            "lease      until {at} (mop renew --task-id {} extends it)",
+            plan.task_id
+        ),
+        _ => println!(
+            "lease      while pid {} runs",
+            plan.lease.pid.unwrap_or_default()
+        ),
+    }
+    println!(
+        "cards      {} mounted of {} selected (L0 {}, L1 {}, L2 {})",
+        plan.cards.len(),
+        plan.selected.iter().sum::<usize>(),
+        plan.selected[0],
+        plan.selected[1],
+        plan.selected[2]
+    );
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Prepare {
+            task,
+            ttl,
+            json,
+            daemon,
+        } => {
+            let id = task
+                .task_id
+                .clone()
+                .context("--task-id is required for mop prepare")?;
+            let req = PrepareRequest {
+                task: task.context(|| id.clone()),
+                lease: LeaseRequest::Ttl { ttl_secs: ttl },
+                profile: task.profile.clone(),
+            };
+            req.task.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+            let plan = runtime()?.block_on(prepare(&daemon.socket, &req))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&plan)?);
+            } else {
+                print_plan(&plan);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run {
+            task,
+            workdir,
+            envs,
+            interactive,
+            no_sandbox_dev_only,
+            daemon,
+            command,
+        } => run::run(run::RunArgs {
+            task,
+            workdir,
+            envs,
+            interactive,
+            no_sandbox: no_sandbox_dev_only,
+            socket: daemon.socket,
+            command,
+        }),
+        Command::Release { task_id, daemon } => {
+            runtime()?.block_on(release(&daemon.socket, &task_id))?;
+            println!("released task {task_id}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Renew {
+            task_id,
+            ttl,
+            daemon,
+        } => {
+            let body = serde_json::to_vec(&RenewRequest { ttl_secs: ttl })?;
+            let (code, out) = runtime()?.block_on(request(
+                &daemon.socket,
+                "POST",
+                &format!("/v1/tasks/{task_id}/renew"),
+                Some(body),
+            ))?;
+            if code != 200 {
+                bail!("renew of task {task_id} failed ({code}): {}", message(&out));
+            }
+            let info: mop_proto::LeaseInfo = serde_json::from_slice(&out)?;
+            println!(
+                "task {task_id} renewed until {}",
+                info.expires_at.map_or("?".into(), |t| t.to_string())
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Tasks { json, daemon } => {
+            let (code, out) =
+                runtime()?.block_on(request(&daemon.socket, "GET", "/v1/tasks", None))?;
+            if code != 200 {
+                bail!("listing tasks failed ({code}): {}", message(&out));
+            }
+            if json {
+                println!("{}", String::from_utf8_lossy(&out));
+            } else {
+                let tasks: Vec<TaskSummary> = serde_json::from_slice(&out)?;
+                if tasks.is_empty() {
+                    println!("no live tasks");
+                }
+                for t in tasks {
+                    println!(
+                        "{}  {}  revision {}  {}  uid {}",
+                        t.task_id, t.workspace, t.revision, t.lease.kind, t.owner_uid
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Doctor { json } => {
+            let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+            let report = doctor::probe(&cwd);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else if report.ok {
+                println!(
+                    "mop doctor: ok — {} ({}) runs sandboxes with mop's flags for you",
+                    report
+                        .bwrap
+                        .as_ref()
+                        .map_or("bwrap".into(), |b| b.display().to_string()),
+                    report.version.as_deref().unwrap_or("unknown version")
+                );
+            } else {
+                println!(
+                    "mop doctor: PROBLEM — {}",
+                    report.problem.as_deref().unwrap_or("unknown")
+                );
+                println!("  fix: {}", report.fix.as_deref().unwrap_or("-"));
+            }
+            Ok(if report.ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Command::Memory { command } => {
+            let rt = runtime()?;
+            match command {
+                MemoryCommand::Retrieve { query, limit, json } => {
+                    rt.block_on(memory::retrieve(&query, limit, json))?
+                }
+                MemoryCommand::Get { id, save } => rt.block_on(memory::get(&id, save))?,
+                MemoryCommand::List { json } => rt.block_on(memory::list(json))?,
+                MemoryCommand::Store {
+                    card_type,
+                    title,
+                    description,
+                    labels,
+                    error_codes,
+                    stacks,
+                    personal,
+                    asset,
+                    content_file,
+                    content_stdin,
+                } => {
+                    let card_type = CardType::parse(&card_type).with_context(|| {
+                        format!(
+                            "--type {card_type:?}: must be one of {}",
+                            CardType::NAMES.join(", ")
+                        )
+                    })?;
+                    let (user, task_asset) = memory::task_scope_from_env();
+                    rt.block_on(memory::store(
+                        memory::StoreArgs {
+                            card_type,
+                            title,
+                            description,
+                            labels,
+                            error_codes,
+                            stacks,
+                            personal,
+                            asset,
+                            content_file,
+                            content_stdin,
+                        },
+                        user,
+                        task_asset,
+                    ))?
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! `mop memory …`: what an agent inside the sandbox runs. Everything goes through the
+//! task's agent socket (`MOP_AGENT_SOCKET`), which answers only within the task's scope;
+//! the memory directory itself is read-only.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use mop_cards::{CardType, NewCard, Scope, StoreOutcome};
+use mop_proto::client::request;
+use mop_proto::{
+    AgentStoreRequest, AgentStoreResponse, ListResponse, RetrieveRequest, RetrieveResponse,
+};
+
+fn socket() -> Result<PathBuf> {
+    std::env::var_os("MOP_AGENT_SOCKET")
+        .map(PathBuf::from)
+        .context(
+            "MOP_AGENT_SOCKET is not set: `mop memory` works inside a task started by `mop run`",
+        )
+}
+
+async fn call(method: &str, path: &str, body: Option<Vec<u8>>) -> Result<(u16, Vec<u8>)> {
+    let s = socket()?;
+    request(&s, method, path, body).await.map_err(|e| {
+        anyhow::anyhow!(
+            "cannot reach the task's memory service at {}: {e}",
+            s.display()
+        )
+    })
+}
+
+fn message(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned())
+}
+
+/// `mop memory retrieve`.
+pub async fn retrieve(query: &str, limit: Option<usize>, json: bool) -> Result<()> {
+    let body = serde_json::to_vec(&RetrieveRequest {
+        query: query.to_owned(),
+        limit,
+    })?;
+    let (code, out) = call("POST", "/v1/retrieve", Some(body)).await?;
+    if code != 200 {
+        bail!("retrieve failed: {}", message(&out));
+    }
+    if json {
+        println!("{}", String::from_utf8_lossy(&out));
+        return Ok(());
+    }
+    let r: RetrieveResponse = serde_json::from_slice(&out)?;
+    for h in &r.hits {
+        let marks = [
+            h.unverified.then_some("unverified"),
+            h.mounted_at.as_ref().map(|_| "mounted"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(", ");
+        println!(
+            "{}  {}  {}{}",
+            h.id,
+            h.card_type,
+            h.title,
+            if marks.is_empty() {
+                String::new()
+            } else {
+                format!("  ({marks})")
+            }
+        );
+        if let Some(d) = &h.description {
+            println!("    {d}");
+        }
+    }
+    println!("{}", r.coverage);
+    Ok(())
+}
+
+/// `mop memory get`.
+pub async fn get(id: &str, save: bool) -> Result<()> {
+    let (code, out) = call("GET", &format!("/v1/cards/{id}"), None).await?;
+    if code != 200 {
+        bail!(
+            "{} (try `mop memory retrieve \"<words>\"` to find cards)",
+            message(&out)
+        );
+    }
+    if save {
+        let workdir = std::env::var_os("MOP_WORKDIR")
+            .map(PathBuf::from)
+            .unwrap_or(std::env::current_dir()?);
+        let dir = workdir.join(".memory");
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        let path = dir.join(format!("{id}.md"));
+        std::fs::write(&path, &out).with_context(|| format!("cannot write {}", path.display()))?;
+        println!("saved to {}", path.display());
+    } else {
+        use std::io::Write;
+        std::io::stdout().write_all(&out)?;
+    }
+    Ok(())
+}
+
+/// `mop memory list`.
+pub async fn list(json: bool) -> Result<()> {
+    let (code, out) = call("GET", "/v1/cards", None).await?;
+    if code != 200 {
+        bail!("list failed: {}", message(&out));
+    }
+    if json {
+        println!("{}", String::from_utf8_lossy(&out));
+        return Ok(());
+    }
+    let r: ListResponse = serde_json::from_slice(&out)?;
+    for c in &r.cards {
+        println!(
+            "{}  {}  {}{}  {}",
+            c.id,
+            c.card_type,
+            c.title,
+            if c.unverified { " (unverified)" } else { "" },
+            c.mounted_at.as_deref().unwrap_or("")
+        );
+    }
+    println!(
+        "{} cards mounted of {} this task may see; `mop memory retrieve \"<query>\"` searches them all",
+        r.cards.len(),
+        r.visible
+    );
+    Ok(())
+}
+
+/// What `mop memory store` was given.
+pub struct StoreArgs {
+    /// Card type.
+    pub card_type: CardType,
+    /// Title.
+    pub title: String,
+    /// Description.
+    pub description: Option<String>,
+    /// Labels.
+    pub labels: Vec<String>,
+    /// Error codes.
+    pub error_codes: Vec<String>,
+    /// Stacks.
+    pub stacks: Vec<String>,
+    /// Bind to the task's user.
+    pub personal: bool,
+    /// Bind to the task's asset.
+    pub asset: bool,
+    /// Body from a file.
+    pub content_file: Option<PathBuf>,
+    /// Body from stdin.
+    pub content_stdin: bool,
+}
+
+/// `mop memory store`.
+pub async fn store(a: StoreArgs, user: Option<String>, asset: Option<String>) -> Result<()> {
+    let body = match (&a.content_file, a.content_stdin) {
+        (Some(f), false) => {
+            std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?
+        }
+        (None, true) => std::io::read_to_string(std::io::stdin())
+            .context("cannot read the card text from stdin")?,
+        _ => bail!("give the card text with exactly one of --content-file FILE or --content-stdin"),
+    };
+    let scope = Scope {
+        user_id: if a.personal {
+            Some(user.context("--personal: this task has no user")?)
+        } else {
+            None
+        },
+        asset_id: if a.asset {
+            Some(asset.context("--asset: this task has no asset")?)
+        } else {
+            None
+        },
+    };
+    let req = AgentStoreRequest {
+        card: NewCard {
+            card_type: a.card_type,
+            title: a.title,
+            description: a.description,
+            labels: a.labels,
+            error_codes: a.error_codes,
+            stacks: a.stacks,
+            scope,
+            body,
+        },
+    };
+    let (code, out) = call("POST", "/v1/store", Some(serde_json::to_vec(&req)?)).await?;
+    if code != 200 {
+        bail!("store refused: {}", message(&out));
+    }
+    let r: AgentStoreResponse = serde_json::from_slice(&out)?;
+    let what = match r.outcome {
+        StoreOutcome::Created => "created a new unverified card",
+        StoreOutcome::Reinforced => "reinforced an equal card (counters only)",
+        StoreOutcome::Extended => "extended your unverified card with the new text",
+    };
+    println!(
+        "{}: {what} ({}); a person reviews it before other people's tasks see it",
+        r.outcome_word(),
+        r.id
+    );
+    Ok(())
+}
+
+trait OutcomeWord {
+    fn outcome_word(&self) -> &'static str;
+}
+
+impl OutcomeWord for AgentStoreResponse {
+    fn outcome_word(&self) -> &'static str {
+        match self.outcome {
+            StoreOutcome::Created => "created",
+            StoreOutcome::Reinforced => "reinforced",
+            StoreOutcome::Extended => "extended",
+        }
+    }
+}
+
+/// The task's user and asset, which the agent socket knows; `store --personal/--asset`
+/// needs them only to fill the scope, and the daemon checks them again.
+pub fn task_scope_from_env() -> (Option<String>, Option<String>) {
+    (
+        std::env::var("MOP_TASK_USER").ok(),
+        std::env::var("MOP_TASK_ASSET").ok(),
+    )
+}

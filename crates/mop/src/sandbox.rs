@@ -1,0 +1,444 @@
+//! Turning a plan into a bubblewrap command line, and the host checks around it: which
+//! `bwrap` to trust, how the host's system directories look, the memory directory inside
+//! the working directory (never through a symlink), and the sandbox's environment.
+//!
+//! [`bwrap_args`] is a pure function of its inputs, so the exact argument list is unit
+//! tested; the end-to-end tests run it against the real kernel.
+
+use std::ffi::OsString;
+use std::os::fd::{OwnedFd, RawFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use mop_proto::Profile;
+use nix::fcntl::{OFlag, open, openat};
+use nix::sys::stat::{FileStat, Mode, SFlag};
+
+/// Where the agent socket's directory appears inside the sandbox.
+pub const AGENT_DIR: &str = "/run/mop/agent";
+/// Where `mop` itself appears inside the sandbox (first on PATH).
+pub const BIN_DIR: &str = "/run/mop/bin";
+
+/// Finds a `bwrap` that can be trusted: absolute, not inside the working directory, owned
+/// by root and writable by nobody else. `MOP_BWRAP` names one explicitly.
+pub fn find_bwrap(workdir: &Path) -> Result<PathBuf, String> {
+    let mut refused = Vec::new();
+    let candidates: Vec<PathBuf> = match std::env::var_os("MOP_BWRAP") {
+        Some(p) => vec![PathBuf::from(p)],
+        None => std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).map(|d| d.join("bwrap")).collect())
+            .unwrap_or_default(),
+    };
+    for c in candidates {
+        if !c.is_absolute() {
+            refused.push(format!(
+                "{}: relative PATH entries are ignored",
+                c.display()
+            ));
+            continue;
+        }
+        let Ok(real) = std::fs::canonicalize(&c) else {
+            continue;
+        };
+        if real.starts_with(workdir) || c.starts_with(workdir) {
+            refused.push(format!("{}: inside the working directory", c.display()));
+            continue;
+        }
+        let Ok(meta) = std::fs::metadata(&real) else {
+            continue;
+        };
+        if !meta.is_file() {
+            continue;
+        }
+        if meta.uid() != 0 || meta.mode() & 0o022 != 0 {
+            refused.push(format!(
+                "{}: not owned by root, or writable by others",
+                c.display()
+            ));
+            continue;
+        }
+        return Ok(real);
+    }
+    if refused.is_empty() {
+        Err("bwrap is not installed (not found on PATH) → apt-get install bubblewrap (or dnf install bubblewrap), then: mop doctor".into())
+    } else {
+        Err(format!(
+            "no trustworthy bwrap: refused {} → install bubblewrap system-wide (apt-get install bubblewrap)",
+            refused.join("; ")
+        ))
+    }
+}
+
+/// How one host system path appears in the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SystemEntry {
+    /// Mounted read-only at the same place.
+    RoBind(PathBuf),
+    /// A symlink, as on merged-/usr hosts (`/bin -> usr/bin`).
+    Symlink {
+        /// Link target.
+        target: PathBuf,
+        /// Link path.
+        path: PathBuf,
+    },
+}
+
+/// The host's layout for a profile: its `ro_paths` that exist, then `/bin`, `/sbin`,
+/// `/lib`, `/lib32`, `/lib64`, `/libx32` as symlinks or binds matching the host.
+pub fn system_layout(profile: &Profile) -> Vec<SystemEntry> {
+    let mut out: Vec<SystemEntry> = profile
+        .ro_paths
+        .iter()
+        .filter(|p| p.exists())
+        .map(|p| SystemEntry::RoBind(p.clone()))
+        .collect();
+    for dir in ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"] {
+        let p = Path::new(dir);
+        match std::fs::symlink_metadata(p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                if let Ok(target) = std::fs::read_link(p) {
+                    out.push(SystemEntry::Symlink {
+                        target,
+                        path: p.to_owned(),
+                    });
+                }
+            }
+            Ok(m) if m.is_dir() && !profile.ro_paths.iter().any(|r| r == p) => {
+                out.push(SystemEntry::RoBind(p.to_owned()))
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Everything `bwrap_args` needs.
+pub struct Spec<'a> {
+    /// The resolved profile.
+    pub profile: &'a Profile,
+    /// Host layout for it.
+    pub system: &'a [SystemEntry],
+    /// Working directory (absolute, canonical), bound read-write at the same place.
+    pub workdir: &'a Path,
+    /// O_PATH descriptor of the task's view.
+    pub view_fd: RawFd,
+    /// O_PATH descriptor of the agent socket's directory.
+    pub socket_dir_fd: RawFd,
+    /// Write end of the status pipe (`--json-status-fd`).
+    pub status_fd: RawFd,
+    /// This `mop` binary, bound in as `/run/mop/bin/mop`.
+    pub mop_exe: &'a Path,
+    /// The sandbox environment (complete: bwrap starts from `--clearenv`).
+    pub env: &'a [(String, String)],
+    /// `--new-session` (TIOCSTI protection).
+    pub new_session: bool,
+    /// The command and its arguments.
+    pub command: &'a [OsString],
+}
+
+/// The bwrap argument list for a task.
+pub fn bwrap_args(s: &Spec<'_>) -> Vec<OsString> {
+    let mut a: Vec<OsString> = Vec::new();
+    let mut push = |items: &[&dyn AsRef<std::ffi::OsStr>]| {
+        for i in items {
+            a.push(i.as_ref().to_owned());
+        }
+    };
+    push(&[
+        &"--unshare-user",
+        &"--unshare-pid",
+        &"--unshare-ipc",
+        &"--unshare-uts",
+        &"--unshare-cgroup-try",
+    ]);
+    if !s.profile.network {
+        push(&[&"--unshare-net"]);
+    }
+    push(&[&"--die-with-parent"]);
+    if s.new_session {
+        push(&[&"--new-session"]);
+    }
+    push(&[&"--cap-drop", &"ALL"]);
+    if !s.profile.nesting {
+        push(&[&"--disable-userns"]);
+    }
+    push(&[&"--clearenv"]);
+    for (k, v) in s.env {
+        push(&[&"--setenv", k, v]);
+    }
+    push(&[
+        &"--proc", &"/proc", &"--dev", &"/dev", &"--tmpfs", &"/tmp", &"--tmpfs", &"/run",
+    ]);
+    for e in s.system {
+        match e {
+            SystemEntry::RoBind(p) => push(&[&"--ro-bind", p, p]),
+            SystemEntry::Symlink { target, path } => push(&[&"--symlink", target, path]),
+        }
+    }
+    for b in &s.profile.binds {
+        if b.optional && !b.source.exists() {
+            continue;
+        }
+        let dest = b.dest.as_ref().unwrap_or(&b.source);
+        let flag = if b.writable { "--bind" } else { "--ro-bind" };
+        push(&[&flag, &b.source, dest]);
+    }
+    let memory = s.workdir.join(&s.profile.memory_dir);
+    let view_fd = s.view_fd.to_string();
+    let socket_fd = s.socket_dir_fd.to_string();
+    let status_fd = s.status_fd.to_string();
+    let mop_in = Path::new(BIN_DIR).join("mop");
+    push(&[&"--bind", &s.workdir, &s.workdir]);
+    push(&[&"--ro-bind-fd", &view_fd, &memory]);
+    push(&[&"--ro-bind-fd", &socket_fd, &AGENT_DIR]);
+    push(&[&"--ro-bind", &s.mop_exe, &mop_in]);
+    push(&[&"--chdir", &s.workdir]);
+    push(&[&"--json-status-fd", &status_fd]);
+    push(&[&"--"]);
+    for c in s.command {
+        push(&[c]);
+    }
+    a
+}
+
+/// The sandbox's environment: the profile's allowlist copied from the runner, explicit
+/// `--env NAME` / `--env NAME=VALUE`, and mop's own variables.
+pub fn sandbox_env(
+    profile: &Profile,
+    runner: &[(String, String)],
+    explicit: &[String],
+    task_id: &str,
+    workdir: &Path,
+) -> Result<Vec<(String, String)>, String> {
+    let mut env: Vec<(String, String)> = Vec::new();
+    let mut set = |k: &str, v: String| {
+        env.retain(|(x, _)| x != k);
+        env.push((k.to_owned(), v));
+    };
+    let get = |k: &str| runner.iter().find(|(x, _)| x == k).map(|(_, v)| v.clone());
+    for name in &profile.env_allow {
+        if let Some(v) = get(name) {
+            set(name, v);
+        }
+    }
+    for e in explicit {
+        match e.split_once('=') {
+            Some((k, v)) if valid_name(k) => set(k, v.to_owned()),
+            None if valid_name(e) => {
+                if let Some(v) = get(e) {
+                    set(e, v);
+                }
+            }
+            _ => return Err(format!("--env {e:?}: expected NAME or NAME=VALUE")),
+        }
+    }
+    let path = get("PATH")
+        .filter(|_| profile.env_allow.iter().any(|n| n == "PATH"))
+        .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    set("PATH", format!("{BIN_DIR}:{path}"));
+    set("HOME", workdir.display().to_string());
+    set("MOP_AGENT_SOCKET", format!("{AGENT_DIR}/agent.sock"));
+    set("MOP_TASK_ID", task_id.to_owned());
+    set("MOP_WORKDIR", workdir.display().to_string());
+    set(
+        "MOP_MEMORY_DIR",
+        workdir.join(&profile.memory_dir).display().to_string(),
+    );
+    Ok(env)
+}
+
+fn valid_name(k: &str) -> bool {
+    !k.is_empty()
+        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !k.starts_with(|c: char| c.is_ascii_digit())
+}
+
+/// Opens a directory for `--ro-bind-fd`: `O_PATH|O_NOFOLLOW|O_DIRECTORY`, so a symlink is
+/// refused rather than followed.
+pub fn open_dir(path: &Path) -> Result<OwnedFd, String> {
+    open(
+        path,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| {
+        format!(
+            "cannot open {} as a directory (symlinks are refused): {e}",
+            path.display()
+        )
+    })
+}
+
+fn is(st: &FileStat, kind: SFlag) -> bool {
+    SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == kind
+}
+
+/// Makes sure `<workdir>/<memory_dir>` is a chain of real directories (creating missing
+/// ones) and refuses any symlink along it: a symlinked `.claude` could otherwise point the
+/// read-only view's mount somewhere else.
+pub fn prepare_memory_dir(workdir: &Path, memory_dir: &str) -> Result<(), String> {
+    let mut dir = open_dir(workdir)?;
+    let mut shown = workdir.to_owned();
+    for comp in Path::new(memory_dir).components() {
+        let name = comp.as_os_str();
+        shown.push(name);
+        match nix::sys::stat::fstatat(&dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) if is(&st, SFlag::S_IFLNK) => {
+                return Err(format!(
+                    "refusing {}: it is a symlink; the memory directory must be a real directory inside the working directory",
+                    shown.display()
+                ));
+            }
+            Ok(st) if !is(&st, SFlag::S_IFDIR) => {
+                return Err(format!(
+                    "refusing {}: it is not a directory",
+                    shown.display()
+                ));
+            }
+            Ok(_) => {}
+            Err(nix::errno::Errno::ENOENT) => {
+                nix::sys::stat::mkdirat(&dir, name, Mode::from_bits_truncate(0o755))
+                    .map_err(|e| format!("cannot create {}: {e}", shown.display()))?;
+            }
+            Err(e) => return Err(format!("cannot inspect {}: {e}", shown.display())),
+        }
+        dir = openat(
+            &dir,
+            name,
+            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("cannot open {}: {e}", shown.display()))?;
+    }
+    Ok(())
+}
+
+/// True when TIOCSTI is blocked host-wide (`dev.tty.legacy_tiocsti = 0`), which lets an
+/// interactive agent keep its controlling terminal.
+pub fn tiocsti_blocked() -> bool {
+    std::fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti").is_ok_and(|v| v.trim() == "0")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile(network: bool, nesting: bool) -> Profile {
+        let mut p = Profile::parse("t", Path::new("t.toml"), "").unwrap();
+        p.network = network;
+        p.nesting = nesting;
+        p.ro_paths = vec!["/usr".into()];
+        p
+    }
+
+    fn spec_args(p: &Profile, new_session: bool) -> Vec<String> {
+        let system = vec![
+            SystemEntry::RoBind("/usr".into()),
+            SystemEntry::Symlink {
+                target: "usr/bin".into(),
+                path: "/bin".into(),
+            },
+        ];
+        let env = vec![("PATH".to_owned(), "/run/mop/bin:/usr/bin".to_owned())];
+        let command = vec![OsString::from("/bin/true"), OsString::from("--x")];
+        bwrap_args(&Spec {
+            profile: p,
+            system: &system,
+            workdir: Path::new("/w"),
+            view_fd: 5,
+            socket_dir_fd: 6,
+            status_fd: 7,
+            mop_exe: Path::new("/usr/bin/mop"),
+            env: &env,
+            new_session,
+            command: &command,
+        })
+        .into_iter()
+        .map(|s| s.into_string().unwrap())
+        .collect()
+    }
+
+    #[test]
+    fn the_full_argument_list() {
+        let args = spec_args(&profile(true, false), true).join(" ");
+        assert_eq!(
+            args,
+            "--unshare-user --unshare-pid --unshare-ipc --unshare-uts --unshare-cgroup-try \
+             --die-with-parent --new-session --cap-drop ALL --disable-userns --clearenv \
+             --setenv PATH /run/mop/bin:/usr/bin --proc /proc --dev /dev --tmpfs /tmp --tmpfs /run \
+             --ro-bind /usr /usr --symlink usr/bin /bin --bind /w /w --ro-bind-fd 5 /w/.claude/memory \
+             --ro-bind-fd 6 /run/mop/agent --ro-bind /usr/bin/mop /run/mop/bin/mop --chdir /w \
+             --json-status-fd 7 -- /bin/true --x"
+        );
+    }
+
+    #[test]
+    fn profile_switches() {
+        let offline = spec_args(&profile(false, false), true);
+        assert!(offline.contains(&"--unshare-net".to_owned()));
+        let nested = spec_args(&profile(true, true), true);
+        assert!(!nested.contains(&"--disable-userns".to_owned()));
+        let interactive = spec_args(&profile(true, false), false);
+        assert!(!interactive.contains(&"--new-session".to_owned()));
+    }
+
+    #[test]
+    fn environment_is_the_allowlist_plus_mops_own() {
+        let p = profile(true, false);
+        let runner: Vec<(String, String)> = [
+            ("PATH", "/usr/bin"),
+            ("LANG", "C.UTF-8"),
+            ("SECRET", "x"),
+            ("FOO", "bar"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let env = sandbox_env(
+            &p,
+            &runner,
+            &["FOO".into(), "EXTRA=1".into()],
+            "t-1",
+            Path::new("/w"),
+        )
+        .unwrap();
+        let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+        assert!(!names.contains(&"SECRET"));
+        for n in [
+            "PATH",
+            "LANG",
+            "FOO",
+            "EXTRA",
+            "HOME",
+            "MOP_AGENT_SOCKET",
+            "MOP_TASK_ID",
+            "MOP_WORKDIR",
+        ] {
+            assert!(names.contains(&n), "{n} missing: {names:?}");
+        }
+        assert_eq!(
+            env.iter().find(|(k, _)| k == "PATH").unwrap().1,
+            "/run/mop/bin:/usr/bin"
+        );
+        assert!(sandbox_env(&p, &runner, &["A B".into()], "t", Path::new("/w")).is_err());
+    }
+
+    #[test]
+    fn memory_dir_symlinks_are_refused() {
+        let w = tempfile::tempdir().unwrap();
+        prepare_memory_dir(w.path(), ".claude/memory").unwrap();
+        assert!(w.path().join(".claude/memory").is_dir());
+        let w2 = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/tmp", w2.path().join(".claude")).unwrap();
+        let err = prepare_memory_dir(w2.path(), ".claude/memory").unwrap_err();
+        assert!(err.contains("symlink"), "{err}");
+        let w3 = tempfile::tempdir().unwrap();
+        std::fs::create_dir(w3.path().join(".claude")).unwrap();
+        std::os::unix::fs::symlink("/etc", w3.path().join(".claude/memory")).unwrap();
+        assert!(
+            prepare_memory_dir(w3.path(), ".claude/memory")
+                .unwrap_err()
+                .contains("symlink")
+        );
+    }
+}

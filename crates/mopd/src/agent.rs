@@ -1,0 +1,268 @@
+//! A task's agent socket: what an agent inside the sandbox can ask (through
+//! `mop memory …`). Every answer stays within the task's scope: the same hard exclusions
+//! as its view (another user's, another asset's, another author's unverified cards do
+//! not exist here — a foreign id is "not found", like a missing one), over the
+//! generation the task's view was built from. Stores go to the server with the task's
+//! provenance, which the agent cannot choose.
+//!
+//! The socket lives in `<runtime_dir>/t/<task>/`; the sandbox binds that directory, so
+//! after a daemon restart the socket is simply created again in the same place.
+
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use mop_cards::{CardId, StoreProvenance, StoreRequest, Trust};
+use mop_proto::{AgentCard, AgentStoreRequest, ListResponse, RetrieveRequest, RetrieveResponse};
+use tokio::net::UnixListener;
+use tokio::sync::watch;
+
+use crate::pool::make_dir;
+use crate::tasks::{AGENT_SOCKET, Task, Tasks};
+
+#[derive(Clone)]
+struct AgentState {
+    tasks: Arc<Tasks>,
+    task: Arc<Task>,
+}
+
+/// Opens the task's agent socket and serves it until `stop`.
+pub async fn serve(
+    tasks: Arc<Tasks>,
+    task: Arc<Task>,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let lease = task.lease();
+    make_dir(&lease.socket_dir).map_err(std::io::Error::other)?;
+    let path = lease.socket_dir.join(AGENT_SOCKET);
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))?;
+    let app = Router::new()
+        .route("/v1/cards", get(list))
+        .route("/v1/cards/{id}", get(card))
+        .route("/v1/retrieve", post(retrieve))
+        .route("/v1/store", post(store))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") })
+        .with_state(AgentState { tasks, task });
+    tokio::spawn(async move {
+        let result = axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop.changed().await;
+            })
+            .await;
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "agent socket stopped");
+        }
+    });
+    Ok(())
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (
+        status,
+        Json(serde_json::json!({ "error": status.canonical_reason(), "message": message.into() })),
+    )
+        .into_response()
+}
+
+fn json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Box<Response>> {
+    serde_json::from_slice(body).map_err(|e| {
+        Box::new(error(
+            StatusCode::BAD_REQUEST,
+            format!("invalid request: {e}"),
+        ))
+    })
+}
+
+async fn list(State(s): State<AgentState>) -> Response {
+    let loaded = match s.tasks.loaded_for(&s.task).await {
+        Ok(l) => l,
+        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    };
+    let lease = s.task.lease();
+    let visible = loaded.catalog.visible_set(&lease.task).len();
+    let cards = lease
+        .cards
+        .iter()
+        .filter_map(|c| {
+            let e = loaded.catalog.entry(loaded.catalog.ord_of(&c.id)?);
+            Some(AgentCard {
+                id: c.id,
+                card_type: e.summary.card_type,
+                title: e.summary.title.clone(),
+                description: e.summary.description.clone(),
+                unverified: e.summary.trust == Trust::Unverified,
+                mounted_at: Some(c.path.clone()),
+                score: None,
+            })
+        })
+        .collect();
+    Json(ListResponse { cards, visible }).into_response()
+}
+
+async fn card(State(s): State<AgentState>, UrlPath(id): UrlPath<String>) -> Response {
+    let Ok(id) = CardId::parse(&id) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "{:?} is not a card id (a UUID)",
+                id.chars().take(80).collect::<String>()
+            ),
+        );
+    };
+    let loaded = match s.tasks.loaded_for(&s.task).await {
+        Ok(l) => l,
+        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    };
+    let lease = s.task.lease();
+    // Outside the task's scope looks exactly like missing.
+    let not_found = || error(StatusCode::NOT_FOUND, format!("card {id} not found"));
+    let Some(ord) = loaded.catalog.ord_of(&id) else {
+        return not_found();
+    };
+    if !loaded.catalog.is_visible(ord, &lease.task) {
+        return not_found();
+    }
+    let rel = loaded.catalog.entry(ord).summary.path();
+    match std::fs::read(loaded.generation.tree().join(rel)) {
+        Ok(bytes) => {
+            let mut r = Response::new(axum::body::Body::from(bytes));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/markdown; charset=utf-8"),
+            );
+            r
+        }
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("card {id} unreadable: {e}"),
+        ),
+    }
+}
+
+async fn retrieve(State(s): State<AgentState>, body: Bytes) -> Response {
+    let req: RetrieveRequest = match json(&body) {
+        Ok(r) => r,
+        Err(e) => return *e,
+    };
+    if req.query.trim().is_empty() || req.query.len() > 4096 {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "query must be 1 to 4096 bytes of text",
+        );
+    }
+    let limit = req.limit.unwrap_or(10).clamp(1, 50);
+    let loaded = match s.tasks.loaded_for(&s.task).await {
+        Ok(l) => l,
+        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    };
+    let lease = s.task.lease();
+    let visible = loaded.catalog.visible_set(&lease.task);
+    let searched = visible.len();
+    let hits = match loaded.index.search(&req.query, limit, Arc::new(visible)) {
+        Ok(h) => h,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    let hits: Vec<AgentCard> = hits
+        .iter()
+        .map(|h| {
+            let e = loaded.catalog.entry(h.ord);
+            let id = e.summary.id;
+            AgentCard {
+                id,
+                card_type: e.summary.card_type,
+                title: e.summary.title.clone(),
+                description: e.summary.description.clone(),
+                unverified: e.summary.trust == Trust::Unverified,
+                mounted_at: lease
+                    .cards
+                    .iter()
+                    .find(|c| c.id == id)
+                    .map(|c| c.path.clone()),
+                score: Some(h.score),
+            }
+        })
+        .collect();
+    let mounted = lease.cards.len();
+    let scope = format!(
+        "the {searched} cards this task may see in workspace {} (revision {}); {mounted} of them are mounted in {}",
+        lease.task.workspace, lease.revision, lease.profile.memory_dir
+    );
+    let coverage = if hits.is_empty() {
+        format!(
+            "No card matched. Searched {scope}. Try other words, or `mop memory list` for what is mounted."
+        )
+    } else {
+        format!("Searched {scope}. Read a card with `mop memory get <id>`.")
+    };
+    Json(RetrieveResponse {
+        hits,
+        searched,
+        mounted,
+        coverage,
+    })
+    .into_response()
+}
+
+async fn store(State(s): State<AgentState>, body: Bytes) -> Response {
+    if body.len() > 256 * 1024 {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "a stored card is at most 256 KiB of JSON",
+        );
+    }
+    let req: AgentStoreRequest = match json(&body) {
+        Ok(r) => r,
+        Err(e) => return *e,
+    };
+    let lease = s.task.lease();
+    let provenance = StoreProvenance {
+        task_id: lease.task.task_id.clone(),
+        user_id: lease.task.origin_user_id.clone(),
+        asset_id: lease.task.asset_id.clone(),
+    };
+    let c = &req.card;
+    if c.scope.user_id.is_some() && c.scope.user_id != provenance.user_id {
+        return error(
+            StatusCode::FORBIDDEN,
+            "a task may bind a card only to its own user",
+        );
+    }
+    if c.scope.asset_id.is_some() && c.scope.asset_id != provenance.asset_id {
+        return error(
+            StatusCode::FORBIDDEN,
+            "a task may bind a card only to its own asset",
+        );
+    }
+    let client = s.tasks.client();
+    match client
+        .store(
+            &lease.task.workspace,
+            &StoreRequest {
+                provenance,
+                card: req.card,
+            },
+        )
+        .await
+    {
+        Ok(r) => {
+            tracing::info!(task = %lease.task.task_id, card = %r.id, outcome = ?r.outcome, "memory stored for a task");
+            Json(r).into_response()
+        }
+        Err(crate::client::ClientError::Status { status, message }) => error(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+            message,
+        ),
+        Err(e) => error(
+            StatusCode::BAD_GATEWAY,
+            format!("the card server could not take the card now: {e}"),
+        ),
+    }
+}

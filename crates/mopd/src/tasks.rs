@@ -1,0 +1,711 @@
+//! Task projection (DESIGN.md "Task projection rules").
+//!
+//! A prepare selects the task's cards from the workspace's current generation (which it
+//! pins), builds `<cache_dir>/tasks/<task>/view/` — hardlinks of the selected cards at their
+//! OKF paths plus the task's MEMORY.md, all read-only — opens the task's agent socket in
+//! `<runtime_dir>/t/<task>/`, and persists the lease in `<state_dir>/leases/`. The view is a
+//! snapshot: later syncs publish new generations and never touch it.
+//!
+//! Leases of `mop run` live as long as the runner process (pid and start time are
+//! checked every second); bare prepares have a TTL. Leases survive a daemon restart: the
+//! generations they pin are pinned again before anything is collected, and their agent
+//! sockets are opened again in the same directories.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use mop_cards::{CardId, Catalog, Rules, TaskContext, Tier, render_memory_md};
+use mop_proto::{LeaseInfo, LeaseRequest, Plan, PlanCard, PrepareRequest, Profile, TaskSummary};
+use mop_search::{SearchIndex, select_for_task};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::pool::{Generation, Pool, make_dir};
+use crate::shared::Shared;
+
+/// Why a task request failed; each maps to an HTTP status on the control socket.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// Malformed request.
+    #[error("{0}")]
+    Invalid(String),
+    /// No such task or workspace.
+    #[error("{0}")]
+    NotFound(String),
+    /// A live task has that id.
+    #[error("{0}")]
+    Conflict(String),
+    /// Not this caller's task.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The workspace has no generation yet, or too many tasks.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Local failure.
+    #[error("{0}")]
+    Internal(String),
+}
+
+fn internal(e: impl std::fmt::Display) -> TaskError {
+    TaskError::Internal(e.to_string())
+}
+
+/// How a lease ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum LeaseKind {
+    /// With the runner process.
+    Run {
+        /// Runner pid.
+        pid: u32,
+        /// Its start time, so a recycled pid is not mistaken for it.
+        start_time: u64,
+    },
+    /// At a time.
+    Ttl {
+        /// Expiry.
+        expires_at: Timestamp,
+    },
+}
+
+/// A lease as persisted.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Lease {
+    /// The task.
+    pub task: TaskContext,
+    /// Pinned generation.
+    pub generation: String,
+    /// Its epoch.
+    pub epoch: String,
+    /// Its revision.
+    pub revision: u64,
+    /// How it ends.
+    pub kind: LeaseKind,
+    /// Uid of the runner that prepared it; only it (or root) may release or renew.
+    pub owner_uid: u32,
+    /// When it was prepared.
+    pub created_at: Timestamp,
+    /// The view.
+    pub view_dir: PathBuf,
+    /// The agent socket's directory.
+    pub socket_dir: PathBuf,
+    /// The resolved profile.
+    pub profile: Profile,
+    /// Mounted cards, best first, with tiers.
+    pub cards: Vec<PlanCard>,
+    /// Selected per tier.
+    pub selected: [usize; 3],
+    /// Left out per tier.
+    pub left_out: [usize; 3],
+}
+
+impl Lease {
+    fn info(&self) -> LeaseInfo {
+        match &self.kind {
+            LeaseKind::Run { pid, .. } => LeaseInfo {
+                kind: "run".into(),
+                pid: Some(*pid),
+                expires_at: None,
+            },
+            LeaseKind::Ttl { expires_at } => LeaseInfo {
+                kind: "ttl".into(),
+                pid: None,
+                expires_at: Some(*expires_at),
+            },
+        }
+    }
+
+    /// The plan a runner gets for this lease.
+    pub fn plan(&self) -> Plan {
+        let info = self.info();
+        Plan {
+            task_id: self.task.task_id.clone(),
+            workspace: self.task.workspace.clone(),
+            epoch: self.epoch.clone(),
+            revision: self.revision,
+            generation: self.generation.clone(),
+            memory_md: self.view_dir.join("MEMORY.md"),
+            view_dir: self.view_dir.clone(),
+            agent_socket: self.socket_dir.join(AGENT_SOCKET),
+            agent_socket_dir: self.socket_dir.clone(),
+            expires_at: info.expires_at,
+            lease: info,
+            profile: self.profile.clone(),
+            cards: self.cards.clone(),
+            selected: self.selected,
+            left_out: self.left_out,
+        }
+    }
+}
+
+/// The agent socket's file name inside its directory.
+pub const AGENT_SOCKET: &str = "agent.sock";
+
+/// A generation loaded for selection and retrieval: catalog and open index.
+pub struct Loaded {
+    /// The generation.
+    pub generation: Generation,
+    /// Its catalog.
+    pub catalog: Catalog,
+    /// Its search index.
+    pub index: SearchIndex,
+    /// The selection rules it was loaded with.
+    pub rules: Rules,
+}
+
+/// A live task.
+pub struct Task {
+    /// Its lease.
+    pub lease: Mutex<Lease>,
+    /// Its generation, loaded (lazily after a restart).
+    loaded: Mutex<Option<Arc<Loaded>>>,
+    stop_agent: watch::Sender<bool>,
+}
+
+impl Task {
+    /// A snapshot of the lease.
+    pub fn lease(&self) -> Lease {
+        self.lease.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Start time of a process (clock ticks since boot), from `/proc/<pid>/stat`.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
+/// All live tasks of the daemon.
+pub struct Tasks {
+    shared: Arc<Shared>,
+    tasks: Mutex<BTreeMap<String, Arc<Task>>>,
+    loaded: Mutex<HashMap<(String, String), Arc<Loaded>>>,
+}
+
+impl Tasks {
+    /// No tasks yet.
+    pub fn new(shared: Arc<Shared>) -> Tasks {
+        Tasks {
+            shared,
+            tasks: Mutex::default(),
+            loaded: Mutex::default(),
+        }
+    }
+
+    /// The server client in force.
+    pub fn client(&self) -> Arc<crate::client::ServerClient> {
+        self.shared.client()
+    }
+
+    fn leases_dir(&self) -> PathBuf {
+        self.shared.config().paths.state_dir.join("leases")
+    }
+
+    /// A live task.
+    pub fn get(&self, id: &str) -> Option<Arc<Task>> {
+        self.tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    /// Every live task.
+    pub fn list(&self) -> Vec<TaskSummary> {
+        let tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        tasks
+            .values()
+            .map(|t| {
+                let l = t.lease();
+                TaskSummary {
+                    task_id: l.task.task_id.clone(),
+                    workspace: l.task.workspace.clone(),
+                    generation: l.generation.clone(),
+                    revision: l.revision,
+                    lease: l.info(),
+                    created_at: l.created_at,
+                    owner_uid: l.owner_uid,
+                }
+            })
+            .collect()
+    }
+
+    /// The loaded generation of a task (loading it after a restart).
+    pub async fn loaded_for(&self, task: &Task) -> Result<Arc<Loaded>, TaskError> {
+        if let Some(l) = task
+            .loaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            return Ok(l);
+        }
+        let lease = task.lease();
+        let loaded = self.load(&lease.task.workspace, &lease.generation).await?;
+        *task.loaded.lock().unwrap_or_else(|p| p.into_inner()) = Some(loaded.clone());
+        Ok(loaded)
+    }
+
+    async fn load(&self, ws: &str, generation: &str) -> Result<Arc<Loaded>, TaskError> {
+        let key = (ws.to_owned(), generation.to_owned());
+        if let Some(l) = self
+            .loaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return Ok(l.clone());
+        }
+        let config = self.shared.config();
+        let pool = Pool::open(&config.paths.cache_dir, ws).map_err(internal)?;
+        let name = generation.to_owned();
+        let selection = config.selection.clone();
+        let loaded = tokio::task::spawn_blocking(move || -> Result<Loaded, TaskError> {
+            let g = pool.generation(&name).map_err(internal)?;
+            let rules = Rules::new(selection).map_err(internal)?;
+            let catalog = Catalog::new(g.manifest.clone(), &rules).map_err(internal)?;
+            let index = SearchIndex::open(&g.dir.join(crate::pool::INDEX)).map_err(internal)?;
+            Ok(Loaded {
+                generation: g,
+                catalog,
+                index,
+                rules,
+            })
+        })
+        .await
+        .map_err(internal)??;
+        let loaded = Arc::new(loaded);
+        self.loaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, loaded.clone());
+        Ok(loaded)
+    }
+
+    /// Forgets loaded generations no task pins and that are not current.
+    fn prune_loaded(&self) {
+        let config = self.shared.config();
+        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        loaded.retain(|(ws, g), _| {
+            let current = Pool::open(&config.paths.cache_dir, ws)
+                .ok()
+                .and_then(|p| p.current_name());
+            current.as_deref() == Some(g.as_str()) || self.shared.pinned(ws).contains(g)
+        });
+    }
+
+    /// Prepares a task: selection, view, agent socket, lease.
+    pub async fn prepare(
+        self: &Arc<Self>,
+        req: PrepareRequest,
+        peer_uid: u32,
+        peer_pid: Option<i32>,
+    ) -> Result<Plan, TaskError> {
+        let task = req.task;
+        task.validate()
+            .map_err(|e| TaskError::Invalid(e.to_string()))?;
+        let config = self.shared.config();
+        let ws = task.workspace.clone();
+        if !config.sync.workspaces.contains(&ws) {
+            return Err(TaskError::NotFound(format!(
+                "workspace {ws} is not configured on this host (sync.workspaces)"
+            )));
+        }
+        {
+            let tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+            if tasks.contains_key(&task.task_id) {
+                return Err(TaskError::Conflict(format!(
+                    "task {} is already live; release it first (mop release --task-id {})",
+                    task.task_id, task.task_id
+                )));
+            }
+            if tasks.len() >= config.tasks.max_tasks {
+                return Err(TaskError::Unavailable(format!(
+                    "{} tasks are live, the most tasks.max_tasks allows",
+                    tasks.len()
+                )));
+            }
+        }
+        let kind = match req.lease {
+            LeaseRequest::Run { pid, .. } => {
+                if peer_pid != Some(pid as i32) {
+                    return Err(TaskError::Invalid(format!(
+                        "a run lease must name the caller's own pid ({}), not {pid}",
+                        peer_pid.map_or_else(|| "unknown".into(), |p| p.to_string())
+                    )));
+                }
+                let start_time = process_start_time(pid)
+                    .ok_or_else(|| TaskError::Invalid(format!("process {pid} is not running")))?;
+                LeaseKind::Run { pid, start_time }
+            }
+            LeaseRequest::Ttl { ttl_secs } => LeaseKind::Ttl {
+                expires_at: expiry(ttl_secs.unwrap_or(config.tasks.lease_ttl_secs))?,
+            },
+        };
+        let profile_name = req
+            .profile
+            .unwrap_or_else(|| config.tasks.default_profile.clone());
+        let profile = Profile::load(&profile_name, &config.tasks.profile_dirs)
+            .map_err(|e| TaskError::Invalid(e.to_string()))?;
+        profile
+            .check(&config.protected_dirs(&self.shared.config_path))
+            .map_err(|e| TaskError::Invalid(e.to_string()))?;
+
+        // Pin the current generation under the pool's shared lock, so collection cannot
+        // remove it between reading the link and pinning.
+        let pool = Pool::open(&config.paths.cache_dir, &ws).map_err(internal)?;
+        let generation = {
+            let _lock = pool.lock(false).map_err(internal)?;
+            let name = pool.current_name().ok_or_else(|| {
+                TaskError::Unavailable(format!("workspace {ws} has no cards on this host yet (first sync pending); see: mopd status"))
+            })?;
+            self.shared.pin(&ws, &name);
+            name
+        };
+        let result = self
+            .build(task, kind, peer_uid, profile, &pool, &generation)
+            .await;
+        if result.is_err() {
+            self.shared.unpin(&ws, &generation);
+        }
+        result
+    }
+
+    async fn build(
+        self: &Arc<Self>,
+        task: TaskContext,
+        kind: LeaseKind,
+        owner_uid: u32,
+        profile: Profile,
+        pool: &Pool,
+        generation: &str,
+    ) -> Result<Plan, TaskError> {
+        let ws = task.workspace.clone();
+        let loaded = self.load(&ws, generation).await?;
+        let config = self.shared.config();
+        let task_dir = config.paths.cache_dir.join("tasks").join(&task.task_id);
+        let view_dir = task_dir.join("view");
+        let socket_dir = config.paths.runtime_dir.join("t").join(&task.task_id);
+        let lease_path = self.leases_dir().join(format!("{}.json", task.task_id));
+
+        let l2 = loaded.clone();
+        let t2 = task.clone();
+        let (view, gen_dir) = (view_dir.clone(), pool.root().join("gens").join(generation));
+        let (cards, selected, left_out) =
+            tokio::task::spawn_blocking(move || -> Result<_, TaskError> {
+                let selection =
+                    select_for_task(&l2.catalog, &l2.index, &t2, &l2.rules).map_err(internal)?;
+                let md = render_memory_md(&l2.catalog, &selection, &t2, &l2.rules.config);
+                build_view(&view, &gen_dir, &l2.catalog, &selection.cards, &md)
+                    .map_err(internal)?;
+                let cards = selection
+                    .cards
+                    .iter()
+                    .map(|s| {
+                        let e = l2.catalog.entry(s.ord);
+                        PlanCard {
+                            id: e.summary.id,
+                            tier: s.tier.as_str().into(),
+                            path: e.summary.path(),
+                        }
+                    })
+                    .collect::<Vec<_>>();
+                Ok((cards, selection.selected.0, selection.left_out.0))
+            })
+            .await
+            .map_err(internal)??;
+
+        let lease = Lease {
+            epoch: loaded.generation.manifest.epoch.clone(),
+            revision: loaded.generation.manifest.revision,
+            task,
+            generation: generation.to_owned(),
+            kind,
+            owner_uid,
+            created_at: Timestamp::now(),
+            view_dir,
+            socket_dir,
+            profile,
+            cards,
+            selected,
+            left_out,
+        };
+        let (stop_agent, stop_rx) = watch::channel(false);
+        let entry = Arc::new(Task {
+            lease: Mutex::new(lease.clone()),
+            loaded: Mutex::new(Some(loaded)),
+            stop_agent,
+        });
+        crate::agent::serve(self.clone(), entry.clone(), stop_rx)
+            .await
+            .map_err(internal)?;
+        if let Err(e) = save_lease(&lease_path, &lease) {
+            let _ = entry.stop_agent.send(true);
+            let _ = std::fs::remove_dir_all(&task_dir);
+            return Err(internal(e));
+        }
+        self.tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(lease.task.task_id.clone(), entry);
+        tracing::info!(
+            task = %lease.task.task_id, workspace = %ws, generation = %lease.generation,
+            mounted = lease.cards.len(), selected = lease.selected.iter().sum::<usize>(), "task prepared"
+        );
+        Ok(lease.plan())
+    }
+
+    /// Releases a task: its view, agent socket, lease and pin go.
+    pub fn release(&self, id: &str, caller_uid: Option<u32>, why: &str) -> Result<(), TaskError> {
+        let task = {
+            let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(task) = tasks.get(id) else {
+                return Err(TaskError::NotFound(format!("no live task {id}")));
+            };
+            let owner = task.lease().owner_uid;
+            if let Some(uid) = caller_uid
+                && uid != 0
+                && uid != owner
+            {
+                return Err(TaskError::Forbidden(format!(
+                    "task {id} belongs to uid {owner}"
+                )));
+            }
+            tasks.remove(id).expect("present")
+        };
+        let lease = task.lease();
+        let _ = task.stop_agent.send(true);
+        let config = self.shared.config();
+        let _ = std::fs::remove_dir_all(config.paths.cache_dir.join("tasks").join(id));
+        let _ = std::fs::remove_dir_all(&lease.socket_dir);
+        let _ = std::fs::remove_file(self.leases_dir().join(format!("{id}.json")));
+        self.shared.unpin(&lease.task.workspace, &lease.generation);
+        self.prune_loaded();
+        tracing::info!(task = id, workspace = %lease.task.workspace, why, "task released");
+        Ok(())
+    }
+
+    /// Extends a TTL lease.
+    pub fn renew(
+        &self,
+        id: &str,
+        caller_uid: u32,
+        ttl_secs: Option<u64>,
+    ) -> Result<LeaseInfo, TaskError> {
+        let task = self
+            .get(id)
+            .ok_or_else(|| TaskError::NotFound(format!("no live task {id}")))?;
+        let config = self.shared.config();
+        let lease = {
+            let mut lease = task.lease.lock().unwrap_or_else(|p| p.into_inner());
+            if caller_uid != 0 && caller_uid != lease.owner_uid {
+                return Err(TaskError::Forbidden(format!(
+                    "task {id} belongs to uid {}",
+                    lease.owner_uid
+                )));
+            }
+            match &mut lease.kind {
+                LeaseKind::Ttl { expires_at } => {
+                    *expires_at = expiry(ttl_secs.unwrap_or(config.tasks.lease_ttl_secs))?
+                }
+                LeaseKind::Run { .. } => {
+                    return Err(TaskError::Invalid(format!(
+                        "task {id} lives as long as its mop run; it has no TTL to renew"
+                    )));
+                }
+            }
+            lease.clone()
+        };
+        save_lease(&self.leases_dir().join(format!("{id}.json")), &lease).map_err(internal)?;
+        Ok(lease.info())
+    }
+
+    /// Releases leases whose runner exited or whose TTL passed.
+    pub fn reap(&self) {
+        let now = Timestamp::now();
+        let ended: Vec<(String, String)> = {
+            let tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+            tasks
+                .iter()
+                .filter_map(|(id, t)| {
+                    let why = match &t.lease().kind {
+                        LeaseKind::Run { pid, start_time } => (process_start_time(*pid)
+                            != Some(*start_time))
+                        .then(|| format!("runner pid {pid} exited")),
+                        LeaseKind::Ttl { expires_at } => {
+                            (*expires_at <= now).then(|| "lease expired".to_owned())
+                        }
+                    }?;
+                    Some((id.clone(), why))
+                })
+                .collect()
+        };
+        for (id, why) in ended {
+            let _ = self.release(&id, None, &why);
+        }
+    }
+
+    /// After a restart: takes back persisted leases (pinning their generations before any
+    /// collection runs) and removes task directories nothing leases.
+    pub async fn recover(self: &Arc<Self>) {
+        let config = self.shared.config();
+        let dir = self.leases_dir();
+        let _ = make_dir(&dir);
+        let mut live = Vec::new();
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for e in entries.flatten() {
+                let path = e.path();
+                let lease: Lease = match std::fs::read(&path)
+                    .ok()
+                    .and_then(|b| serde_json::from_slice(&b).ok())
+                {
+                    Some(l) => l,
+                    None => {
+                        tracing::warn!(path = %path.display(), "unreadable lease removed");
+                        let _ = std::fs::remove_file(&path);
+                        continue;
+                    }
+                };
+                let gen_dir = config
+                    .paths
+                    .cache_dir
+                    .join("pools")
+                    .join(&lease.task.workspace)
+                    .join("gens")
+                    .join(&lease.generation);
+                if !gen_dir.is_dir()
+                    || !lease.view_dir.is_dir()
+                    || !config.sync.workspaces.contains(&lease.task.workspace)
+                {
+                    tracing::warn!(task = %lease.task.task_id, "lease lost its generation or view; dropped");
+                    let _ = std::fs::remove_file(&path);
+                    let _ = std::fs::remove_dir_all(
+                        config
+                            .paths
+                            .cache_dir
+                            .join("tasks")
+                            .join(&lease.task.task_id),
+                    );
+                    continue;
+                }
+                self.shared.pin(&lease.task.workspace, &lease.generation);
+                let (stop_agent, stop_rx) = watch::channel(false);
+                let id = lease.task.task_id.clone();
+                let entry = Arc::new(Task {
+                    lease: Mutex::new(lease),
+                    loaded: Mutex::new(None),
+                    stop_agent,
+                });
+                if let Err(e) = crate::agent::serve(self.clone(), entry.clone(), stop_rx).await {
+                    tracing::warn!(task = %id, error = %e, "cannot reopen the agent socket");
+                }
+                self.tasks
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(id.clone(), entry);
+                live.push(id);
+            }
+        }
+        if let Ok(entries) = std::fs::read_dir(config.paths.cache_dir.join("tasks")) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !live.contains(&name) {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+        if !live.is_empty() {
+            tracing::info!(tasks = live.len(), "task leases recovered");
+        }
+        self.reap();
+    }
+}
+
+fn expiry(secs: u64) -> Result<Timestamp, TaskError> {
+    let secs =
+        i64::try_from(secs).map_err(|_| TaskError::Invalid("ttl_secs is too large".into()))?;
+    Timestamp::now()
+        .checked_add(jiff::SignedDuration::from_secs(secs))
+        .map_err(|_| TaskError::Invalid("ttl_secs is too large".into()))
+}
+
+fn save_lease(path: &Path, lease: &Lease) -> std::io::Result<()> {
+    let dir = path.parent().expect("lease files have a directory");
+    make_dir(dir).map_err(std::io::Error::other)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(
+        &mut tmp,
+        &serde_json::to_vec_pretty(lease).expect("leases serialize"),
+    )?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Builds a task view: hardlinks of the selected cards from the generation's tree, and
+/// the task's MEMORY.md, all read-only.
+fn build_view(
+    view: &Path,
+    gen_dir: &Path,
+    catalog: &Catalog,
+    cards: &[mop_cards::Selected],
+    memory_md: &str,
+) -> Result<(), crate::pool::PoolError> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(task_dir) = view.parent() {
+        // A leftover with this task id: nothing leases it (the caller checked).
+        let _ = std::fs::remove_dir_all(task_dir);
+    }
+    make_dir(view)?;
+    let tree = gen_dir.join(crate::pool::TREE);
+    let mut made = std::collections::BTreeSet::new();
+    for s in cards {
+        let rel = catalog.entry(s.ord).summary.path();
+        let target = view.join(&rel);
+        let parent = target.parent().expect("card paths have a pillar");
+        if made.insert(parent.to_owned()) {
+            make_dir(parent)?;
+        }
+        std::fs::hard_link(tree.join(&rel), &target).map_err(|e| crate::pool::PoolError::Io {
+            path: target.display().to_string(),
+            source: e,
+        })?;
+    }
+    let md_path = view.join("MEMORY.md");
+    std::fs::write(&md_path, memory_md)
+        .and_then(|_| std::fs::set_permissions(&md_path, std::fs::Permissions::from_mode(0o440)))
+        .map_err(|e| crate::pool::PoolError::Io {
+            path: md_path.display().to_string(),
+            source: e,
+        })?;
+    Ok(())
+}
+
+/// Tier of a card in a lease.
+pub fn tier_of(lease: &Lease, id: &CardId) -> Option<Tier> {
+    lease
+        .cards
+        .iter()
+        .find(|c| &c.id == id)
+        .map(|c| match c.tier.as_str() {
+            "L1" => Tier::L1,
+            "L2" => Tier::L2,
+            _ => Tier::L0,
+        })
+}
+
+/// Reaps leases every second until stopped.
+pub async fn reaper(tasks: Arc<Tasks>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.changed() => return,
+        }
+        let t = tasks.clone();
+        let _ = tokio::task::spawn_blocking(move || t.reap()).await;
+    }
+}

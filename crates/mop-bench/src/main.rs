@@ -14,6 +14,7 @@ use mop_bench::{show, summarize, synth};
 use mop_cards::{Catalog, Rules, render_memory_md};
 use mop_search::{IndexDoc, SearchIndex, build_index, select_for_task};
 
+mod run;
 mod server;
 
 #[derive(Parser)]
@@ -42,6 +43,29 @@ enum Command {
         /// Index builds per size (the median is reported).
         #[arg(long, default_value_t = 3)]
         builds: usize,
+        /// Seed of the synthetic data.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// Write a synthetic workspace as an OKF card directory (for `mop-server import`).
+    GenCards {
+        /// Target directory (created).
+        dir: std::path::PathBuf,
+        /// Cards.
+        #[arg(long, default_value_t = 10_000)]
+        cards: usize,
+        /// Seed of the synthetic data.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// Task start: `mop run -- /bin/true` against bare bwrap with the same flags.
+    Run {
+        /// Cards in the workspace.
+        #[arg(long, default_value_t = 10_000)]
+        cards: usize,
+        /// Runs of each (alternating, after 5 warm-up runs).
+        #[arg(long, default_value_t = 200)]
+        iterations: usize,
         /// Seed of the synthetic data.
         #[arg(long, default_value_t = 42)]
         seed: u64,
@@ -81,6 +105,25 @@ fn main() -> Result<()> {
             builds,
             seed,
         } => engine(&sizes, tasks, rounds.max(1), builds.max(1), seed),
+        Command::GenCards { dir, cards, seed } => {
+            let ws = synth::workspace(seed, cards, "2026-11-29T00:00:00Z".parse()?);
+            synth::write_dir(&ws, &dir)?;
+            eprintln!(
+                "wrote {cards} cards ({} bytes) to {}",
+                ws.bytes,
+                dir.display()
+            );
+            Ok(())
+        }
+        Command::Run {
+            cards,
+            iterations,
+            seed,
+        } => run::run(&run::Options {
+            cards,
+            iterations: iterations.max(1),
+            seed,
+        }),
         Command::Server {
             cards,
             rounds,

@@ -35,12 +35,12 @@ pub enum ControlError {
 }
 
 /// One request to the daemon: returns the status code and body.
-pub async fn request(
+async fn send(
     socket: &Path,
     method: &str,
     path: &str,
     body: Option<Vec<u8>>,
-) -> Result<(u16, Vec<u8>), ControlError> {
+) -> Result<hyper::Response<hyper::body::Incoming>, ControlError> {
     let stream = match UnixStream::connect(socket).await {
         Ok(s) => s,
         Err(e) => {
@@ -73,16 +73,97 @@ pub async fn request(
             body.unwrap_or_default(),
         )))
         .map_err(|e| other(e.to_string()))?;
-    let response = sender
+    sender
         .send_request(req)
         .await
-        .map_err(|e| other(e.to_string()))?;
+        .map_err(|e| other(e.to_string()))
+}
+
+/// One request to the daemon: returns the status code and body.
+pub async fn request(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> Result<(u16, Vec<u8>), ControlError> {
+    let response = send(socket, method, path, body).await?;
     let status = response.status().as_u16();
     let body = response
         .into_body()
         .collect()
         .await
-        .map_err(|e| other(e.to_string()))?
+        .map_err(|e| ControlError::Other {
+            path: socket.to_owned(),
+            message: e.to_string(),
+        })?
         .to_bytes();
     Ok((status, body.to_vec()))
+}
+
+/// A held answer: newline-separated JSON documents on a response the daemon keeps open.
+/// What the daemon granted lasts as long as this value (or this process) lives;
+/// dropping it closes the connection.
+pub struct Hold {
+    body: hyper::body::Incoming,
+    buffer: Vec<u8>,
+    path: std::path::PathBuf,
+}
+
+impl Hold {
+    /// The next document, or `None` when the daemon ended the answer.
+    pub async fn next(&mut self) -> Result<Option<Vec<u8>>, ControlError> {
+        loop {
+            if let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=end).collect();
+                return Ok(Some(line[..line.len() - 1].to_vec()));
+            }
+            match self.body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.buffer.extend_from_slice(&data);
+                    }
+                }
+                Some(Err(e)) => {
+                    return Err(ControlError::Other {
+                        path: self.path.clone(),
+                        message: e.to_string(),
+                    });
+                }
+                None => return Ok(None),
+            }
+        }
+    }
+}
+
+/// A request answered by a held stream of documents (a `mop run` prepare). An error
+/// status comes back with its whole body and no hold.
+pub async fn request_held(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> Result<(u16, Vec<u8>, Option<Hold>), ControlError> {
+    let response = send(socket, method, path, body).await?;
+    let status = response.status().as_u16();
+    let body = response.into_body();
+    if !(200..300).contains(&status) {
+        let all = body
+            .collect()
+            .await
+            .map_err(|e| ControlError::Other {
+                path: socket.to_owned(),
+                message: e.to_string(),
+            })?
+            .to_bytes();
+        return Ok((status, all.to_vec(), None));
+    }
+    Ok((
+        status,
+        Vec::new(),
+        Some(Hold {
+            body,
+            buffer: Vec::new(),
+            path: socket.to_owned(),
+        }),
+    ))
 }

@@ -126,6 +126,37 @@ impl Plan {
     }
 }
 
+/// The first document of a `mop run` prepare: where the task's view and agent socket
+/// will be, sent before the cards are selected, so the runner can start setting up the
+/// sandbox while the daemon fills the view. The sandboxed command must not start before
+/// the [`Plan`] (the second document) arrives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reservation {
+    /// Task id.
+    pub task_id: String,
+    /// The (still empty) view directory.
+    pub view_dir: PathBuf,
+    /// Directory of the agent socket.
+    pub agent_socket_dir: PathBuf,
+    /// The resolved sandbox profile.
+    pub profile: Profile,
+}
+
+/// A line of a held prepare answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrepareEvent {
+    /// Directories reserved.
+    Reserved(Reservation),
+    /// The view is complete.
+    Ready(Box<Plan>),
+    /// Preparing failed after the reservation.
+    Failed {
+        /// Why.
+        message: String,
+    },
+}
+
 /// A task in `GET /v1/tasks`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskSummary {

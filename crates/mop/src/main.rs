@@ -120,6 +120,9 @@ enum Command {
         /// Run without any sandbox (development only; warns every time).
         #[arg(long)]
         no_sandbox_dev_only: bool,
+        /// Prepare, print the plan and the bwrap command line as JSON, release; run nothing.
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         daemon: Daemon,
         /// The command and its arguments.
@@ -246,7 +249,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-fn message(body: &[u8]) -> String {
+pub(crate) fn message(body: &[u8]) -> String {
     serde_json::from_slice::<serde_json::Value>(body)
         .ok()
         .and_then(|v| v["message"].as_str().map(str::to_owned))
@@ -342,6 +345,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             envs,
             interactive,
             no_sandbox_dev_only,
+            dry_run,
             daemon,
             command,
         } => run::run(run::RunArgs {
@@ -350,6 +354,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             envs,
             interactive,
             no_sandbox: no_sandbox_dev_only,
+            dry_run,
             socket: daemon.socket,
             command,
         }),

@@ -1,20 +1,28 @@
-//! `mop run`: prepare, build the bwrap command line from the plan, run it, forward
-//! signals, return the command's exit status (125 when the sandbox could not be set up),
-//! and release the task on every way out.
+//! `mop run`: prepare, build the bwrap command line, run it, forward signals, and return
+//! the command's exit status (125 when the sandbox could not be set up).
+//!
+//! The prepare is answered in two steps on one held connection: first a reservation
+//! (the task's view and agent socket directories, and the profile), then the plan once
+//! the daemon has selected the cards and filled the view. bwrap is started on the
+//! reservation with `--block-fd`, so the sandbox is set up while the daemon works, and
+//! the command starts only after the plan arrived. The task's lease is that connection:
+//! when this process ends, however it ends, the daemon sees it close and releases the
+//! task.
 //!
 //! Before anything else every inherited descriptor is marked close-on-exec; bwrap gets
-//! exactly three more: the view and the agent socket directory (O_PATH, for
-//! `--ro-bind-fd`) and the status pipe (`--json-status-fd`), from which a successful
-//! start (`child-pid`) is told apart from a setup failure. bwrap is spawned from the main
-//! thread, which lives until it exits, so `--die-with-parent` follows the right thread.
+//! exactly four: the view and the agent socket directory (O_PATH, for `--ro-bind-fd`),
+//! the status pipe (`--json-status-fd`, which tells a started command from a setup
+//! failure) and the block pipe. bwrap is spawned from the main thread, which lives until
+//! it exits, so `--die-with-parent` follows the right thread.
 
 use std::ffi::OsString;
-use std::io::Read;
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
-use mop_proto::{LeaseRequest, Plan, PrepareRequest};
+use mop_proto::client::Hold;
+use mop_proto::{LeaseRequest, Plan, PrepareEvent, PrepareRequest, Reservation};
 use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 
@@ -22,7 +30,7 @@ use crate::sandbox::{
     Spec, bwrap_args, find_bwrap, open_dir, prepare_memory_dir, sandbox_env, system_layout,
     tiocsti_blocked,
 };
-use crate::{TaskArgs, doctor, prepare, release, sys};
+use crate::{TaskArgs, doctor, message, sys};
 
 /// Exit status when the sandbox could not be set up (the command never ran).
 pub const SETUP_FAILED: u8 = 125;
@@ -39,6 +47,8 @@ pub struct RunArgs {
     pub interactive: bool,
     /// `--no-sandbox-dev-only`.
     pub no_sandbox: bool,
+    /// `--dry-run`: print the plan and the bwrap command line instead of running.
+    pub dry_run: bool,
     /// Control socket.
     pub socket: PathBuf,
     /// The command.
@@ -78,15 +88,56 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         lease: LeaseRequest::Run { pid, start_time: 0 },
         profile: a.task.profile.clone(),
     };
-    let plan = rt.block_on(prepare(&a.socket, &req))?;
-    let result = match &bwrap {
-        Some(bwrap) => sandboxed(&rt, bwrap, &plan, &workdir, &a),
-        None => unsandboxed(&plan, &workdir, &a),
+    let (code, body, hold) = rt.block_on(mop_proto::client::request_held(
+        &a.socket,
+        "POST",
+        "/v1/tasks",
+        Some(serde_json::to_vec(&req)?),
+    ))?;
+    let mut hold = match (code, hold) {
+        (201, Some(h)) => h,
+        _ => bail!(
+            "prepare of task {} refused ({code}): {}",
+            req.task.task_id,
+            message(&body)
+        ),
     };
-    if let Err(e) = rt.block_on(release(&a.socket, &plan.task_id)) {
-        eprintln!("mop: warning: {e:#} (the daemon releases it when it sees this process gone)");
-    }
+    let reservation = match next_event(&rt, &mut hold)? {
+        PrepareEvent::Reserved(r) => r,
+        PrepareEvent::Failed { message } => {
+            bail!("prepare of task {} failed: {message}", req.task.task_id)
+        }
+        PrepareEvent::Ready(_) => bail!("the daemon sent a plan before a reservation"),
+    };
+    let result = match &bwrap {
+        Some(bwrap) => sandboxed(&rt, bwrap, &reservation, &mut hold, &workdir, &a),
+        None => {
+            let plan = ready(&rt, &mut hold, &reservation)?;
+            unsandboxed(&plan, &workdir, &a)
+        }
+    };
+    drop(hold);
+    // Nothing is left to finish: do not wait for idle blocking threads.
+    rt.shutdown_background();
     result
+}
+
+fn next_event(rt: &tokio::runtime::Runtime, hold: &mut Hold) -> Result<PrepareEvent> {
+    let line = rt
+        .block_on(hold.next())?
+        .context("the daemon ended the prepare answer early (is it shutting down?)")?;
+    serde_json::from_slice(&line).context("the daemon's prepare answer is unreadable")
+}
+
+/// Waits for the plan (the view is complete).
+fn ready(rt: &tokio::runtime::Runtime, hold: &mut Hold, r: &Reservation) -> Result<Plan> {
+    match next_event(rt, hold)? {
+        PrepareEvent::Ready(plan) => Ok(*plan),
+        PrepareEvent::Failed { message } => {
+            bail!("prepare of task {} failed: {message}", r.task_id)
+        }
+        PrepareEvent::Reserved(_) => bail!("the daemon sent a second reservation"),
+    }
 }
 
 fn runner_env() -> Vec<(String, String)> {
@@ -97,15 +148,14 @@ fn runner_env() -> Vec<(String, String)> {
 
 /// The sandbox environment, plus the task's user and asset for `mop memory store
 /// --personal/--asset` (the daemon checks them against the task again).
-fn task_env(plan: &Plan, workdir: &std::path::Path, a: &RunArgs) -> Result<Vec<(String, String)>> {
-    let mut env = sandbox_env(
-        &plan.profile,
-        &runner_env(),
-        &a.envs,
-        &plan.task_id,
-        workdir,
-    )
-    .map_err(anyhow::Error::msg)?;
+fn task_env(
+    profile: &mop_proto::Profile,
+    task_id: &str,
+    workdir: &Path,
+    a: &RunArgs,
+) -> Result<Vec<(String, String)>> {
+    let mut env = sandbox_env(profile, &runner_env(), &a.envs, task_id, workdir)
+        .map_err(anyhow::Error::msg)?;
     if let Some(user) = &a.task.user {
         env.push(("MOP_TASK_USER".into(), user.clone()));
     }
@@ -117,15 +167,16 @@ fn task_env(plan: &Plan, workdir: &std::path::Path, a: &RunArgs) -> Result<Vec<(
 
 fn sandboxed(
     rt: &tokio::runtime::Runtime,
-    bwrap: &std::path::Path,
-    plan: &Plan,
-    workdir: &std::path::Path,
+    bwrap: &Path,
+    r: &Reservation,
+    hold: &mut Hold,
+    workdir: &Path,
     a: &RunArgs,
 ) -> Result<ExitCode> {
-    prepare_memory_dir(workdir, &plan.profile.memory_dir).map_err(anyhow::Error::msg)?;
-    let view = open_dir(&plan.view_dir).map_err(anyhow::Error::msg)?;
-    let socket_dir = open_dir(&plan.agent_socket_dir).map_err(anyhow::Error::msg)?;
-    let env = task_env(plan, workdir, a)?;
+    prepare_memory_dir(workdir, &r.profile.memory_dir).map_err(anyhow::Error::msg)?;
+    let view = open_dir(&r.view_dir).map_err(anyhow::Error::msg)?;
+    let socket_dir = open_dir(&r.agent_socket_dir).map_err(anyhow::Error::msg)?;
+    let env = task_env(&r.profile, &r.task_id, workdir, a)?;
     let blocked = tiocsti_blocked();
     let new_session = !(a.interactive && blocked);
     if a.interactive && !blocked {
@@ -136,24 +187,45 @@ fn sandboxed(
     }
     let (status_read, status_write) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the status pipe")?;
+    let (block_read, block_write) =
+        nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the block pipe")?;
     let view_fd = sys::inherit(&view)?;
     let socket_fd = sys::inherit(&socket_dir)?;
     let status_fd = sys::inherit(&status_write)?;
+    let block_fd = sys::inherit(&block_read)?;
     let mop_exe =
         std::env::current_exe().context("cannot find the mop binary to bind into the sandbox")?;
-    let system = system_layout(&plan.profile);
+    let system = system_layout(&r.profile);
     let args = bwrap_args(&Spec {
-        profile: &plan.profile,
+        profile: &r.profile,
         system: &system,
         workdir,
         view_fd,
         socket_dir_fd: socket_fd,
         status_fd,
+        block_fd: Some(block_fd),
         mop_exe: &mop_exe,
         env: &env,
         new_session,
         command: &a.command,
     });
+    if a.dry_run {
+        let plan = ready(rt, hold, r)?;
+        let shown: Vec<String> = args
+            .iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "plan": plan,
+                "bwrap": bwrap,
+                "args": shown,
+                "fds": { "view": view_fd, "agent_socket_dir": socket_fd, "status": status_fd, "block": block_fd },
+            }))?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut child = Command::new(bwrap)
         .args(&args)
         .env_clear()
@@ -161,14 +233,27 @@ fn sandboxed(
         .with_context(|| format!("cannot start {}", bwrap.display()))?;
     // Only bwrap keeps these.
     drop(status_write);
+    drop(block_read);
     drop(view);
     drop(socket_dir);
+    let bwrap_pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    // The command may start only once the view is complete.
+    match ready(rt, hold, r) {
+        Ok(_) => {
+            let mut w = std::fs::File::from(block_write);
+            let _ = w.write_all(b"x");
+        }
+        Err(e) => {
+            let _ = nix::sys::signal::kill(bwrap_pid, Signal::SIGKILL);
+            let _ = child.wait();
+            return Err(e);
+        }
+    }
     let reader = std::thread::spawn(move || {
         let mut buf = Vec::new();
         let _ = std::fs::File::from(status_read).read_to_end(&mut buf);
         buf
     });
-    let bwrap_pid = nix::unistd::Pid::from_raw(child.id() as i32);
     let mut forwarded: Option<Signal> = None;
     let forwarded_ref = &mut forwarded;
     let status = rt.block_on(async move {
@@ -200,7 +285,7 @@ fn sandboxed(
     if let (None, Some(sig)) = (exit_code, forwarded) {
         return Ok(ExitCode::from(128 + sig as u8));
     }
-    if exit_code.is_none() {
+    let Some(code) = exit_code else {
         let report = doctor::probe(workdir);
         eprintln!(
             "mop: the sandbox could not be set up ({}): {}",
@@ -214,13 +299,12 @@ fn sandboxed(
             eprintln!("mop: fix: {fix}");
         }
         return Ok(ExitCode::from(SETUP_FAILED));
-    }
-    let code = exit_code.unwrap_or(1);
+    };
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
-fn unsandboxed(plan: &Plan, workdir: &std::path::Path, a: &RunArgs) -> Result<ExitCode> {
-    let mut env = task_env(plan, workdir, a)?;
+fn unsandboxed(plan: &Plan, workdir: &Path, a: &RunArgs) -> Result<ExitCode> {
+    let mut env = task_env(&plan.profile, &plan.task_id, workdir, a)?;
     for (k, v) in env.iter_mut() {
         match k.as_str() {
             "MOP_AGENT_SOCKET" => *v = plan.agent_socket.display().to_string(),

@@ -126,6 +126,8 @@ pub struct Spec<'a> {
     pub socket_dir_fd: RawFd,
     /// Write end of the status pipe (`--json-status-fd`).
     pub status_fd: RawFd,
+    /// Read end of the block pipe (`--block-fd`): the command starts once a byte arrives.
+    pub block_fd: Option<RawFd>,
     /// This `mop` binary, bound in as `/run/mop/bin/mop`.
     pub mop_exe: &'a Path,
     /// The sandbox environment (complete: bwrap starts from `--clearenv`).
@@ -194,6 +196,9 @@ pub fn bwrap_args(s: &Spec<'_>) -> Vec<OsString> {
     push(&[&"--ro-bind", &s.mop_exe, &mop_in]);
     push(&[&"--chdir", &s.workdir]);
     push(&[&"--json-status-fd", &status_fd]);
+    if let Some(fd) = s.block_fd {
+        push(&[&"--block-fd", &fd.to_string()]);
+    }
     push(&[&"--"]);
     for c in s.command {
         push(&[c]);
@@ -348,6 +353,7 @@ mod tests {
             view_fd: 5,
             socket_dir_fd: 6,
             status_fd: 7,
+            block_fd: Some(8),
             mop_exe: Path::new("/usr/bin/mop"),
             env: &env,
             new_session,
@@ -368,7 +374,7 @@ mod tests {
              --setenv PATH /run/mop/bin:/usr/bin --proc /proc --dev /dev --tmpfs /tmp --tmpfs /run \
              --ro-bind /usr /usr --symlink usr/bin /bin --bind /w /w --ro-bind-fd 5 /w/.claude/memory \
              --ro-bind-fd 6 /run/mop/agent --ro-bind /usr/bin/mop /run/mop/bin/mop --chdir /w \
-             --json-status-fd 7 -- /bin/true --x"
+             --json-status-fd 7 --block-fd 8 -- /bin/true --x"
         );
     }
 

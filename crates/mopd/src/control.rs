@@ -176,9 +176,112 @@ async fn prepare(
         Ok(r) => r,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid request: {e}")),
     };
-    match d.tasks.prepare(req, peer.uid, peer.pid).await {
-        Ok(plan) => (StatusCode::CREATED, Json(plan)).into_response(),
-        Err(e) => task_error(e),
+    if !matches!(req.lease, mop_proto::LeaseRequest::Run { .. }) {
+        return match d.tasks.prepare(req, peer.uid, peer.pid).await {
+            Ok(plan) => (StatusCode::CREATED, Json(plan)).into_response(),
+            Err(e) => task_error(e),
+        };
+    }
+    // A `mop run` prepare is answered by a held stream of lines: the reservation at once
+    // (so the runner can start bwrap), then the plan once the view is filled. The task
+    // lives as long as this connection; when the runner goes away the body is dropped
+    // and the task released. A daemon shutdown ends the body without releasing (the lease
+    // is persisted and taken back after the restart).
+    let reserved = match d.tasks.reserve(req, peer.uid, peer.pid) {
+        Ok(r) => r,
+        Err(e) => return task_error(e),
+    };
+    let id = reserved.reservation().task_id.clone();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let line = |event: &mop_proto::PrepareEvent| {
+        let mut b = serde_json::to_vec(event).expect("events serialize");
+        b.push(b'\n');
+        bytes::Bytes::from(b)
+    };
+    let _ = tx.send(line(&mop_proto::PrepareEvent::Reserved(
+        reserved.reservation(),
+    )));
+    let tasks = d.tasks.clone();
+    tokio::spawn(async move {
+        let event = match tasks.fill(reserved).await {
+            Ok(plan) => mop_proto::PrepareEvent::Ready(Box::new(plan)),
+            Err(e) => mop_proto::PrepareEvent::Failed {
+                message: e.to_string(),
+            },
+        };
+        let _ = tx.send(line(&event));
+    });
+    let mut stop = d.stopping();
+    let body = HoldBody {
+        lines: rx,
+        lines_done: false,
+        stop: Box::pin(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }),
+        guard: ReleaseOnDrop {
+            tasks: d.tasks.clone(),
+            id,
+            armed: true,
+        },
+    };
+    let mut response = Response::new(axum::body::Body::new(body));
+    *response.status_mut() = StatusCode::CREATED;
+    response.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json-seq"),
+    );
+    response
+}
+
+/// Releases a `mop run` task when its held response goes away.
+struct ReleaseOnDrop {
+    tasks: Arc<crate::tasks::Tasks>,
+    id: String,
+    armed: bool,
+}
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        if self.armed && !self.tasks.shutting_down() {
+            let _ = self
+                .tasks
+                .release(&self.id, None, "runner connection closed");
+        }
+    }
+}
+
+/// The body of a held prepare answer: its lines, then nothing until shutdown.
+struct HoldBody {
+    lines: tokio::sync::mpsc::UnboundedReceiver<bytes::Bytes>,
+    lines_done: bool,
+    stop: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+    guard: ReleaseOnDrop,
+}
+
+impl http_body::Body for HoldBody {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        use std::task::Poll;
+        if !self.lines_done {
+            match self.lines.poll_recv(cx) {
+                Poll::Ready(Some(b)) => return Poll::Ready(Some(Ok(http_body::Frame::data(b)))),
+                Poll::Ready(None) => self.lines_done = true,
+                Poll::Pending => {}
+            }
+        }
+        match self.stop.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                // Shutting down: end the body, keep the lease.
+                self.guard.armed = false;
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
     }
 }
 

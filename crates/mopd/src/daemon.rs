@@ -78,6 +78,8 @@ struct Handle {
 pub struct Daemon {
     /// Shared state.
     pub shared: Arc<Shared>,
+    /// Set to true when the daemon stops.
+    stopping: watch::Receiver<bool>,
     /// Live tasks.
     pub tasks: Arc<crate::tasks::Tasks>,
     workspaces: Mutex<BTreeMap<String, Handle>>,
@@ -217,6 +219,11 @@ impl Daemon {
             .all(|h| *h.ready.borrow())
     }
 
+    /// A receiver of the stop signal.
+    pub fn stopping(&self) -> watch::Receiver<bool> {
+        self.stopping.clone()
+    }
+
     /// The syncer of one workspace.
     pub fn syncer(&self, ws: &str) -> Option<Syncer> {
         self.workspaces
@@ -354,17 +361,19 @@ pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
     let tasks = Arc::new(crate::tasks::Tasks::new(shared.clone()));
     // Leases first: their generations must be pinned before any pool is collected.
     tasks.recover().await;
+    let (stop_tx, stop_rx) = watch::channel(false);
     let daemon = Arc::new(Daemon {
         shared: shared.clone(),
+        stopping: stop_rx.clone(),
         tasks: tasks.clone(),
         workspaces: Mutex::default(),
     });
     daemon.reconcile().await;
     tracing::info!(socket = %socket.display(), config = %config_path.display(), "mopd started");
 
-    let (stop_tx, stop_rx) = watch::channel(false);
     let mut http_stop = stop_rx.clone();
     let reaper = tokio::spawn(crate::tasks::reaper(tasks.clone(), stop_rx.clone()));
+    let warmer = tokio::spawn(crate::tasks::warmer(tasks.clone(), stop_rx.clone()));
     let control = tokio::spawn(
         axum::serve(
             listener,
@@ -398,6 +407,7 @@ pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
     }
 
     let _ = sd_notify::notify(&[NotifyState::Stopping]);
+    tasks.begin_shutdown();
     let _ = stop_tx.send(true);
     let names: Vec<String> = daemon
         .workspaces
@@ -411,6 +421,7 @@ pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
     }
     let _ = control.await;
     let _ = reaper.await;
+    let _ = warmer.await;
     let _ = notifier.await;
     let _ = scrubber.await;
     let _ = std::fs::remove_file(&socket);

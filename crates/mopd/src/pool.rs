@@ -269,6 +269,14 @@ impl Pool {
         })
     }
 
+    /// The pool of `ws` without creating anything (it exists once a sync ran).
+    pub fn existing(cache_dir: &Path, ws: &str) -> Pool {
+        Pool {
+            ws: ws.to_owned(),
+            root: cache_dir.join("pools").join(ws),
+        }
+    }
+
     /// Removes a workspace's pool entirely (the workspace left the config).
     pub fn remove(cache_dir: &Path, ws: &str) -> Result<(), PoolError> {
         let root = cache_dir.join("pools").join(ws);

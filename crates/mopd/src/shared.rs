@@ -21,6 +21,9 @@ pub struct Shared {
     pub started_at: Timestamp,
     statuses: Mutex<BTreeMap<String, Arc<Mutex<WorkspaceStatus>>>>,
     pins: Mutex<BTreeMap<String, BTreeMap<String, usize>>>,
+    /// (workspace, generation) each time a generation is published, so task projection
+    /// can load it before the first prepare needs it.
+    pub published: tokio::sync::broadcast::Sender<(String, String)>,
 }
 
 impl Shared {
@@ -33,6 +36,7 @@ impl Shared {
             started_at: Timestamp::now(),
             statuses: Mutex::default(),
             pins: Mutex::default(),
+            published: tokio::sync::broadcast::channel(64).0,
         }
     }
 

@@ -345,6 +345,7 @@ impl Syncer {
         })
         .await?;
         tracing::info!(workspace = %self.ws, generation = %name, cards, objects = missing.len(), bytes = received, "published a new generation");
+        let _ = self.shared.published.send((self.ws.clone(), name.clone()));
         self.update(|s| {
             let (epoch, rev) = name
                 .rsplit_once('-')

@@ -156,6 +156,31 @@ pub struct Loaded {
     pub rules: Rules,
 }
 
+/// A task between [`Tasks::reserve`] and [`Tasks::fill`].
+pub struct Reserved {
+    task: TaskContext,
+    kind: LeaseKind,
+    owner_uid: u32,
+    profile: Profile,
+    generation: String,
+    task_dir: PathBuf,
+    view_dir: PathBuf,
+    socket_dir: PathBuf,
+    started: std::time::Instant,
+}
+
+impl Reserved {
+    /// What the runner gets first.
+    pub fn reservation(&self) -> mop_proto::Reservation {
+        mop_proto::Reservation {
+            task_id: self.task.task_id.clone(),
+            view_dir: self.view_dir.clone(),
+            agent_socket_dir: self.socket_dir.clone(),
+            profile: self.profile.clone(),
+        }
+    }
+}
+
 /// A live task.
 pub struct Task {
     /// Its lease.
@@ -183,6 +208,8 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
 /// All live tasks of the daemon.
 pub struct Tasks {
     shared: Arc<Shared>,
+    reserving: Mutex<std::collections::BTreeSet<String>>,
+    shutting_down: std::sync::atomic::AtomicBool,
     tasks: Mutex<BTreeMap<String, Arc<Task>>>,
     loaded: Mutex<HashMap<(String, String), Arc<Loaded>>>,
 }
@@ -192,9 +219,22 @@ impl Tasks {
     pub fn new(shared: Arc<Shared>) -> Tasks {
         Tasks {
             shared,
+            shutting_down: std::sync::atomic::AtomicBool::new(false),
+            reserving: Mutex::default(),
             tasks: Mutex::default(),
             loaded: Mutex::default(),
         }
+    }
+
+    /// From now on, leases outlive their connections (the daemon is stopping).
+    pub fn begin_shutdown(&self) {
+        self.shutting_down
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// True once the daemon is stopping.
+    pub fn shutting_down(&self) -> bool {
+        self.shutting_down.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The server client in force.
@@ -299,13 +339,27 @@ impl Tasks {
         });
     }
 
-    /// Prepares a task: selection, view, agent socket, lease.
+    /// Prepares a task in one go: reservation, selection, view, agent socket, lease.
     pub async fn prepare(
         self: &Arc<Self>,
         req: PrepareRequest,
         peer_uid: u32,
         peer_pid: Option<i32>,
     ) -> Result<Plan, TaskError> {
+        let reserved = self.reserve(req, peer_uid, peer_pid)?;
+        self.fill(reserved).await
+    }
+
+    /// First half of a prepare: checks the request, pins the current generation, and
+    /// creates the task's (empty) view and agent socket directories. Cheap, so a runner
+    /// can start setting up its sandbox while [`Tasks::fill`] does the rest.
+    pub fn reserve(
+        self: &Arc<Self>,
+        req: PrepareRequest,
+        peer_uid: u32,
+        peer_pid: Option<i32>,
+    ) -> Result<Reserved, TaskError> {
+        let started = std::time::Instant::now();
         let task = req.task;
         task.validate()
             .map_err(|e| TaskError::Invalid(e.to_string()))?;
@@ -315,21 +369,6 @@ impl Tasks {
             return Err(TaskError::NotFound(format!(
                 "workspace {ws} is not configured on this host (sync.workspaces)"
             )));
-        }
-        {
-            let tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
-            if tasks.contains_key(&task.task_id) {
-                return Err(TaskError::Conflict(format!(
-                    "task {} is already live; release it first (mop release --task-id {})",
-                    task.task_id, task.task_id
-                )));
-            }
-            if tasks.len() >= config.tasks.max_tasks {
-                return Err(TaskError::Unavailable(format!(
-                    "{} tasks are live, the most tasks.max_tasks allows",
-                    tasks.len()
-                )));
-            }
         }
         let kind = match req.lease {
             LeaseRequest::Run { pid, .. } => {
@@ -355,76 +394,168 @@ impl Tasks {
         profile
             .check(&config.protected_dirs(&self.shared.config_path))
             .map_err(|e| TaskError::Invalid(e.to_string()))?;
-
-        // Pin the current generation under the pool's shared lock, so collection cannot
-        // remove it between reading the link and pinning.
-        let pool = Pool::open(&config.paths.cache_dir, &ws).map_err(internal)?;
-        let generation = {
-            let _lock = pool.lock(false).map_err(internal)?;
-            let name = pool.current_name().ok_or_else(|| {
-                TaskError::Unavailable(format!("workspace {ws} has no cards on this host yet (first sync pending); see: mopd status"))
-            })?;
-            self.shared.pin(&ws, &name);
-            name
-        };
-        let result = self
-            .build(task, kind, peer_uid, profile, &pool, &generation)
-            .await;
-        if result.is_err() {
-            self.shared.unpin(&ws, &generation);
+        {
+            // Live tasks and reservations in progress share the id space.
+            let tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+            let mut reserving = self.reserving.lock().unwrap_or_else(|p| p.into_inner());
+            if tasks.contains_key(&task.task_id) || reserving.contains(&task.task_id) {
+                return Err(TaskError::Conflict(format!(
+                    "task {} is already live; release it first (mop release --task-id {})",
+                    task.task_id, task.task_id
+                )));
+            }
+            if tasks.len() + reserving.len() >= config.tasks.max_tasks {
+                return Err(TaskError::Unavailable(format!(
+                    "{} tasks are live, the most tasks.max_tasks allows",
+                    tasks.len()
+                )));
+            }
+            reserving.insert(task.task_id.clone());
         }
-        result
+        // On failure reserve_dirs gives the id back.
+        self.reserve_dirs(task, kind, peer_uid, profile, &config, started)
     }
 
-    async fn build(
-        self: &Arc<Self>,
+    fn reserve_dirs(
+        &self,
         task: TaskContext,
         kind: LeaseKind,
         owner_uid: u32,
         profile: Profile,
-        pool: &Pool,
-        generation: &str,
-    ) -> Result<Plan, TaskError> {
+        config: &crate::config::MopdConfig,
+        started: std::time::Instant,
+    ) -> Result<Reserved, TaskError> {
         let ws = task.workspace.clone();
-        let loaded = self.load(&ws, generation).await?;
-        let config = self.shared.config();
-        let task_dir = config.paths.cache_dir.join("tasks").join(&task.task_id);
+        let id = task.task_id.clone();
+        let give_back = |e: TaskError| {
+            self.reserving
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+            e
+        };
+        // Pin the current generation under the pool's shared lock, so collection cannot
+        // remove it between reading the link and pinning.
+        let pool = Pool::existing(&config.paths.cache_dir, &ws);
+        let generation = {
+            let pending = || {
+                TaskError::Unavailable(format!(
+                    "workspace {ws} has no cards on this host yet (first sync pending); see: mopd status"
+                ))
+            };
+            let _lock = pool.lock(false).map_err(|_| give_back(pending()))?;
+            let name = pool.current_name().ok_or_else(|| give_back(pending()))?;
+            self.shared.pin(&ws, &name);
+            name
+        };
+        let task_dir = config.paths.cache_dir.join("tasks").join(&id);
         let view_dir = task_dir.join("view");
-        let socket_dir = config.paths.runtime_dir.join("t").join(&task.task_id);
+        let socket_dir = config.paths.runtime_dir.join("t").join(&id);
+        // A leftover with this id: nothing leases it (checked above).
+        let _ = std::fs::remove_dir_all(&task_dir);
+        let _ = std::fs::remove_dir_all(&socket_dir);
+        if let Err(e) = make_dir(&view_dir).and_then(|_| make_dir(&socket_dir)) {
+            self.shared.unpin(&ws, &generation);
+            return Err(give_back(internal(e)));
+        }
+        Ok(Reserved {
+            task,
+            kind,
+            owner_uid,
+            profile,
+            generation,
+            task_dir,
+            view_dir,
+            socket_dir,
+            started,
+        })
+    }
+
+    /// Second half of a prepare: selection, MEMORY.md, the view's files, the agent socket
+    /// and the persisted lease. On failure everything the reservation made is undone.
+    pub async fn fill(self: &Arc<Self>, r: Reserved) -> Result<Plan, TaskError> {
+        let id = r.task.task_id.clone();
+        let (ws, generation, task_dir, socket_dir) = (
+            r.task.workspace.clone(),
+            r.generation.clone(),
+            r.task_dir.clone(),
+            r.socket_dir.clone(),
+        );
+        let started = r.started;
+        let result = self.fill_inner(r).await;
+        self.reserving
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        match &result {
+            Ok(plan) => tracing::info!(
+                task = %plan.task_id, workspace = %ws, generation = %generation, mounted = plan.cards.len(),
+                selected = plan.selected.iter().sum::<usize>(), micros = started.elapsed().as_micros() as u64,
+                "task prepared"
+            ),
+            Err(e) => {
+                tracing::warn!(task = %id, error = %e, "prepare failed");
+                let _ = std::fs::remove_dir_all(&task_dir);
+                let _ = std::fs::remove_dir_all(&socket_dir);
+                self.shared.unpin(&ws, &generation);
+            }
+        }
+        result
+    }
+
+    async fn fill_inner(self: &Arc<Self>, r: Reserved) -> Result<Plan, TaskError> {
+        let Reserved {
+            task,
+            kind,
+            owner_uid,
+            profile,
+            generation,
+            view_dir,
+            socket_dir,
+            ..
+        } = r;
+        let ws = task.workspace.clone();
+        let loaded = self.load(&ws, &generation).await?;
+        let config = self.shared.config();
         let lease_path = self.leases_dir().join(format!("{}.json", task.task_id));
-
-        let l2 = loaded.clone();
-        let t2 = task.clone();
-        let (view, gen_dir) = (view_dir.clone(), pool.root().join("gens").join(generation));
-        let (cards, selected, left_out) =
-            tokio::task::spawn_blocking(move || -> Result<_, TaskError> {
-                let selection =
-                    select_for_task(&l2.catalog, &l2.index, &t2, &l2.rules).map_err(internal)?;
-                let md = render_memory_md(&l2.catalog, &selection, &t2, &l2.rules.config);
-                build_view(&view, &gen_dir, &l2.catalog, &selection.cards, &md)
-                    .map_err(internal)?;
-                let cards = selection
-                    .cards
-                    .iter()
-                    .map(|s| {
-                        let e = l2.catalog.entry(s.ord);
-                        PlanCard {
-                            id: e.summary.id,
-                            tier: s.tier.as_str().into(),
-                            path: e.summary.path(),
-                        }
-                    })
-                    .collect::<Vec<_>>();
-                Ok((cards, selection.selected.0, selection.left_out.0))
+        let gen_dir = config
+            .paths
+            .cache_dir
+            .join("pools")
+            .join(&ws)
+            .join("gens")
+            .join(&generation);
+        // Selection and the view take about a millisecond at 10k cards: done inline, a
+        // hop to the blocking pool would cost a good share of that again.
+        let t1 = std::time::Instant::now();
+        let selection = select_for_task(&loaded.catalog, &loaded.index, &task, &loaded.rules)
+            .map_err(internal)?;
+        let md = render_memory_md(&loaded.catalog, &selection, &task, &loaded.rules.config);
+        let t3 = std::time::Instant::now();
+        build_view(&view_dir, &gen_dir, &loaded.catalog, &selection.cards, &md)
+            .map_err(internal)?;
+        tracing::debug!(
+            select_micros = (t3 - t1).as_micros() as u64,
+            view_micros = t3.elapsed().as_micros() as u64,
+            "prepare: selected and built the view"
+        );
+        let cards = selection
+            .cards
+            .iter()
+            .map(|s| {
+                let e = loaded.catalog.entry(s.ord);
+                PlanCard {
+                    id: e.summary.id,
+                    tier: s.tier.as_str().into(),
+                    path: e.summary.path(),
+                }
             })
-            .await
-            .map_err(internal)??;
-
+            .collect::<Vec<_>>();
         let lease = Lease {
             epoch: loaded.generation.manifest.epoch.clone(),
             revision: loaded.generation.manifest.revision,
             task,
-            generation: generation.to_owned(),
+            generation,
             kind,
             owner_uid,
             created_at: Timestamp::now(),
@@ -432,8 +563,8 @@ impl Tasks {
             socket_dir,
             profile,
             cards,
-            selected,
-            left_out,
+            selected: selection.selected.0,
+            left_out: selection.left_out.0,
         };
         let (stop_agent, stop_rx) = watch::channel(false);
         let entry = Arc::new(Task {
@@ -446,17 +577,12 @@ impl Tasks {
             .map_err(internal)?;
         if let Err(e) = save_lease(&lease_path, &lease) {
             let _ = entry.stop_agent.send(true);
-            let _ = std::fs::remove_dir_all(&task_dir);
             return Err(internal(e));
         }
         self.tasks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(lease.task.task_id.clone(), entry);
-        tracing::info!(
-            task = %lease.task.task_id, workspace = %ws, generation = %lease.generation,
-            mounted = lease.cards.len(), selected = lease.selected.iter().sum::<usize>(), "task prepared"
-        );
         Ok(lease.plan())
     }
 
@@ -646,8 +772,8 @@ fn save_lease(path: &Path, lease: &Lease) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Builds a task view: hardlinks of the selected cards from the generation's tree, and
-/// the task's MEMORY.md, all read-only.
+/// Fills a task's (reserved, empty) view: hardlinks of the selected cards from the
+/// generation's tree, and the task's MEMORY.md, all read-only.
 fn build_view(
     view: &Path,
     gen_dir: &Path,
@@ -656,11 +782,6 @@ fn build_view(
     memory_md: &str,
 ) -> Result<(), crate::pool::PoolError> {
     use std::os::unix::fs::PermissionsExt;
-    if let Some(task_dir) = view.parent() {
-        // A leftover with this task id: nothing leases it (the caller checked).
-        let _ = std::fs::remove_dir_all(task_dir);
-    }
-    make_dir(view)?;
     let tree = gen_dir.join(crate::pool::TREE);
     let mut made = std::collections::BTreeSet::new();
     for s in cards {
@@ -696,6 +817,34 @@ pub fn tier_of(lease: &Lease, id: &CardId) -> Option<Tier> {
             "L2" => Tier::L2,
             _ => Tier::L0,
         })
+}
+
+/// Loads each newly published generation (and the current ones at start) so the first
+/// prepare after a sync does not pay for it, and forgets generations nobody needs.
+pub async fn warmer(tasks: Arc<Tasks>, mut stop: watch::Receiver<bool>) {
+    let mut published = tasks.shared.published.subscribe();
+    let config = tasks.shared.config();
+    for ws in &config.sync.workspaces {
+        if let Some(g) = Pool::open(&config.paths.cache_dir, ws)
+            .ok()
+            .and_then(|p| p.current_name())
+        {
+            let _ = tasks.load(ws, &g).await;
+        }
+    }
+    loop {
+        tokio::select! {
+            msg = published.recv() => match msg {
+                Ok((ws, g)) => {
+                    let _ = tasks.load(&ws, &g).await;
+                    tasks.prune_loaded();
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(_) => return,
+            },
+            _ = stop.changed() => return,
+        }
+    }
 }
 
 /// Reaps leases every second until stopped.

@@ -1,0 +1,192 @@
+//! `mop-bench run`: the cost `mop run` adds to starting a sandbox. In one run, alternating,
+//! `mop run -- /bin/true` (prepare against a 10k-card workspace, bwrap, release) and bare
+//! bwrap with the same flags (taken from `mop run --dry-run`, the view bound by path
+//! instead of by descriptor).
+
+use std::ffi::OsString;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use mop_bench::{show, summarize, synth};
+use mop_tests::procs::{Daemon, DaemonOptions, Server, bin};
+
+pub struct Options {
+    pub cards: usize,
+    pub iterations: usize,
+    pub seed: u64,
+}
+
+fn timed(cmd: &mut Command) -> Result<Duration> {
+    let started = Instant::now();
+    let status = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status()?;
+    let took = started.elapsed();
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(took)
+}
+
+pub fn run(o: &Options) -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let now = "2026-11-29T00:00:00Z".parse()?;
+    eprintln!("generating {} cards", o.cards);
+    let ws = synth::workspace(o.seed, o.cards, now);
+    let cards_dir = tmp.path().join("cards");
+    synth::write_dir(&ws, &cards_dir)?;
+    let server = Server::start();
+    let out = server.import(&cards_dir, "bench");
+    if !out.status.success() {
+        bail!("import failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let profiles = mop_tests::repo_root().join("bwrap-profiles");
+    let extra = format!(
+        "[tasks]\nprofile_dirs = [\"{}\"]\n[pool]\nmax_bytes = 17179869184\n",
+        profiles.display()
+    );
+    eprintln!("starting mopd and syncing");
+    let daemon = Daemon::start(
+        &server,
+        DaemonOptions {
+            workspaces: &["bench"],
+            extra: &extra,
+            ..Default::default()
+        },
+    );
+    daemon.wait_synced();
+    let workdir = tempfile::tempdir()?;
+    let task = synth::tasks(o.seed, 1, o.cards).remove(0);
+    let socket = daemon.socket();
+    let task_flags = |cmd: &mut Command| {
+        cmd.arg("--socket")
+            .arg(&socket)
+            .args(["--workspace", "bench", "--title", &task.title]);
+        if let Some(u) = &task.origin_user_id {
+            cmd.args(["--user", u]);
+        }
+        if let Some(a) = &task.asset_id {
+            cmd.args(["--asset", a]);
+        }
+    };
+
+    // The flags mop run uses, and a long-lived view to bind by path for the baseline.
+    let mut dry = Command::new(bin("mop"));
+    dry.arg("run")
+        .arg("--dry-run")
+        .arg("--workdir")
+        .arg(workdir.path());
+    task_flags(&mut dry);
+    dry.args(["--", "/bin/true"]);
+    let out = dry.output()?;
+    if !out.status.success() {
+        bail!(
+            "mop run --dry-run failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let dry: serde_json::Value = serde_json::from_slice(&out.stdout).context("dry-run output")?;
+    let mut prep = Command::new(bin("mop"));
+    prep.args(["prepare", "--task-id", "baseline", "--json"]);
+    task_flags(&mut prep);
+    let prep_out = prep.output()?;
+    if !prep_out.status.success() {
+        bail!(
+            "mop prepare failed: {}",
+            String::from_utf8_lossy(&prep_out.stderr)
+        );
+    }
+    let plan: serde_json::Value = serde_json::from_slice(&prep_out.stdout)?;
+    let (view_fd, sock_fd) = (
+        dry["fds"]["view"].to_string(),
+        dry["fds"]["agent_socket_dir"].to_string(),
+    );
+    let args: Vec<String> = dry["args"]
+        .as_array()
+        .context("args")?
+        .iter()
+        .map(|a| a.as_str().unwrap_or("").to_owned())
+        .collect();
+    let mut baseline: Vec<OsString> = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--ro-bind-fd" if args[i + 1] == view_fd => {
+                baseline.extend([
+                    "--ro-bind".into(),
+                    plan["view_dir"].as_str().unwrap().into(),
+                    args[i + 2].clone().into(),
+                ]);
+                i += 3;
+            }
+            "--ro-bind-fd" if args[i + 1] == sock_fd => {
+                baseline.extend([
+                    "--ro-bind".into(),
+                    plan["agent_socket_dir"].as_str().unwrap().into(),
+                    args[i + 2].clone().into(),
+                ]);
+                i += 3;
+            }
+            "--json-status-fd" | "--block-fd" => i += 2,
+            a => {
+                baseline.push(a.into());
+                i += 1;
+            }
+        }
+    }
+    let bwrap = dry["bwrap"].as_str().context("bwrap path")?.to_owned();
+    let selected: usize = plan["selected"].as_array().map_or(0, |a| {
+        a.iter().filter_map(|v| v.as_u64()).sum::<u64>() as usize
+    });
+    let mounted = plan["cards"].as_array().map_or(0, |a| a.len());
+
+    // Warm-up, then alternate.
+    for _ in 0..5 {
+        timed(Command::new(&bwrap).args(&baseline))?;
+        let mut m = Command::new(bin("mop"));
+        m.arg("run").arg("--workdir").arg(workdir.path());
+        task_flags(&mut m);
+        timed(m.args(["--", "/bin/true"]))?;
+    }
+    let (mut bare, mut mop) = (Vec::new(), Vec::new());
+    for i in 0..o.iterations {
+        if i % 50 == 0 {
+            eprintln!("iteration {i}/{}", o.iterations);
+        }
+        bare.push(timed(Command::new(&bwrap).args(&baseline))?);
+        let mut m = Command::new(bin("mop"));
+        m.arg("run").arg("--workdir").arg(workdir.path());
+        task_flags(&mut m);
+        mop.push(timed(m.args(["--", "/bin/true"]))?);
+    }
+    let (b, m) = (summarize(&mut bare), summarize(&mut mop));
+    let added = m.median.saturating_sub(b.median);
+    let allowed = Duration::from_millis(3).max(b.median.mul_f64(0.2));
+    println!(
+        "## mop run at {} cards ({} iterations each, alternating)\n",
+        o.cards, o.iterations
+    );
+    println!("| command | median | p99 |\n|---|---:|---:|");
+    println!(
+        "| bare bwrap, same flags, `/bin/true` | {} | {} |",
+        show(b.median),
+        show(b.p99)
+    );
+    println!(
+        "| `mop run -- /bin/true` (prepare + bwrap + release) | {} | {} |",
+        show(m.median),
+        show(m.p99)
+    );
+    println!(
+        "\nadded by mop run (median): {} = x{:.2}; allowed: {} (the larger of +20 % and +3 ms) — {}",
+        show(added),
+        m.median.as_secs_f64() / b.median.as_secs_f64(),
+        show(allowed),
+        if added <= allowed {
+            "within target"
+        } else {
+            "OVER target"
+        }
+    );
+    println!("task selection: {selected} cards selected, {mounted} mounted");
+    Ok(())
+}

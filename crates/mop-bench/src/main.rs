@@ -69,6 +69,10 @@ enum Command {
         /// Seed of the synthetic data.
         #[arg(long, default_value_t = 42)]
         seed: u64,
+        /// Instead of timing, print the `mop run` command line and keep the server and
+        /// daemon up until stdin closes (for profiling with perf or strace).
+        #[arg(long)]
+        hold: bool,
     },
     /// Card server: 304 answers/s against nginx in the same run, manifest and delta sizes
     /// and latencies. Needs `wrk` and `nginx` (bench/server.sh installs them).
@@ -119,10 +123,12 @@ fn main() -> Result<()> {
             cards,
             iterations,
             seed,
+            hold,
         } => run::run(&run::Options {
             cards,
             iterations: iterations.max(1),
             seed,
+            hold,
         }),
         Command::Server {
             cards,

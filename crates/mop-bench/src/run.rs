@@ -15,7 +15,11 @@ pub struct Options {
     pub cards: usize,
     pub iterations: usize,
     pub seed: u64,
+    pub hold: bool,
 }
+
+/// Builds a fresh command for each timed run.
+type MakeCommand<'a> = Box<dyn Fn() -> Command + 'a>;
 
 fn timed(cmd: &mut Command) -> Result<Duration> {
     let started = Instant::now();
@@ -139,26 +143,73 @@ pub fn run(o: &Options) -> Result<()> {
     });
     let mounted = plan["cards"].as_array().map_or(0, |a| a.len());
 
-    // Warm-up, then alternate.
-    for _ in 0..5 {
-        timed(Command::new(&bwrap).args(&baseline))?;
+    // What is timed, alternating within each iteration so drift hits all alike. The
+    // last two rows are a breakdown: starting the mop binary, and a prepare (reserve,
+    // select, view, plan) without a sandbox.
+    let mop_run = || {
         let mut m = Command::new(bin("mop"));
         m.arg("run").arg("--workdir").arg(workdir.path());
         task_flags(&mut m);
-        timed(m.args(["--", "/bin/true"]))?;
+        m.args(["--", "/bin/true"]);
+        m
+    };
+    let commands: Vec<(&str, MakeCommand)> = vec![
+        (
+            "bare bwrap, same flags, `/bin/true`",
+            Box::new(|| {
+                let mut c = Command::new(&bwrap);
+                c.args(&baseline);
+                c
+            }),
+        ),
+        (
+            "`mop run -- /bin/true` (prepare + bwrap + release)",
+            Box::new(mop_run),
+        ),
+        (
+            "breakdown: `mop --version` (process start)",
+            Box::new(|| {
+                let mut c = Command::new(bin("mop"));
+                c.arg("--version");
+                c
+            }),
+        ),
+        (
+            "breakdown: `mop run --dry-run` (prepare, no sandbox)",
+            Box::new(|| {
+                let mut c = Command::new(bin("mop"));
+                c.arg("run")
+                    .arg("--dry-run")
+                    .arg("--workdir")
+                    .arg(workdir.path());
+                task_flags(&mut c);
+                c.args(["--", "/bin/true"]);
+                c
+            }),
+        ),
+    ];
+    if o.hold {
+        println!("{:?}", mop_run());
+        eprintln!("holding the server and daemon up; close stdin (Ctrl-D) to end");
+        std::io::copy(&mut std::io::stdin(), &mut std::io::sink())?;
+        return Ok(());
     }
-    let (mut bare, mut mop) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        for (_, make) in &commands {
+            timed(&mut make())?;
+        }
+    }
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); commands.len()];
     for i in 0..o.iterations {
         if i % 50 == 0 {
             eprintln!("iteration {i}/{}", o.iterations);
         }
-        bare.push(timed(Command::new(&bwrap).args(&baseline))?);
-        let mut m = Command::new(bin("mop"));
-        m.arg("run").arg("--workdir").arg(workdir.path());
-        task_flags(&mut m);
-        mop.push(timed(m.args(["--", "/bin/true"]))?);
+        for (k, (_, make)) in commands.iter().enumerate() {
+            samples[k].push(timed(&mut make())?);
+        }
     }
-    let (b, m) = (summarize(&mut bare), summarize(&mut mop));
+    let summaries: Vec<_> = samples.iter_mut().map(|s| summarize(s)).collect();
+    let (b, m) = (&summaries[0], &summaries[1]);
     let added = m.median.saturating_sub(b.median);
     let allowed = Duration::from_millis(3).max(b.median.mul_f64(0.2));
     println!(
@@ -166,16 +217,9 @@ pub fn run(o: &Options) -> Result<()> {
         o.cards, o.iterations
     );
     println!("| command | median | p99 |\n|---|---:|---:|");
-    println!(
-        "| bare bwrap, same flags, `/bin/true` | {} | {} |",
-        show(b.median),
-        show(b.p99)
-    );
-    println!(
-        "| `mop run -- /bin/true` (prepare + bwrap + release) | {} | {} |",
-        show(m.median),
-        show(m.p99)
-    );
+    for ((name, _), s) in commands.iter().zip(&summaries) {
+        println!("| {name} | {} | {} |", show(s.median), show(s.p99));
+    }
     println!(
         "\nadded by mop run (median): {} = x{:.2}; allowed: {} (the larger of +20 % and +3 ms) — {}",
         show(added),

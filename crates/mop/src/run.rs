@@ -226,17 +226,21 @@ fn sandboxed(
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let mut child = Command::new(bwrap)
-        .args(&args)
-        .env_clear()
-        .spawn()
-        .with_context(|| format!("cannot start {}", bwrap.display()))?;
+    // Spawned from the main thread (see the module comment); tokio only reaps it.
+    let mut std_cmd = Command::new(bwrap);
+    std_cmd.args(&args).env_clear();
+    let mut child = {
+        let _rt = rt.enter();
+        tokio::process::Command::from(std_cmd)
+            .spawn()
+            .with_context(|| format!("cannot start {}", bwrap.display()))?
+    };
     // Only bwrap keeps these.
     drop(status_write);
     drop(block_read);
     drop(view);
     drop(socket_dir);
-    let bwrap_pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let bwrap_pid = nix::unistd::Pid::from_raw(child.id().context("bwrap exited at once")? as i32);
     // The command may start only once the view is complete.
     match ready(rt, hold, r) {
         Ok(_) => {
@@ -245,15 +249,10 @@ fn sandboxed(
         }
         Err(e) => {
             let _ = nix::sys::signal::kill(bwrap_pid, Signal::SIGKILL);
-            let _ = child.wait();
+            let _ = rt.block_on(child.wait());
             return Err(e);
         }
     }
-    let reader = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = std::fs::File::from(status_read).read_to_end(&mut buf);
-        buf
-    });
     let mut forwarded: Option<Signal> = None;
     let forwarded_ref = &mut forwarded;
     let status = rt.block_on(async move {
@@ -262,10 +261,9 @@ fn sandboxed(
         let mut term = signal(SignalKind::terminate())?;
         let mut hup = signal(SignalKind::hangup())?;
         let mut quit = signal(SignalKind::quit())?;
-        let mut wait = tokio::task::spawn_blocking(move || child.wait());
         loop {
             let forward = tokio::select! {
-                r = &mut wait => return r.map_err(std::io::Error::other)?,
+                r = child.wait() => return r,
                 _ = int.recv() => Signal::SIGINT,
                 _ = term.recv() => Signal::SIGTERM,
                 _ = hup.recv() => Signal::SIGHUP,
@@ -275,9 +273,11 @@ fn sandboxed(
             let _ = nix::sys::signal::kill(bwrap_pid, forward);
         }
     })?;
+    // bwrap has exited, so its status lines are all in the pipe (they are far smaller
+    // than a pipe's buffer, so bwrap never waited on us to read them).
+    let raw = read_available(status_read);
     // bwrap reports "exit-code" only when the command itself ran and exited; a failure to
     // set up the sandbox (a mount, execvp) ends without one.
-    let raw = reader.join().unwrap_or_default();
     let exit_code = serde_json::Deserializer::from_slice(&raw)
         .into_iter::<serde_json::Value>()
         .flatten()
@@ -301,6 +301,14 @@ fn sandboxed(
         return Ok(ExitCode::from(SETUP_FAILED));
     };
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// What a pipe holds now, without waiting for writers that may linger.
+fn read_available(fd: std::os::fd::OwnedFd) -> Vec<u8> {
+    let _ = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
+    let mut buf = Vec::new();
+    let _ = std::fs::File::from(fd).read_to_end(&mut buf);
+    buf
 }
 
 fn unsandboxed(plan: &Plan, workdir: &Path, a: &RunArgs) -> Result<ExitCode> {

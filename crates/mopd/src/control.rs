@@ -243,9 +243,15 @@ struct ReleaseOnDrop {
 impl Drop for ReleaseOnDrop {
     fn drop(&mut self) {
         if self.armed && !self.tasks.shutting_down() {
-            let _ = self
-                .tasks
-                .release(&self.id, None, "runner connection closed");
+            // Removing the view is file system work: keep it off the async workers.
+            let (tasks, id) = (self.tasks.clone(), std::mem::take(&mut self.id));
+            let release = move || {
+                let _ = tasks.release(&id, None, "runner connection closed");
+            };
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => drop(rt.spawn_blocking(release)),
+                Err(_) => release(),
+            }
         }
     }
 }

@@ -20,15 +20,32 @@ use tokio::net::{UnixListener, UnixStream};
 
 use crate::daemon::Daemon;
 
-/// The inode of a process's user namespace.
+/// The inode of a process's user namespace. Reading it needs ptrace access to the
+/// process, which an unprivileged mopd lacks for other users' processes.
 fn userns_of(pid: &str) -> io::Result<u64> {
     Ok(std::fs::metadata(format!("/proc/{pid}/ns/user"))?.ino())
+}
+
+/// How deep a process's pid namespace is nested (the entries of `NSpid:` in its
+/// world-readable status file). Every bwrap sandbox has a pid namespace of its own, so
+/// a peer nested deeper than mopd is in a sandbox, whoever owns it.
+fn pid_ns_depth(pid: &str) -> io::Result<usize> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    nspid_depth(&status).ok_or_else(|| io::Error::other("no NSpid line"))
+}
+
+fn nspid_depth(status: &str) -> Option<usize> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .map(|rest| rest.split_whitespace().count())
 }
 
 /// A Unix listener that drops connections from peers in another user namespace.
 pub struct CheckedListener {
     inner: UnixListener,
     own_userns: u64,
+    own_pid_depth: usize,
 }
 
 impl CheckedListener {
@@ -50,6 +67,7 @@ impl CheckedListener {
         Ok(CheckedListener {
             inner,
             own_userns: userns_of("self")?,
+            own_pid_depth: pid_ns_depth("self")?,
         })
     }
 
@@ -58,18 +76,43 @@ impl CheckedListener {
             return false;
         };
         let Some(pid) = cred.pid() else { return false };
-        match userns_of(&pid.to_string()) {
-            Ok(ns) if ns == self.own_userns => true,
-            Ok(_) => {
-                tracing::warn!(
-                    pid,
-                    uid = cred.uid(),
-                    "refused a control connection from another user namespace"
-                );
-                false
-            }
+        let pid_s = pid.to_string();
+        // The user namespace when we may read it (root, or the same user); the pid
+        // namespace depth always, as it needs no privilege.
+        let userns_ok = match userns_of(&pid_s) {
+            Ok(ns) => ns == self.own_userns,
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => true,
             Err(_) => false,
+        };
+        let pidns_ok = pid_ns_depth(&pid_s).is_ok_and(|d| d == self.own_pid_depth);
+        if !userns_ok {
+            tracing::warn!(
+                pid,
+                uid = cred.uid(),
+                "refused a control connection from another user namespace"
+            );
+        } else if !pidns_ok {
+            tracing::warn!(
+                pid,
+                uid = cred.uid(),
+                "refused a control connection from a nested pid namespace (a sandbox)"
+            );
         }
+        userns_ok && pidns_ok
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nspid_depth_counts_nesting() {
+        assert_eq!(nspid_depth("Name:\tx\nNSpid:\t4242\n"), Some(1));
+        assert_eq!(nspid_depth("Name:\tx\nNSpid:\t4242\t7\t1\n"), Some(3));
+        assert_eq!(nspid_depth("Name:\tx\n"), None);
+        // This process can read its own status.
+        assert!(pid_ns_depth("self").unwrap() >= 1);
     }
 }
 

@@ -33,11 +33,7 @@ fn timed(cmd: &mut Command) -> Result<Duration> {
 
 pub fn run(o: &Options) -> Result<()> {
     let tmp = tempfile::tempdir()?;
-    let now = "2026-11-29T00:00:00Z".parse()?;
-    eprintln!("generating {} cards", o.cards);
-    let ws = synth::workspace(o.seed, o.cards, now);
-    let cards_dir = tmp.path().join("cards");
-    synth::write_dir(&ws, &cards_dir)?;
+    let (_ws, cards_dir) = synth::workspace_in(o.seed, o.cards, tmp.path())?;
     let server = Server::start();
     let out = server.import(&cards_dir, "bench");
     if !out.status.success() {

@@ -121,11 +121,7 @@ fn median_latency(n: usize, mut f: impl FnMut() -> Result<()>) -> Result<Duratio
 
 pub fn run(o: &Options) -> Result<()> {
     let tmp = tempfile::tempdir()?;
-    let now = "2026-11-29T00:00:00Z".parse()?;
-    eprintln!("generating {} cards", o.cards);
-    let ws = synth::workspace(o.seed, o.cards, now);
-    let cards_dir = tmp.path().join("cards");
-    synth::write_dir(&ws, &cards_dir)?;
+    let (ws, cards_dir) = synth::workspace_in(o.seed, o.cards, tmp.path())?;
 
     eprintln!("starting mop-server and importing");
     let server = Server::start_with("[sync]\ncounter_publish_secs = 3600\n");

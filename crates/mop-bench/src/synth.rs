@@ -476,6 +476,21 @@ pub fn workspace(seed: u64, total: usize, now: Timestamp) -> Synthetic {
     }
 }
 
+/// The benchmarks' workspace: `total` cards from `seed`, as of a fixed date, written as
+/// OKF files under `<dir>/cards`. Returns the workspace and that directory.
+pub fn workspace_in(
+    seed: u64,
+    total: usize,
+    dir: &std::path::Path,
+) -> std::io::Result<(Synthetic, std::path::PathBuf)> {
+    let now = "2026-11-29T00:00:00Z".parse().expect("a valid timestamp");
+    eprintln!("generating {total} cards");
+    let ws = workspace(seed, total, now);
+    let cards_dir = dir.join("cards");
+    write_dir(&ws, &cards_dir)?;
+    Ok((ws, cards_dir))
+}
+
 /// Writes a workspace as an OKF card directory (for `mop-server import`).
 pub fn write_dir(ws: &Synthetic, dir: &std::path::Path) -> std::io::Result<()> {
     for card in &ws.cards {

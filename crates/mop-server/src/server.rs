@@ -22,11 +22,21 @@ const REFRESH_EVERY: Duration = Duration::from_millis(500);
 /// How often garbage is collected.
 const GC_EVERY: Duration = Duration::from_secs(60);
 
-/// Opens the store and serves until a shutdown signal. `on_ready` gets the bound address.
+/// Opens the store and serves until SIGTERM or SIGINT. `on_ready` gets the bound address.
 pub async fn serve(config: ServerConfig, on_ready: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
     // Handlers first: a signal that arrives as soon as we report ready must shut us down
     // cleanly, not kill us.
     let signals = shutdown_signal()?;
+    serve_until(config, on_ready, signals).await
+}
+
+/// Opens the store and serves until `shutdown` resolves; for embedding the server in
+/// another program (`mopd demo`), which owns the signals.
+pub async fn serve_until(
+    config: ServerConfig,
+    on_ready: impl FnOnce(SocketAddr),
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let db = config.server.db.clone();
     let store = tokio::task::spawn_blocking(move || Store::open(&db))
         .await?
@@ -54,7 +64,7 @@ pub async fn serve(config: ServerConfig, on_ready: impl FnOnce(SocketAddr)) -> a
     let app = api::router(state.clone());
     let mut http_stop = stop_rx.clone();
     tokio::spawn(async move {
-        signals.await;
+        shutdown.await;
         let _ = stop_tx.send(true);
     });
     axum::serve(listener, app)

@@ -10,12 +10,14 @@
 //! - [`control`]: the control socket (server and client).
 //! - [`tasks`]: task projection: views, leases, pins; [`agent`]: each task's agent socket.
 //! - [`daemon`]: `mopd run`.
+//! - [`demo`]: `mopd demo`, the whole system in a temporary directory.
 
 pub mod agent;
 pub mod client;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod demo;
 pub mod pool;
 pub mod shared;
 pub mod status;

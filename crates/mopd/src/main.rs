@@ -74,6 +74,15 @@ enum Command {
         #[arg(long, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
     },
+    /// Show the whole system working on this machine, with no configuration: an embedded
+    /// card server on loopback seeded with example cards, a daemon, and one example task
+    /// run in a bubblewrap sandbox. Everything lives in a temporary directory that is
+    /// removed at the end. Needs `mop` next to `mopd`.
+    Demo {
+        /// Keep the temporary directory (config, logs, pool) for a look afterwards.
+        #[arg(long)]
+        keep: bool,
+    },
     /// Acknowledge a new server epoch so status stops warning about it.
     AckEpoch {
         /// Workspace.
@@ -122,6 +131,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 .build()?;
             rt.block_on(mopd::daemon::run(config))?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo { keep } => {
+            let ok = mopd::demo::run(&mopd::demo::DemoOptions { keep })?;
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         Command::Status {
             json,

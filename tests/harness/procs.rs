@@ -93,6 +93,11 @@ impl Server {
         self.spawn_on("127.0.0.1:0");
     }
 
+    /// The server's process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The port the server listens on.
     pub fn port(&self) -> u16 {
         self.url

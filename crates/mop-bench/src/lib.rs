@@ -41,3 +41,206 @@ pub fn show(d: Duration) -> String {
         format!("{:.2} s", us / 1e6)
     }
 }
+
+/// One benchmark's part of BENCHMARKS.md: a Markdown body and the targets it judged.
+#[derive(Debug, Default)]
+pub struct Section {
+    /// The heading.
+    pub title: String,
+    /// What was measured, how, and the table of results (Markdown).
+    pub body: String,
+    /// The targets of the issue this section measured.
+    pub targets: Vec<Target>,
+}
+
+/// A target and how the run did against it.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// What is compared, e.g. "cold sync of 10k cards vs curl + tar".
+    pub what: String,
+    /// The target, e.g. "≤ 1.5×".
+    pub target: String,
+    /// The figure this run measured.
+    pub measured: String,
+    /// Whether it was met.
+    pub met: bool,
+}
+
+impl Section {
+    /// A section with a heading.
+    pub fn new(title: impl Into<String>) -> Section {
+        Section {
+            title: title.into(),
+            ..Section::default()
+        }
+    }
+
+    /// Appends a line to the body.
+    pub fn line(&mut self, text: impl AsRef<str>) {
+        self.body.push_str(text.as_ref());
+        self.body.push('\n');
+    }
+
+    /// Records a target.
+    pub fn target(&mut self, what: &str, target: &str, measured: String, met: bool) {
+        self.targets.push(Target {
+            what: what.into(),
+            target: target.into(),
+            measured,
+            met,
+        });
+    }
+
+    /// The section as Markdown.
+    pub fn render(&self) -> String {
+        format!("## {}\n\n{}\n", self.title, self.body.trim_end())
+    }
+}
+
+/// Median of floats (upper median); panics on an empty set.
+pub fn median_f64(v: &[f64]) -> f64 {
+    assert!(!v.is_empty(), "no samples");
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// CPU time (user + system) a process has used so far, from `/proc/<pid>/stat`.
+pub fn cpu_time(pid: u32) -> std::io::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name, which is in parentheses and may contain spaces.
+    let rest = stat
+        .rsplit_once(") ")
+        .map(|(_, r)| r)
+        .ok_or_else(|| std::io::Error::other("unreadable /proc stat"))?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f[11].parse().unwrap_or(0) + f[12].parse().unwrap_or(0);
+    // USER_HZ is 100 on every Linux architecture mop supports.
+    Ok(Duration::from_millis(ticks * 10))
+}
+
+/// `VmRSS` and `VmHWM` of a process, in bytes.
+pub fn memory(pid: u32) -> std::io::Result<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kb = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |k| k * 1024)
+    };
+    Ok((kb("VmRSS:"), kb("VmHWM:")))
+}
+
+/// Bytes in a unit that reads well.
+pub fn show_bytes(b: u64) -> String {
+    let b = b as f64;
+    if b < 10.0 * 1024.0 {
+        format!("{b:.0} B")
+    } else if b < 10.0 * 1024.0 * 1024.0 {
+        format!("{:.1} KiB", b / 1024.0)
+    } else {
+        format!("{:.1} MiB", b / (1024.0 * 1024.0))
+    }
+}
+
+/// The machine, for the head of BENCHMARKS.md.
+pub fn machine() -> String {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let cpu = read("/proc/cpuinfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem = read("/proc/meminfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or("?".into(), |k| format!("{:.1} GiB", k as f64 / 1048576.0));
+    let os = read("/etc/os-release")
+        .lines()
+        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+        .map(|v| v.trim_matches('"').to_owned())
+        .unwrap_or_else(|| "Linux".into());
+    let kernel = read("/proc/sys/kernel/osrelease").trim().to_owned();
+    format!("{cpu}, {cores} cores available, {mem} RAM; {os}, kernel {kernel}")
+}
+
+/// A TCP proxy on loopback that counts the bytes passing each way: "bytes on the wire"
+/// between a daemon and the server, HTTP headers included.
+pub struct CountingProxy {
+    /// Where clients connect.
+    pub addr: std::net::SocketAddr,
+    to_server: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    to_client: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl CountingProxy {
+    /// Starts a proxy to `upstream`.
+    pub fn start(upstream: std::net::SocketAddr) -> std::io::Result<CountingProxy> {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicU64;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+        let addr = listener.local_addr()?;
+        let to_server = Arc::new(AtomicU64::new(0));
+        let to_client = Arc::new(AtomicU64::new(0));
+        let (up, down) = (to_server.clone(), to_client.clone());
+        rt.spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (up, down) = (up.clone(), down.clone());
+                tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let _ = client.set_nodelay(true);
+                    let _ = server.set_nodelay(true);
+                    let (cr, cw) = client.into_split();
+                    let (sr, sw) = server.into_split();
+                    tokio::join!(pump(cr, sw, up), pump(sr, cw, down));
+                });
+            }
+        });
+        Ok(CountingProxy {
+            addr,
+            to_server,
+            to_client,
+            _rt: rt,
+        })
+    }
+
+    /// Bytes sent (to the server, to the client) since the last call; resets both.
+    pub fn take(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering;
+        (
+            self.to_server.swap(0, Ordering::SeqCst),
+            self.to_client.swap(0, Ordering::SeqCst),
+        )
+    }
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    count: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                count.fetch_add(n as u64, std::sync::atomic::Ordering::SeqCst);
+                if to.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = to.shutdown().await;
+}

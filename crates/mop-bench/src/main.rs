@@ -1,8 +1,10 @@
-//! `mop-bench`: release-mode benchmarks of mop.
+//! `mop-bench`: release-mode benchmarks of mop, each against a baseline in the same run.
 //!
-//! `mop-bench engine` measures the card engine on synthetic workspaces of 1k, 10k and 100k
-//! cards: catalog and index build time, and per-task selection + ranking + rendering
-//! against a built index (the work `mopd` does for every prepare, minus the file tree).
+//! `mop-bench all` runs every benchmark and writes BENCHMARKS.md (`bench/all.sh` builds
+//! and runs it; `--smoke` is the tiny version CI runs). The subcommands run one each:
+//! `engine` (card engine), `sync` (cold, incremental, unchanged), `server` (304s vs nginx),
+//! `fleet` (simulated daemons), `run` (task start vs bare bwrap, prepare throughput) and
+//! `memory` (daemon RSS).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -10,12 +12,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use mop_bench::{show, summarize, synth};
+use mop_bench::{Section, show, summarize, synth};
 use mop_cards::{Catalog, Rules, render_memory_md};
 use mop_search::{IndexDoc, SearchIndex, build_index, select_for_task};
 
+mod all;
+mod fleet;
+mod memory;
+mod nginx;
 mod run;
 mod server;
+mod sync;
 
 #[derive(Parser)]
 #[command(
@@ -66,6 +73,12 @@ enum Command {
         /// Runs of each (alternating, after 5 warm-up runs).
         #[arg(long, default_value_t = 200)]
         iterations: usize,
+        /// Concurrent runners in the prepare + release throughput run.
+        #[arg(long, default_value_t = 16)]
+        runners: usize,
+        /// Seconds of the throughput run.
+        #[arg(long, default_value_t = 10)]
+        throughput_secs: u64,
         /// Seed of the synthetic data.
         #[arg(long, default_value_t = 42)]
         seed: u64,
@@ -73,6 +86,71 @@ enum Command {
         /// daemon up until stdin closes (for profiling with perf or strace).
         #[arg(long)]
         hold: bool,
+    },
+    /// Everything below, written to BENCHMARKS.md with the machine and the commands.
+    All {
+        /// Tiny sizes and short runs (under a minute): checks the harness, not the speed.
+        #[arg(long)]
+        smoke: bool,
+        /// Where to write the report.
+        #[arg(long, default_value = "BENCHMARKS.md")]
+        out: std::path::PathBuf,
+        /// Seed of the synthetic data.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// Daemon sync: cold sync vs curl + tar from nginx, incremental bytes on the wire,
+    /// CPU per unchanged poll. Needs nginx and curl.
+    Sync {
+        /// Cards in the workspace.
+        #[arg(long, default_value_t = 10_000)]
+        cards: usize,
+        /// Alternating rounds.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Unchanged polls for the CPU measurement.
+        #[arg(long, default_value_t = 500)]
+        polls: usize,
+        /// Seed of the synthetic data.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// Fleet: simulated daemons polling one server every 30 s, 1 % finding a change.
+    Fleet {
+        /// Cards in the workspace.
+        #[arg(long, default_value_t = 10_000)]
+        cards: usize,
+        /// Host counts to step through (stops once p99 passes 50 ms).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "1000,10000,30000,60000,120000,240000"
+        )]
+        hosts: Vec<usize>,
+        /// Seconds per step.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Seed of the synthetic data.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// Daemon memory after syncing several workspaces and serving prepares.
+    Memory {
+        /// Workspaces.
+        #[arg(long, default_value_t = 5)]
+        workspaces: usize,
+        /// Cards per workspace.
+        #[arg(long, default_value_t = 10_000)]
+        cards: usize,
+        /// Prepares (each released).
+        #[arg(long, default_value_t = 100)]
+        prepares: usize,
+        /// One-workspace sizes for the growth rows.
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
+        growth: Vec<usize>,
+        /// Seed of the synthetic data.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
     },
     /// Card server: 304 answers/s against nginx in the same run, manifest and delta sizes
     /// and latencies. Needs `wrk` and `nginx` (bench/server.sh installs them).
@@ -101,14 +179,15 @@ fn main() -> Result<()> {
             "warning: debug build; run with `cargo run --release -p mop-bench` for real figures"
         );
     }
-    match Cli::parse().command {
+    let section = match Cli::parse().command {
+        Command::All { smoke, out, seed } => return all::run(smoke, &out, seed),
         Command::Engine {
             sizes,
             tasks,
             rounds,
             builds,
             seed,
-        } => engine(&sizes, tasks, rounds.max(1), builds.max(1), seed),
+        } => engine(&sizes, tasks, rounds.max(1), builds.max(1), seed)?,
         Command::GenCards { dir, cards, seed } => {
             let ws = synth::workspace(seed, cards, "2026-11-29T00:00:00Z".parse()?);
             synth::write_dir(&ws, &dir)?;
@@ -117,19 +196,63 @@ fn main() -> Result<()> {
                 ws.bytes,
                 dir.display()
             );
-            Ok(())
+            return Ok(());
         }
+        Command::Sync {
+            cards,
+            rounds,
+            polls,
+            seed,
+        } => {
+            for s in sync::run(&sync::Options {
+                cards,
+                rounds: rounds.max(1),
+                polls: polls.max(1),
+                seed,
+            })? {
+                println!("{}", s.render());
+            }
+            return Ok(());
+        }
+        Command::Fleet {
+            cards,
+            hosts,
+            seconds,
+            seed,
+        } => fleet::run(&fleet::Options {
+            cards,
+            hosts,
+            seconds: seconds.max(1),
+            seed,
+        })?,
+        Command::Memory {
+            workspaces,
+            cards,
+            prepares,
+            growth,
+            seed,
+        } => memory::run(&memory::Options {
+            workspaces: workspaces.max(1),
+            cards,
+            prepares,
+            growth,
+            seed,
+        })?,
         Command::Run {
             cards,
             iterations,
+            runners,
+            throughput_secs,
             seed,
             hold,
         } => run::run(&run::Options {
             cards,
             iterations: iterations.max(1),
+            runners: runners.max(1),
+            throughput_secs: throughput_secs.max(1),
             seed,
             hold,
-        }),
+        })?,
         Command::Server {
             cards,
             rounds,
@@ -142,8 +265,10 @@ fn main() -> Result<()> {
             seconds: seconds.max(1),
             connections: connections.max(1),
             seed,
-        }),
-    }
+        })?,
+    };
+    println!("{}", section.render());
+    Ok(())
 }
 
 struct Row {
@@ -157,9 +282,16 @@ struct Row {
     selected: f64,
 }
 
-fn engine(sizes: &[usize], tasks: usize, rounds: usize, builds: usize, seed: u64) -> Result<()> {
+fn engine(
+    sizes: &[usize],
+    tasks: usize,
+    rounds: usize,
+    builds: usize,
+    seed: u64,
+) -> Result<Section> {
     let now = "2026-11-29T00:00:00Z".parse()?;
     let rules = Rules::default();
+    let tasks_n = tasks;
     let mut rows = Vec::new();
     for &size in sizes {
         eprintln!("[{size} cards] generating workspace");
@@ -195,7 +327,7 @@ fn engine(sizes: &[usize], tasks: usize, rounds: usize, builds: usize, seed: u64
         let index_bytes = dir_size(dir.path())?;
         let index = SearchIndex::open(dir.path())?;
 
-        let tasks = synth::tasks(seed, tasks, size);
+        let tasks = synth::tasks(seed, tasks_n, size);
         eprintln!("[{size} cards] {} tasks x {rounds} rounds", tasks.len());
         let mut selected_total = 0usize;
         for t in &tasks {
@@ -231,17 +363,22 @@ fn engine(sizes: &[usize], tasks: usize, rounds: usize, builds: usize, seed: u64
             selected: selected_total as f64 / tasks.len() as f64,
         });
     }
-    report(&rows);
-    Ok(())
+    Ok(report(&rows, tasks_n, rounds))
 }
 
-fn report(rows: &[Row]) {
-    println!(
-        "| cards | card bytes | catalog build | index build (median) | index size | selected per task (mean) | per task median | per task p99 | of which BM25 search (median) |"
+fn report(rows: &[Row], tasks: usize, rounds: usize) -> Section {
+    let mut sec = Section::new("Card engine: index build and per-task selection");
+    sec.line(format!(
+        "Per workspace size: catalog and BM25 index build, then {tasks} synthetic tasks × \
+         {rounds} rounds of selection + ranking + MEMORY.md rendering against the built \
+         index (the work `mopd` does for every prepare, minus the file tree).\n"
+    ));
+    sec.line(
+        "| cards | card bytes | catalog build | index build (median) | index size | selected per task (mean) | per task median | per task p99 | of which BM25 search (median) |",
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    sec.line("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
-        println!(
+        sec.line(format!(
             "| {} | {:.1} MiB | {} | {} | {:.1} MiB | {:.1} | {} | {} | {} |",
             r.cards,
             r.bytes as f64 / (1 << 20) as f64,
@@ -252,23 +389,24 @@ fn report(rows: &[Row]) {
             show(r.per_task.median),
             show(r.per_task.p99),
             show(r.search.median),
-        );
+        ));
     }
     for pair in rows.windows(2) {
         let (a, b) = (&pair[0], &pair[1]);
         let cards = b.cards as f64 / a.cards as f64;
         let time = b.per_task.median.as_secs_f64() / a.per_task.median.as_secs_f64();
-        println!(
-            "\nper-task median {} -> {} cards: x{time:.2} time for x{cards:.0} cards ({})",
+        sec.line(format!(
+            "\nPer-task median {} → {} cards: ×{time:.2} time for ×{cards:.0} cards ({}).",
             a.cards,
             b.cards,
             if time <= cards {
                 "sub-linear or linear"
             } else {
-                "WORSE than linear"
+                "worse than linear"
             }
-        );
+        ));
     }
+    sec
 }
 
 fn dir_size(dir: &Path) -> Result<u64> {

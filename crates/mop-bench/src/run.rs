@@ -8,14 +8,63 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use mop_bench::{show, summarize, synth};
+use mop_bench::{Section, show, summarize, synth};
 use mop_tests::procs::{Daemon, DaemonOptions, Server, bin};
 
 pub struct Options {
     pub cards: usize,
     pub iterations: usize,
+    /// Concurrent runners in the prepare + release throughput run.
+    pub runners: usize,
+    /// Seconds of the throughput run.
+    pub throughput_secs: u64,
     pub seed: u64,
     pub hold: bool,
+}
+
+/// `mop prepare --json` then `mop release` for one task, as a runner does.
+pub fn prepare_and_release(
+    socket: &std::path::Path,
+    ws: &str,
+    task_id: &str,
+    task: &mop_cards::TaskContext,
+) -> Result<()> {
+    let mut prep = Command::new(bin("mop"));
+    prep.arg("prepare").arg("--socket").arg(socket).args([
+        "--workspace",
+        ws,
+        "--task-id",
+        task_id,
+        "--title",
+        &task.title,
+        "--json",
+    ]);
+    if let Some(u) = &task.origin_user_id {
+        prep.args(["--user", u]);
+    }
+    if let Some(a) = &task.asset_id {
+        prep.args(["--asset", a]);
+    }
+    let out = prep.output()?;
+    if !out.status.success() {
+        bail!(
+            "mop prepare failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = Command::new(bin("mop"))
+        .arg("release")
+        .arg("--socket")
+        .arg(socket)
+        .args(["--task-id", task_id])
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "mop release failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
 }
 
 /// Builds a fresh command for each timed run.
@@ -31,7 +80,7 @@ fn timed(cmd: &mut Command) -> Result<Duration> {
     Ok(took)
 }
 
-pub fn run(o: &Options) -> Result<()> {
+pub fn run(o: &Options) -> Result<Section> {
     let tmp = tempfile::tempdir()?;
     let (_ws, cards_dir) = synth::workspace_in(o.seed, o.cards, tmp.path())?;
     let server = Server::start();
@@ -188,7 +237,7 @@ pub fn run(o: &Options) -> Result<()> {
         println!("{:?}", mop_run());
         eprintln!("holding the server and daemon up; close stdin (Ctrl-D) to end");
         std::io::copy(&mut std::io::stdin(), &mut std::io::sink())?;
-        return Ok(());
+        return Ok(Section::new("held"));
     }
     for _ in 0..5 {
         for (_, make) in &commands {
@@ -208,25 +257,81 @@ pub fn run(o: &Options) -> Result<()> {
     let (b, m) = (&summaries[0], &summaries[1]);
     let added = m.median.saturating_sub(b.median);
     let allowed = Duration::from_millis(3).max(b.median.mul_f64(0.2));
-    println!(
-        "## mop run at {} cards ({} iterations each, alternating)\n",
-        o.cards, o.iterations
+
+    // Prepare + release throughput: concurrent runners, each a loop of the two commands.
+    eprintln!(
+        "throughput: {} runners for {}s",
+        o.runners, o.throughput_secs
     );
-    println!("| command | median | p99 |\n|---|---:|---:|");
-    for ((name, _), s) in commands.iter().zip(&summaries) {
-        println!("| {name} | {} | {} |", show(s.median), show(s.p99));
+    let tasks = synth::tasks(o.seed, 64, o.cards);
+    let stop_at = Instant::now() + Duration::from_secs(o.throughput_secs);
+    let started = Instant::now();
+    let counts: Vec<Result<usize>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..o.runners)
+            .map(|r| {
+                let (tasks, socket) = (&tasks, &socket);
+                scope.spawn(move || -> Result<usize> {
+                    let mut n = 0;
+                    while Instant::now() < stop_at {
+                        let t = &tasks[(r * 7 + n) % tasks.len()];
+                        prepare_and_release(socket, "bench", &format!("tp-{r}-{n}"), t)?;
+                        n += 1;
+                    }
+                    Ok(n)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| bail!("a runner thread panicked"))
+            })
+            .collect()
+    });
+    let elapsed = started.elapsed();
+    let mut pairs = 0;
+    for c in counts {
+        pairs += c?;
     }
-    println!(
-        "\nadded by mop run (median): {} = x{:.2}; allowed: {} (the larger of +20 % and +3 ms) — {}",
+    let per_sec = pairs as f64 / elapsed.as_secs_f64();
+
+    let mut sec = Section::new(format!("Task start at {} cards", o.cards));
+    sec.line(format!(
+        "Alternating in one run, {} iterations each after 5 warm-ups: `mop run -- /bin/true` \
+         (prepare against the workspace, bwrap, release) and bare bwrap with the same flags \
+         (taken from `mop run --dry-run`, the view bound by path instead of by descriptor), \
+         plus two breakdown rows. Then {} runners, each looping `mop prepare --json` + \
+         `mop release` as separate processes for {} s.\n",
+        o.iterations, o.runners, o.throughput_secs
+    ));
+    sec.line("| command | median | p99 |\n|---|---:|---:|");
+    for ((name, _), s) in commands.iter().zip(&summaries) {
+        sec.line(format!("| {name} | {} | {} |", show(s.median), show(s.p99)));
+    }
+    sec.line(format!(
+        "\nAdded by mop run (median): {} = {:.2}×; allowed: {} (the larger of +20 % and +3 ms). \
+         Task selection: {selected} cards selected, {mounted} mounted.",
         show(added),
         m.median.as_secs_f64() / b.median.as_secs_f64(),
         show(allowed),
-        if added <= allowed {
-            "within target"
-        } else {
-            "OVER target"
-        }
+    ));
+    sec.line(format!(
+        "\nPrepare + release with {} concurrent runners: {pairs} pairs in {:.1} s = **{per_sec:.0} pairs/s**.",
+        o.runners,
+        elapsed.as_secs_f64()
+    ));
+    sec.target(
+        "`mop run -- /bin/true` vs bare bwrap",
+        "≤ 1.2× or +3 ms",
+        format!(
+            "+{} ({:.2}×; {} vs {})",
+            show(added),
+            m.median.as_secs_f64() / b.median.as_secs_f64(),
+            show(m.median),
+            show(b.median)
+        ),
+        added <= allowed,
     );
-    println!("task selection: {selected} cards selected, {mounted} mounted");
-    Ok(())
+    Ok(sec)
 }

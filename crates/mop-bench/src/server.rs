@@ -6,12 +6,11 @@
 //!   static file of the same size; the two alternate, round by round.
 //! - Full manifest and delta at the workspace size: bytes (plain and gzip) and latency.
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use mop_bench::{show, summarize, synth};
+use mop_bench::{Section, median_f64, show, summarize, synth};
 use mop_tests::procs::Server;
 
 pub struct Options {
@@ -47,68 +46,6 @@ fn wrk(url: &str, headers: &[(&str, &str)], o: &Options) -> Result<f64> {
         .with_context(|| format!("no Requests/sec in wrk output:\n{text}"))
 }
 
-struct Nginx {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-fn start_nginx(dir: &Path, file: &[u8]) -> Result<Nginx> {
-    let root = dir.join("root");
-    std::fs::create_dir_all(&root)?;
-    std::fs::create_dir_all(dir.join("logs"))?;
-    std::fs::write(root.join("manifest.json"), file)?;
-    let port = free_port()?;
-    let conf = dir.join("nginx.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "daemon off;\nworker_processes auto;\npid {pid};\nerror_log {err} warn;\n\
-             events {{ worker_connections 1024; }}\n\
-             http {{\n  access_log off;\n  client_body_temp_path {tmp};\n  proxy_temp_path {tmp};\n  \
-             fastcgi_temp_path {tmp};\n  uwsgi_temp_path {tmp};\n  scgi_temp_path {tmp};\n  \
-             server {{ listen 127.0.0.1:{port}; root {root}; etag on; }}\n}}\n",
-            pid = dir.join("nginx.pid").display(),
-            err = dir.join("logs/error.log").display(),
-            tmp = dir.join("logs").display(),
-            root = root.display(),
-        ),
-    )?;
-    let child = Command::new("nginx")
-        .arg("-c")
-        .arg(&conf)
-        .arg("-p")
-        .arg(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("cannot start nginx (apt-get install nginx)")?;
-    let url = format!("http://127.0.0.1:{port}/manifest.json");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while mop_tests::http().get(&url).send().is_err() {
-        if Instant::now() > deadline {
-            bail!(
-                "nginx did not start; see {}",
-                dir.join("logs/error.log").display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(Nginx { child, url })
-}
-
 fn median_latency(n: usize, mut f: impl FnMut() -> Result<()>) -> Result<Duration> {
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
@@ -119,7 +56,7 @@ fn median_latency(n: usize, mut f: impl FnMut() -> Result<()>) -> Result<Duratio
     Ok(summarize(&mut samples).median)
 }
 
-pub fn run(o: &Options) -> Result<()> {
+pub fn run(o: &Options) -> Result<Section> {
     let tmp = tempfile::tempdir()?;
     let (ws, cards_dir) = synth::workspace_in(o.seed, o.cards, tmp.path())?;
 
@@ -189,13 +126,14 @@ pub fn run(o: &Options) -> Result<()> {
     let _ = etag;
 
     // 304s: mop-server vs nginx, alternating.
-    let nginx = start_nginx(&tmp.path().join("nginx"), &full_bytes)?;
-    let nginx_etag = mop_tests::http().get(&nginx.url).send()?.headers()["etag"]
+    let nginx = crate::nginx::start(&tmp.path().join("nginx"), &[("manifest.json", &full_bytes)])?;
+    let nginx_url = nginx.url("manifest.json");
+    let nginx_etag = mop_tests::http().get(&nginx_url).send()?.headers()["etag"]
         .to_str()?
         .to_owned();
     for (url, inm, auth) in [
         (&manifest_url, &etag_now, true),
-        (&nginx.url, &nginx_etag, false),
+        (&nginx_url, &nginx_etag, false),
     ] {
         let mut req = plain
             .get(url.as_str())
@@ -217,38 +155,61 @@ pub fn run(o: &Options) -> Result<()> {
             &[("If-None-Match", &etag_now), ("Authorization", &bearer)],
             o,
         )?);
-        nginx_rps.push(wrk(&nginx.url, &[("If-None-Match", &nginx_etag)], o)?);
+        nginx_rps.push(wrk(&nginx_url, &[("If-None-Match", &nginx_etag)], o)?);
     }
-    let med = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let (m, n) = (med(&mut mop_rps.clone()), med(&mut nginx_rps.clone()));
-
-    println!("## mop-server at {} cards\n", o.cards);
-    println!("| measurement | value |\n|---|---:|");
-    println!(
-        "| 304 answers/s, mop-server (median of {} × {}s, wrk -t1 -c{}) | {m:.0} |",
-        o.rounds, o.seconds, o.connections
-    );
-    println!("| 304 answers/s, nginx static file, same run | {n:.0} |");
-    println!("| ratio mop-server / nginx | {:.2} |", m / n);
-    println!("| full manifest, JSON bytes | {} |", full_bytes.len());
-    println!("| full manifest, gzip bytes | {full_gzip} |");
-    println!(
+    let (m, n) = (median_f64(&mop_rps), median_f64(&nginx_rps));
+    let mut sec = Section::new(format!(
+        "Card server: unchanged polls, manifests and deltas at {} cards",
+        o.cards
+    ));
+    sec.line(format!(
+        "`wrk -t1 -c{c} -d{d}s` against `GET /manifest` with a matching `If-None-Match` \
+         (mop-server answers 304 from memory, after checking the bearer token) and against \
+         nginx answering `If-None-Match` for a static file of the same size, alternating, \
+         {r} rounds. The load generator shares the machine's cores with the server.\n",
+        c = o.connections,
+        d = o.seconds,
+        r = o.rounds
+    ));
+    sec.line("| measurement | value |\n|---|---:|");
+    sec.line(format!(
+        "| 304 answers/s, mop-server (median of {}) | {m:.0} |",
+        o.rounds
+    ));
+    sec.line(format!(
+        "| 304 answers/s, nginx static file, same run | {n:.0} |"
+    ));
+    sec.line(format!("| ratio mop-server / nginx | {:.2} |", m / n));
+    sec.line(format!(
+        "| full manifest, JSON bytes | {} |",
+        full_bytes.len()
+    ));
+    sec.line(format!("| full manifest, gzip bytes | {full_gzip} |"));
+    sec.line(format!(
         "| full manifest, first build after import | {} |",
         show(cold)
-    );
-    println!(
+    ));
+    sec.line(format!(
         "| full manifest, cached, median of 20 (gzip) | {} |",
         show(full_latency)
-    );
-    println!(
+    ));
+    sec.line(format!(
         "| delta after {changed} changed cards, JSON bytes | {} |",
         delta_plain.len()
+    ));
+    sec.line(format!("| delta, gzip bytes | {delta_gzip} |"));
+    sec.line(format!(
+        "| delta, median of 20 (gzip) | {} |",
+        show(delta_latency)
+    ));
+    sec.line(format!(
+        "\nrounds (answers/s): mop-server {mop_rps:.0?}, nginx {nginx_rps:.0?}"
+    ));
+    sec.target(
+        "unchanged poll: mop-server 304/s vs nginx static 304/s",
+        "≥ 0.8×",
+        format!("{:.2}× ({m:.0} vs {n:.0}/s)", m / n),
+        m / n >= 0.8,
     );
-    println!("| delta, gzip bytes | {delta_gzip} |");
-    println!("| delta, median of 20 (gzip) | {} |", show(delta_latency));
-    println!("\nrounds: mop-server {mop_rps:.0?}, nginx {nginx_rps:.0?}");
-    Ok(())
+    Ok(sec)
 }

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Every benchmark in one command: installs nginx, wrk and curl if missing, builds mop in
+# release mode, generates the synthetic workspaces, runs all benchmarks (each side by side
+# with its baseline) and writes BENCHMARKS.md.
+#
+#   bench/all.sh                               # the full run (tens of minutes)
+#   bench/all.sh --smoke --out /tmp/smoke.md   # tiny sizes, under a minute (CI)
+#
+# Set MOP_BENCH_PROFILE=dev to use the debug build already made by the tests (smoke only).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+missing=()
+for tool in nginx wrk curl; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+if ((${#missing[@]})); then
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q "${missing[@]}"
+fi
+profile="${MOP_BENCH_PROFILE:-release}"
+cargo build --locked --profile "$profile" -p mop-server -p mopd -p mop -p mop-bench
+dir="$profile"
+[ "$profile" = dev ] && dir=debug
+exec "${CARGO_TARGET_DIR:-target}/$dir/mop-bench" all "$@"

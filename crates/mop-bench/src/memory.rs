@@ -1,0 +1,111 @@
+//! `mop-bench memory`: the daemon's resident memory after syncing workspaces and serving
+//! prepares, and how it grows with the number of cards.
+
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use mop_bench::{Section, show_bytes, synth};
+use mop_tests::procs::{Daemon, DaemonOptions, Server};
+
+pub struct Options {
+    /// Workspaces in the main measurement.
+    pub workspaces: usize,
+    /// Cards per workspace in the main measurement.
+    pub cards: usize,
+    /// Prepares served (each released) before reading the memory.
+    pub prepares: usize,
+    /// Single-workspace sizes for the growth table.
+    pub growth: Vec<usize>,
+    pub seed: u64,
+}
+
+const TARGET: u64 = 64 * 1024 * 1024;
+
+struct Reading {
+    workspaces: usize,
+    cards: usize,
+    rss: u64,
+    hwm: u64,
+}
+
+fn measure(o: &Options, workspaces: usize, cards: usize) -> Result<Reading> {
+    let tmp = tempfile::tempdir()?;
+    let server = Server::start_with("[sync]\ncounter_publish_secs = 3600\n");
+    let names: Vec<String> = (1..=workspaces).map(|i| format!("ws{i}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        // A different seed per workspace: no two share their cards.
+        let dir = tmp.path().join(name);
+        std::fs::create_dir_all(&dir)?;
+        let (_, cards_dir) = synth::workspace_in(o.seed + i as u64, cards, &dir)?;
+        let out = server.import(&cards_dir, name);
+        if !out.status.success() {
+            bail!("import failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    eprintln!("memory: {workspaces} × {cards} cards: syncing");
+    let extra = format!(
+        "[pool]\nmax_bytes = 17179869184\nverify_interval_secs = 0\n[tasks]\nprofile_dirs = [\"{}\"]\n",
+        mop_tests::repo_root().join("bwrap-profiles").display()
+    );
+    let d = Daemon::start(
+        &server,
+        DaemonOptions {
+            workspaces: &refs,
+            extra: &extra,
+            ..Default::default()
+        },
+    );
+    d.wait_synced();
+    let tasks = synth::tasks(o.seed, o.prepares, cards);
+    eprintln!("memory: {} prepares", o.prepares);
+    for (i, t) in tasks.iter().enumerate() {
+        let ws = &names[i % names.len()];
+        crate::run::prepare_and_release(&d.socket(), ws, &format!("mem-{i}"), t)?;
+    }
+    // Let the release work (view removal off the async workers) settle.
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = d.pid().expect("running daemon");
+    let (rss, hwm) = mop_bench::memory(pid)?;
+    Ok(Reading {
+        workspaces,
+        cards,
+        rss,
+        hwm,
+    })
+}
+
+pub fn run(o: &Options) -> Result<Section> {
+    let main = measure(o, o.workspaces, o.cards)?;
+    let mut growth = Vec::new();
+    for &n in &o.growth {
+        growth.push(measure(o, 1, n)?);
+    }
+    let mut sec = Section::new("Daemon memory");
+    sec.line(format!(
+        "`VmRSS` and `VmHWM` of `mopd run` (from `/proc/<pid>/status`) after the first sync of \
+         every workspace (distinct synthetic cards each) and {} `mop prepare` + `mop release` \
+         pairs spread over them. The growth rows repeat this with one workspace.\n",
+        o.prepares
+    ));
+    sec.line("| workspaces × cards | VmRSS | VmHWM (peak) |\n|---|---:|---:|");
+    for r in std::iter::once(&main).chain(&growth) {
+        sec.line(format!(
+            "| {} × {} | {} | {} |",
+            r.workspaces,
+            r.cards,
+            show_bytes(r.rss),
+            show_bytes(r.hwm)
+        ));
+    }
+    sec.target(
+        &format!(
+            "daemon VmRSS after {} × {} cards and {} prepares",
+            o.workspaces, o.cards, o.prepares
+        ),
+        "≤ 64 MiB",
+        format!("{} (peak {})", show_bytes(main.rss), show_bytes(main.hwm)),
+        main.rss <= TARGET,
+    );
+    Ok(sec)
+}

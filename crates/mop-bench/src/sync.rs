@@ -1,0 +1,393 @@
+//! `mop-bench sync`: the daemon's side of the protocol against its baselines, in one run.
+//!
+//! - Cold sync: a real `mopd run` with an empty pool, from process start until its status
+//!   shows the verified generation, against `curl` of one tarball of the same card files
+//!   from nginx piped into `tar -x`, then `sync`. The two alternate, round by round, on
+//!   the same filesystem.
+//! - Incremental sync after 1 % of the cards changed: bytes on the wire (a counting proxy
+//!   between daemon and server, HTTP headers included) against the changed cards' bytes
+//!   plus the delta manifest, and the time of `POST /v1/workspaces/{ws}/sync`.
+//! - Unchanged polls: the daemon's CPU time and wire bytes per poll that ends in a 304.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use mop_bench::{CountingProxy, Section, cpu_time, show, show_bytes, summarize, synth};
+use mop_tests::procs::{Daemon, DaemonOptions, Server, bin};
+
+pub struct Options {
+    pub cards: usize,
+    pub rounds: usize,
+    pub polls: usize,
+    pub seed: u64,
+}
+
+const WS: &str = "bench";
+
+/// Control-socket requests from the benchmark itself (no `mopd` process per call).
+struct Control {
+    rt: tokio::runtime::Runtime,
+    socket: std::path::PathBuf,
+}
+
+impl Control {
+    fn get(&self, method: &str, path: &str) -> Option<serde_json::Value> {
+        match self
+            .rt
+            .block_on(mop_proto::client::request(&self.socket, method, path, None))
+        {
+            Ok((200, body)) => serde_json::from_slice(&body).ok(),
+            _ => None,
+        }
+    }
+
+    /// The workspace's generation and card count, once it has one.
+    fn generation(&self) -> Option<(String, u64)> {
+        let v = self.get("GET", "/v1/status")?;
+        let w = &v["workspaces"][0];
+        Some((w["generation"].as_str()?.to_owned(), w["cards"].as_u64()?))
+    }
+
+    fn sync_now(&self) -> Result<String> {
+        let v = self
+            .get("POST", &format!("/v1/workspaces/{WS}/sync"))
+            .context("sync request failed")?;
+        match v["result"].as_str() {
+            Some("failed") | None => bail!("sync failed: {v}"),
+            Some(r) => Ok(r.to_owned()),
+        }
+    }
+}
+
+fn spawn_mopd(config: &Path) -> Result<Child> {
+    Command::new(bin("mopd"))
+        .arg("run")
+        .arg("--config")
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("cannot start mopd")
+}
+
+fn stop(mut child: Child) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = child.wait();
+}
+
+fn timed_sh(script: &str) -> Result<Duration> {
+    let started = Instant::now();
+    let status = Command::new("/bin/sh").arg("-c").arg(script).status()?;
+    let took = started.elapsed();
+    if !status.success() {
+        bail!("`{script}` failed: {status}");
+    }
+    Ok(took)
+}
+
+pub fn run(o: &Options) -> Result<Vec<Section>> {
+    let tmp = tempfile::tempdir()?;
+    let (ws, cards_dir) = synth::workspace_in(o.seed, o.cards, tmp.path())?;
+    eprintln!("starting mop-server and importing");
+    let server = Server::start_with("[sync]\ncounter_publish_secs = 3600\n");
+    let admin = server.token("admin", &[WS]);
+    let out = server.import(&cards_dir, WS);
+    if !out.status.success() {
+        bail!("import failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    // The baseline's tarball: the same card files, served by nginx.
+    let tar_path = tmp.path().join("cards.tar");
+    let status = Command::new("tar")
+        .arg("-cf")
+        .arg(&tar_path)
+        .arg("-C")
+        .arg(&cards_dir)
+        .arg(".")
+        .status()?;
+    if !status.success() {
+        bail!("tar -cf failed");
+    }
+    let tar_bytes = std::fs::read(&tar_path)?;
+    let nginx = crate::nginx::start(&tmp.path().join("nginx"), &[("cards.tar", &tar_bytes)])?;
+    let tar_url = nginx.url("cards.tar");
+
+    // A daemon config for the workspace; the cold rounds start its process themselves.
+    let extra = "[pool]\nmax_bytes = 17179869184\nverify_interval_secs = 0\n";
+    let mut d = Daemon::start(
+        &server,
+        DaemonOptions {
+            workspaces: &[WS],
+            extra,
+            ..Default::default()
+        },
+    );
+    // What a complete cold sync publishes: the cards the server lists as live.
+    let live = d.wait_synced()["workspaces"][0]["cards"]
+        .as_u64()
+        .context("card count in status")?;
+    d.stop();
+    let ctl = Control {
+        rt: tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?,
+        socket: d.socket(),
+    };
+
+    // 1. Cold sync, alternating.
+    let (mut mop_cold, mut base_cold) = (Vec::new(), Vec::new());
+    for round in 1..=o.rounds {
+        eprintln!("cold sync round {round}/{}", o.rounds);
+        for sub in ["cache", "state"] {
+            let p = d.dir.path().join(sub);
+            if p.exists() {
+                std::fs::remove_dir_all(&p)?;
+            }
+        }
+        let started = Instant::now();
+        let child = spawn_mopd(&d.config())?;
+        let deadline = started + Duration::from_secs(600);
+        loop {
+            if let Some((_, cards)) = ctl.generation() {
+                if cards != live {
+                    bail!("cold sync published {cards} cards, expected {live}");
+                }
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("cold sync did not finish within 10 minutes");
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        mop_cold.push(started.elapsed());
+        stop(child);
+
+        let into = tmp.path().join(format!("untar-{round}"));
+        std::fs::create_dir_all(&into)?;
+        base_cold.push(timed_sh(&format!(
+            "curl -sSf '{tar_url}' | tar -xf - -C '{}' && sync",
+            into.display()
+        ))?);
+        std::fs::remove_dir_all(&into)?;
+    }
+    let (m, b) = (summarize(&mut mop_cold), summarize(&mut base_cold));
+    let ratio = m.median.as_secs_f64() / b.median.as_secs_f64();
+    let mut cold = Section::new(format!("Cold sync of {} cards into an empty pool", o.cards));
+    cold.line(format!(
+        "mop: `mopd run` with an empty cache and state directory, from process start until \
+         its status shows the verified generation ({live} live cards: manifest, objects \
+         fetched in batches and hashed while streaming, hardlink tree, search index, \
+         `syncfs`, atomic swap). Baseline: `curl` of one tarball of the same {} card files \
+         ({}) from nginx piped into `tar -x`, then `sync`. Alternating, {} rounds, both on \
+         the same filesystem.\n",
+        o.cards,
+        show_bytes(tar_bytes.len() as u64),
+        o.rounds
+    ));
+    cold.line("| side | median | p99 |\n|---|---:|---:|");
+    cold.line(format!(
+        "| mopd cold sync | {} | {} |",
+        show(m.median),
+        show(m.p99)
+    ));
+    cold.line(format!(
+        "| curl + tar -x + sync | {} | {} |",
+        show(b.median),
+        show(b.p99)
+    ));
+    cold.line(format!("| ratio (medians) | {ratio:.2}× | |"));
+    cold.target(
+        &format!("cold sync of {} cards vs curl + tar + sync", o.cards),
+        "≤ 1.5×",
+        format!("{ratio:.2}× ({} vs {})", show(m.median), show(b.median)),
+        ratio <= 1.5,
+    );
+
+    // 2. and 3. run against one daemon that talks to the server through a counting proxy.
+    let upstream: std::net::SocketAddr = server
+        .url
+        .trim_start_matches("http://")
+        .parse()
+        .context("server address")?;
+    let proxy = CountingProxy::start(upstream)?;
+    d.write_config(
+        &format!("http://{}", proxy.addr),
+        DaemonOptions {
+            workspaces: &[WS],
+            extra,
+            ..Default::default()
+        },
+    );
+    let child = spawn_mopd(&d.config())?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while ctl.generation().is_none() {
+        if Instant::now() > deadline {
+            bail!("the daemon did not sync within 10 minutes");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let pid = child.id();
+
+    // 2. Incremental: 1 % of the cards change on the server, then one sync.
+    let changed = (o.cards / 100).max(1);
+    let http = mop_tests::http_builder().gzip(true).build()?;
+    let mut wire = Vec::new();
+    let mut cards_bytes = Vec::new();
+    let mut delta_bytes = Vec::new();
+    let mut times = Vec::new();
+    for round in 0..o.rounds {
+        eprintln!("incremental sync round {}/{}", round + 1, o.rounds);
+        let before = ctl.generation().context("generation")?.0;
+        let version = server_version(&http, &server.url, &admin)?;
+        let mut bytes = 0u64;
+        for k in 0..changed {
+            let card = &ws.cards[(round * changed + k) % ws.cards.len()];
+            let mut c = card.clone();
+            c.body
+                .push_str(&format!("\nEdited in incremental round {round}.\n"));
+            let text = mop_cards::render_card(&c);
+            bytes += text.len() as u64;
+            http.put(format!(
+                "{}/v1/workspaces/{WS}/cards/{}",
+                server.url, c.summary.id
+            ))
+            .bearer_auth(&admin)
+            .body(text)
+            .send()?
+            .error_for_status()?;
+        }
+        // The delta manifest as the daemon gets it (gzip), measured apart.
+        let delta = http
+            .get(format!(
+                "{}/v1/workspaces/{WS}/manifest?since={version}",
+                server.url
+            ))
+            .bearer_auth(&admin)
+            .header("accept-encoding", "gzip")
+            .send()?
+            .error_for_status()?;
+        let delta_len = delta
+            .headers()
+            .get("content-length")
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let delta_len = match delta_len {
+            Some(n) => n,
+            None => delta.bytes()?.len() as u64,
+        };
+        proxy.take();
+        let started = Instant::now();
+        let result = ctl.sync_now()?;
+        times.push(started.elapsed());
+        let (up, down) = proxy.take();
+        let after = ctl.generation().context("generation")?.0;
+        if after == before || result == "not_modified" {
+            bail!("the incremental sync published nothing ({result})");
+        }
+        wire.push(up + down);
+        cards_bytes.push(bytes);
+        delta_bytes.push(delta_len);
+    }
+    let med = |v: &[u64]| {
+        let mut v = v.to_vec();
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    let (w, c, dm) = (med(&wire), med(&cards_bytes), med(&delta_bytes));
+    let allowed = (c as f64 * 1.1) as u64 + dm;
+    let t = summarize(&mut times);
+    let mut inc = Section::new(format!(
+        "Incremental sync after 1 % of {} cards changed",
+        o.cards
+    ));
+    inc.line(format!(
+        "{changed} cards edited on the server, then one `POST /v1/workspaces/{WS}/sync` on \
+         the daemon (it returns when the new generation is published). Bytes on the wire are \
+         counted by a TCP proxy between daemon and server, both directions, HTTP headers \
+         included. The delta manifest's size is what the server sends for `?since=` with \
+         gzip. Medians of {} rounds.\n",
+        o.rounds
+    ));
+    inc.line("| measurement | value |\n|---|---:|");
+    inc.line(format!("| changed cards' bytes | {} |", show_bytes(c)));
+    inc.line(format!("| delta manifest (gzip) | {} |", show_bytes(dm)));
+    inc.line(format!(
+        "| bytes on the wire, both directions | {} |",
+        show_bytes(w)
+    ));
+    inc.line(format!(
+        "| wire / changed bytes | {:.2}× |",
+        w as f64 / c as f64
+    ));
+    inc.line(format!(
+        "| sync time, median / p99 | {} / {} |",
+        show(t.median),
+        show(t.p99)
+    ));
+    inc.target(
+        "incremental sync (1 %): bytes on the wire",
+        "≤ 1.1 × changed bytes + manifest",
+        format!(
+            "{} vs allowed {} ({} changed + {} manifest)",
+            show_bytes(w),
+            show_bytes(allowed),
+            show_bytes(c),
+            show_bytes(dm)
+        ),
+        w <= allowed,
+    );
+
+    // 3. Unchanged polls: daemon CPU and wire bytes per 304.
+    ctl.sync_now()?;
+    proxy.take();
+    let cpu_before = cpu_time(pid)?;
+    let started = Instant::now();
+    for _ in 0..o.polls {
+        let r = ctl.sync_now()?;
+        if r != "not_modified" {
+            bail!("an unchanged poll answered {r}");
+        }
+    }
+    let elapsed = started.elapsed();
+    let cpu = cpu_time(pid)?.saturating_sub(cpu_before);
+    let (up, down) = proxy.take();
+    stop(child);
+    let mut poll = Section::new("Unchanged polls: the daemon's cost");
+    poll.line(format!(
+        "{} polls of an unchanged {}-card workspace, each triggered through the control \
+         socket (`POST …/sync`, which waits for the answer); the server answers 304. CPU \
+         time is the daemon's user + system time from `/proc/<pid>/stat` (10 ms ticks, so \
+         only the total over all polls is meaningful), and includes serving the control \
+         requests.\n",
+        o.polls, o.cards
+    ));
+    poll.line("| measurement | value |\n|---|---:|");
+    poll.line(format!(
+        "| daemon CPU per poll | {} |",
+        show(cpu / o.polls.max(1) as u32)
+    ));
+    poll.line(format!(
+        "| wall time per poll (control request + 304) | {} |",
+        show(elapsed / o.polls.max(1) as u32)
+    ));
+    poll.line(format!(
+        "| bytes on the wire per poll, both directions | {} |",
+        show_bytes((up + down) / o.polls.max(1) as u64)
+    ));
+    Ok(vec![cold, inc, poll])
+}
+
+/// The workspace's current `<epoch>-<revision>`, from the manifest's ETag.
+fn server_version(http: &reqwest::blocking::Client, url: &str, token: &str) -> Result<String> {
+    let r = http
+        .get(format!("{url}/v1/workspaces/{WS}/manifest"))
+        .bearer_auth(token)
+        .send()?
+        .error_for_status()?;
+    let etag = r.headers()["etag"].to_str()?.to_owned();
+    Ok(etag.trim_start_matches("W/").trim_matches('"').to_owned())
+}

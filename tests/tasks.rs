@@ -905,3 +905,128 @@ fn profiles_that_expose_mop_are_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn an_unprivileged_daemon_serves_runners_of_another_uid_and_refuses_their_sandboxes() {
+    // The packaged layout: mopd as an unprivileged user, the runner another user in
+    // group mop. The daemon cannot read a runner's /proc/<pid>/ns/user then (EACCES), so
+    // the refusal of sandboxed peers must come from the pid-namespace check.
+    let Some(daemon_user) = mop_tests::procs::daemon_user() else {
+        return;
+    };
+    if runner_user().is_none() || !bwrap_available() {
+        return;
+    }
+    let server = Server::start();
+    let out = server.import(&example_cards_dir(), WS);
+    assert!(out.status.success());
+    let extra = format!(
+        "[tasks]\nprofile_dirs = [\"{}\"]\n",
+        repo_root().join("bwrap-profiles").display()
+    );
+    let daemon = Daemon::start(
+        &server,
+        DaemonOptions {
+            extra: &extra,
+            user: Some(daemon_user),
+            ..Default::default()
+        },
+    );
+    daemon.wait_synced();
+    let pid = daemon.pid().unwrap();
+    let owner = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let uid_line = owner.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert!(
+        !uid_line.contains("\t0\t"),
+        "the daemon runs unprivileged: {uid_line}"
+    );
+    let socket = daemon.socket();
+    let prepare = |id: &str| -> Vec<OsString> {
+        [
+            "prepare",
+            "--socket",
+            socket.to_str().unwrap(),
+            "--workspace",
+            WS,
+            "--task-id",
+            id,
+            "--user",
+            "alice",
+            "--title",
+            "ORA-01555 in the nightly ETL",
+            "--json",
+        ]
+        .map(OsString::from)
+        .to_vec()
+    };
+
+    // Outside a sandbox: the runner of another uid is served, and can read its view.
+    let args = prepare("outside");
+    let refs: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
+    let out = run(&mut as_runner(&refs));
+    assert!(out.status.success(), "{}", text(&out));
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let memory_md = plan["memory_md"].as_str().unwrap();
+    let read = run(Command::new("/usr/bin/setpriv")
+        .args([
+            "--reuid",
+            "moprunner",
+            "--regid",
+            "moprunner",
+            "--init-groups",
+            "--",
+        ])
+        .args(["/bin/head", "-c", "9", memory_md]));
+    assert_eq!(
+        String::from_utf8_lossy(&read.stdout),
+        "# Memory ",
+        "{}",
+        text(&read)
+    );
+
+    // Inside a bubblewrap sandbox, as the same runner, with the socket made reachable on
+    // purpose (the real profiles never mount it): refused.
+    let mut cmd = Command::new("/usr/bin/setpriv");
+    cmd.args([
+        "--reuid",
+        "moprunner",
+        "--regid",
+        "moprunner",
+        "--init-groups",
+        "--",
+    ])
+    .args([
+        "bwrap",
+        "--unshare-user",
+        "--unshare-pid",
+        "--die-with-parent",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--",
+    ])
+    .arg(bin("mop"))
+    .args(prepare("inside"));
+    let out = run(&mut cmd);
+    assert!(
+        !out.status.success(),
+        "a sandboxed peer was served: {}",
+        text(&out)
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    // The userns of another uid's process is unreadable to the daemon (EACCES), so this
+    // is the pid-namespace check at work.
+    while !daemon
+        .log()
+        .contains("refused a control connection from a nested pid namespace")
+    {
+        assert!(Instant::now() < deadline, "{}", daemon.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = daemon.log();
+    assert!(!log.contains("task=inside"), "{log}");
+}

@@ -243,6 +243,7 @@ pub struct Daemon {
     pub dir: tempfile::TempDir,
     log: Arc<Mutex<String>>,
     env: Vec<(String, String)>,
+    user: Option<String>,
 }
 
 /// Options for [`Daemon::start`].
@@ -255,6 +256,9 @@ pub struct DaemonOptions<'a> {
     pub offline_recheck_secs: u64,
     /// Extra TOML appended to the config.
     pub extra: &'a str,
+    /// Run the daemon as this user (primary group `mop`), as the packaged unit does;
+    /// `None` runs it as the test's own user.
+    pub user: Option<&'a str>,
 }
 
 impl Default for DaemonOptions<'_> {
@@ -264,6 +268,7 @@ impl Default for DaemonOptions<'_> {
             interval_secs: 3600,
             offline_recheck_secs: 3600,
             extra: "",
+            user: None,
         }
     }
 }
@@ -286,6 +291,25 @@ impl Daemon {
         std::fs::write(&token_file, token).unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        if let Some(user) = options.user {
+            // The daemon's own directory: its user owns it, group mop may traverse it.
+            let u = nix::unistd::User::from_name(user)
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| panic!("no user {user}"));
+            let out = run(Command::new("chown")
+                .arg("-R")
+                .arg(format!("{user}:mop"))
+                .arg(dir.path()));
+            assert!(out.status.success(), "chown: {out:?}");
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o750)).unwrap();
+            assert_eq!(
+                std::fs::metadata(&token_file)
+                    .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+                    .unwrap(),
+                u.uid.as_raw()
+            );
+        }
         let d = Daemon {
             child: None,
             dir,
@@ -294,6 +318,7 @@ impl Daemon {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            user: options.user.map(str::to_owned),
         };
         d.write_config(&server.url, options);
         let mut d = d;
@@ -353,7 +378,16 @@ impl Daemon {
     /// Starts the daemon process and waits for its socket.
     pub fn spawn(&mut self) {
         self.log.lock().unwrap().clear();
-        let mut child = Command::new(bin("mopd"))
+        let mut cmd = match &self.user {
+            None => Command::new(bin("mopd")),
+            Some(user) => {
+                let mut c = Command::new("/usr/bin/setpriv");
+                c.args(["--reuid", user, "--regid", "mop", "--init-groups", "--"])
+                    .arg(bin("mopd"));
+                c
+            }
+        };
+        let mut child = cmd
             .arg("run")
             .arg("--config")
             .arg(self.config())
@@ -460,9 +494,19 @@ impl Daemon {
     pub fn wait_for(
         &self,
         what: &str,
+        f: impl FnMut(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        self.wait_for_within(what, Duration::from_secs(30), f)
+    }
+
+    /// Waits until `f(status)` holds, at most `limit`.
+    pub fn wait_for_within(
+        &self,
+        what: &str,
+        limit: Duration,
         mut f: impl FnMut(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let deadline = std::time::Instant::now() + limit;
         loop {
             let (_, v) = self.status();
             if f(&v) {
@@ -488,7 +532,12 @@ impl Daemon {
     /// Waits until every configured workspace has a generation (the first sync runs at
     /// start).
     pub fn wait_synced(&self) -> serde_json::Value {
-        self.wait_for("first generation", |v| {
+        self.wait_synced_within(Duration::from_secs(30))
+    }
+
+    /// [`Daemon::wait_synced`] with a longer limit, for large workspaces.
+    pub fn wait_synced_within(&self, limit: Duration) -> serde_json::Value {
+        self.wait_for_within("first generation", limit, |v| {
             v["workspaces"]
                 .as_array()
                 .is_some_and(|ws| !ws.is_empty() && ws.iter().all(|w| w["generation"].is_string()))
@@ -537,6 +586,35 @@ pub fn runner_user() -> Option<(u32, u32)> {
     }
     let u = User::from_name("moprunner").ok().flatten()?;
     Some((u.uid.as_raw(), u.gid.as_raw()))
+}
+
+/// An unprivileged system user for the daemon, `mopdaemon`, with primary group `mop`
+/// (as the packaged `mop` user): created when missing, which needs root. `None` means
+/// the tests cannot run here; under CI that is a failure.
+pub fn daemon_user() -> Option<&'static str> {
+    runner_user()?;
+    let name = "mopdaemon";
+    if nix::unistd::User::from_name(name).ok().flatten().is_none() {
+        let out = run(Command::new("useradd").args([
+            "--system",
+            "--no-create-home",
+            "--gid",
+            "mop",
+            "--shell",
+            "/usr/sbin/nologin",
+            name,
+        ]));
+        if !out.status.success() && nix::unistd::User::from_name(name).ok().flatten().is_none() {
+            let why = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert!(
+                !std::env::var("CI").is_ok_and(|v| v == "true"),
+                "CI=true: the daemon user is required: {why}"
+            );
+            eprintln!("skipping: cannot create the daemon user ({why}); run as root");
+            return None;
+        }
+    }
+    Some(name)
 }
 
 /// Whether bubblewrap is installed; under CI its absence is a failure.

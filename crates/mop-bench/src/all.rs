@@ -12,13 +12,18 @@ use mop_bench::Section;
 pub fn run(smoke: bool, out: &Path, seed: u64) -> Result<()> {
     let started = Instant::now();
     let mut sections: Vec<Section> = Vec::new();
+    // The report is rewritten after every benchmark, so a failure late in a long run
+    // keeps what was measured before it (marked incomplete).
     let mut step = |name: &str, f: &mut dyn FnMut() -> Result<Vec<Section>>| -> Result<()> {
         eprintln!("\n=== {name} ===");
         let t = Instant::now();
         let got = f().with_context(|| format!("benchmark {name}"))?;
         eprintln!("=== {name}: {:.1}s ===", t.elapsed().as_secs_f64());
         sections.extend(got);
-        Ok(())
+        write(
+            out,
+            &render(&sections, smoke, started.elapsed().as_secs_f64(), false),
+        )
     };
     let (sizes, tasks, rounds, builds): (Vec<usize>, _, _, _) = if smoke {
         (vec![200], 20, 1, 1)
@@ -52,7 +57,9 @@ pub fn run(smoke: bool, out: &Path, seed: u64) -> Result<()> {
             hosts: if smoke {
                 vec![1_000, 3_000]
             } else {
-                vec![1_000, 10_000, 30_000, 60_000, 120_000, 240_000]
+                vec![
+                    1_000, 10_000, 30_000, 60_000, 120_000, 240_000, 480_000, 960_000,
+                ]
             },
             seconds: if smoke { 1 } else { 10 },
             seed,
@@ -82,10 +89,10 @@ pub fn run(smoke: bool, out: &Path, seed: u64) -> Result<()> {
         })?])
     })?;
 
-    let report = render(&sections, smoke, started.elapsed().as_secs_f64());
-    let tmp = out.with_extension("md.tmp");
-    std::fs::write(&tmp, report).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, out).with_context(|| format!("cannot write {}", out.display()))?;
+    write(
+        out,
+        &render(&sections, smoke, started.elapsed().as_secs_f64(), true),
+    )?;
     let missed = sections
         .iter()
         .flat_map(|s| &s.targets)
@@ -100,9 +107,23 @@ pub fn run(smoke: bool, out: &Path, seed: u64) -> Result<()> {
     Ok(())
 }
 
-fn render(sections: &[Section], smoke: bool, secs: f64) -> String {
+/// Writes beside and renames, so the file is always a whole report.
+fn write(out: &Path, report: &str) -> Result<()> {
+    let tmp = out.with_extension("md.tmp");
+    std::fs::write(&tmp, report).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, out).with_context(|| format!("cannot write {}", out.display()))
+}
+
+fn render(sections: &[Section], smoke: bool, secs: f64, complete: bool) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "# mop benchmarks\n");
+    if !complete {
+        let _ = writeln!(
+            md,
+            "**Incomplete**: the run is still going, or stopped with an error after the \
+             sections below.\n"
+        );
+    }
     if smoke {
         let _ = writeln!(
             md,

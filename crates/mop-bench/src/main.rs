@@ -124,7 +124,7 @@ enum Command {
         #[arg(
             long,
             value_delimiter = ',',
-            default_value = "1000,10000,30000,60000,120000,240000"
+            default_value = "1000,10000,30000,60000,120000,240000,480000,960000"
         )]
         hosts: Vec<usize>,
         /// Seconds per step.

@@ -56,7 +56,7 @@ fn measure(o: &Options, workspaces: usize, cards: usize) -> Result<Reading> {
             ..Default::default()
         },
     );
-    d.wait_synced();
+    d.wait_synced_within(Duration::from_secs(1800));
     let tasks = synth::tasks(o.seed, o.prepares, cards);
     eprintln!("memory: {} prepares", o.prepares);
     for (i, t) in tasks.iter().enumerate() {

@@ -102,7 +102,7 @@ pub fn run(o: &Options) -> Result<Section> {
             ..Default::default()
         },
     );
-    daemon.wait_synced();
+    daemon.wait_synced_within(Duration::from_secs(1800));
     let workdir = tempfile::tempdir()?;
     let task = synth::tasks(o.seed, 1, o.cards).remove(0);
     let socket = daemon.socket();

@@ -128,7 +128,7 @@ pub fn run(o: &Options) -> Result<Vec<Section>> {
         },
     );
     // What a complete cold sync publishes: the cards the server lists as live.
-    let live = d.wait_synced()["workspaces"][0]["cards"]
+    let live = d.wait_synced_within(Duration::from_secs(1800))["workspaces"][0]["cards"]
         .as_u64()
         .context("card count in status")?;
     d.stop();

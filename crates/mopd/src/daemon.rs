@@ -96,12 +96,7 @@ impl Daemon {
         }
         let status = Arc::new(Mutex::new(sync::load_status(&config.paths.state_dir, ws)));
         self.shared.set_status(ws, Some(status.clone()));
-        let syncer = Syncer {
-            ws: ws.to_owned(),
-            pool,
-            status,
-            shared: self.shared.clone(),
-        };
+        let syncer = Syncer::new(ws.to_owned(), pool, status, self.shared.clone());
         let (trigger, triggers) = mpsc::channel(16);
         let (stop, stop_rx) = watch::channel(false);
         let (ready_tx, ready) = watch::channel(false);

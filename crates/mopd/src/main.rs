@@ -310,12 +310,7 @@ fn verify(config_path: &Path, repair: bool, only: Option<String>, json: bool) ->
                 &config.paths.state_dir,
                 ws,
             )));
-            let syncer = mopd::sync::Syncer {
-                ws: ws.clone(),
-                pool,
-                status,
-                shared,
-            };
+            let syncer = mopd::sync::Syncer::new(ws.clone(), pool, status, shared);
             let (report, repaired) = rt
                 .block_on(syncer.verify(repair))
                 .map_err(|f| anyhow::anyhow!("{ws}: {}", f.message))?;

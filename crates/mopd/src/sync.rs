@@ -94,6 +94,10 @@ pub struct Syncer {
     pub status: Arc<Mutex<WorkspaceStatus>>,
     /// Daemon-wide state.
     pub shared: Arc<Shared>,
+    /// The held version, keyed by the current generation's name. Generations are
+    /// immutable and names are never reused, so an unchanged poll costs one readlink
+    /// instead of parsing the current manifest (34 ms at 10k cards before this cache).
+    held: Arc<Mutex<Option<(String, mop_cards::Version)>>>,
 }
 
 /// Where a workspace's status is persisted.
@@ -158,6 +162,40 @@ fn apply_delta(base: &Manifest, delta: Manifest) -> Manifest {
 }
 
 impl Syncer {
+    /// The sync machinery of one workspace.
+    pub fn new(
+        ws: String,
+        pool: Pool,
+        status: Arc<Mutex<WorkspaceStatus>>,
+        shared: Arc<Shared>,
+    ) -> Syncer {
+        Syncer {
+            ws,
+            pool,
+            status,
+            shared,
+            held: Arc::default(),
+        }
+    }
+
+    /// The version of the current generation, if there is one.
+    async fn held_version(&self) -> Result<Option<mop_cards::Version>, Failure> {
+        let Some(name) = self.pool.current_name() else {
+            return Ok(None);
+        };
+        if let Some((cached, version)) = &*self.held.lock().unwrap_or_else(|p| p.into_inner())
+            && *cached == name
+        {
+            return Ok(Some(version.clone()));
+        }
+        let pool = self.pool.clone();
+        let generation = blocking(move || pool.generation(&name)).await?;
+        let version = generation.manifest.version();
+        *self.held.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((generation.name, version.clone()));
+        Ok(Some(version))
+    }
+
     fn update(&self, f: impl FnOnce(&mut WorkspaceStatus)) -> WorkspaceStatus {
         let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
         f(&mut s);
@@ -232,14 +270,16 @@ impl Syncer {
 
     async fn try_sync(&self) -> Result<(SyncResult, Option<u16>), Failure> {
         let client = self.shared.client();
-        let pool = self.pool.clone();
-        let current = blocking(move || pool.current()).await?;
-        let held = current.as_ref().map(|g| g.manifest.version());
+        let held = self.held_version().await?;
         let fetched = client.manifest(&self.ws, held.as_ref()).await?;
         let incoming = match fetched {
             ManifestFetch::NotModified => return Ok((SyncResult::NotModified, Some(304))),
             ManifestFetch::Manifest(m) => *m,
         };
+        // Loaded only now that something came: a delta is checked against it below, so a
+        // generation published in between (a repair) cannot be mixed up with `held`.
+        let pool = self.pool.clone();
+        let current = blocking(move || pool.current()).await?;
         let bad = |m: String| Failure {
             kind: ErrorKind::BadResponse,
             message: m,

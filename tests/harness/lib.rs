@@ -106,7 +106,7 @@ pub fn build_generation(ws: &Workspace, rules: &Rules) -> Generation {
             title: &card.summary.title,
             description: card.summary.description.as_deref().unwrap_or(""),
             labels: &card.summary.labels,
-            body: &card.body,
+            body: std::borrow::Cow::Borrowed(&card.body),
         }
     });
     build_index(dir.path(), docs).expect("index builds");

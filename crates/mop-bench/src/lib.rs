@@ -119,8 +119,21 @@ pub fn cpu_time(pid: u32) -> std::io::Result<Duration> {
     Ok(Duration::from_millis(ticks * 10))
 }
 
-/// `VmRSS` and `VmHWM` of a process, in bytes.
-pub fn memory(pid: u32) -> std::io::Result<(u64, u64)> {
+/// Resident memory of a process, in bytes, from `/proc/<pid>/status`.
+#[derive(Debug, Clone, Copy)]
+pub struct Memory {
+    /// `VmRSS`: resident now.
+    pub rss: u64,
+    /// `VmHWM`: the peak of `VmRSS`.
+    pub hwm: u64,
+    /// `RssAnon`: heap and stacks.
+    pub anon: u64,
+    /// `RssFile`: mapped files (the binary, mmapped indexes).
+    pub file: u64,
+}
+
+/// The resident memory of a process.
+pub fn memory(pid: u32) -> std::io::Result<Memory> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let kb = |key: &str| {
         status
@@ -129,7 +142,12 @@ pub fn memory(pid: u32) -> std::io::Result<(u64, u64)> {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
             .map_or(0, |k| k * 1024)
     };
-    Ok((kb("VmRSS:"), kb("VmHWM:")))
+    Ok(Memory {
+        rss: kb("VmRSS:"),
+        hwm: kb("VmHWM:"),
+        anon: kb("RssAnon:"),
+        file: kb("RssFile:"),
+    })
 }
 
 /// Bytes in a unit that reads well.

@@ -315,7 +315,7 @@ fn engine(
                     title: &card.summary.title,
                     description: card.summary.description.as_deref().unwrap_or(""),
                     labels: &card.summary.labels,
-                    body: &card.body,
+                    body: std::borrow::Cow::Borrowed(&card.body),
                 }
             });
             let started = Instant::now();

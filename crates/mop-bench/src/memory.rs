@@ -24,8 +24,7 @@ const TARGET: u64 = 64 * 1024 * 1024;
 struct Reading {
     workspaces: usize,
     cards: usize,
-    rss: u64,
-    hwm: u64,
+    mem: mop_bench::Memory,
 }
 
 fn measure(o: &Options, workspaces: usize, cards: usize) -> Result<Reading> {
@@ -66,12 +65,12 @@ fn measure(o: &Options, workspaces: usize, cards: usize) -> Result<Reading> {
     // Let the release work (view removal off the async workers) settle.
     std::thread::sleep(Duration::from_millis(500));
     let pid = d.pid().expect("running daemon");
-    let (rss, hwm) = mop_bench::memory(pid)?;
+    let mem = mop_bench::memory(pid)?;
+    eprintln!("memory: {mem:?}");
     Ok(Reading {
         workspaces,
         cards,
-        rss,
-        hwm,
+        mem,
     })
 }
 
@@ -88,14 +87,18 @@ pub fn run(o: &Options) -> Result<Section> {
          pairs spread over them. The growth rows repeat this with one workspace.\n",
         o.prepares
     ));
-    sec.line("| workspaces × cards | VmRSS | VmHWM (peak) |\n|---|---:|---:|");
+    sec.line(
+        "| workspaces × cards | VmRSS | of which RssAnon (heap) | of which RssFile (mapped files) | VmHWM (peak) |\n|---|---:|---:|---:|---:|",
+    );
     for r in std::iter::once(&main).chain(&growth) {
         sec.line(format!(
-            "| {} × {} | {} | {} |",
+            "| {} × {} | {} | {} | {} | {} |",
             r.workspaces,
             r.cards,
-            show_bytes(r.rss),
-            show_bytes(r.hwm)
+            show_bytes(r.mem.rss),
+            show_bytes(r.mem.anon),
+            show_bytes(r.mem.file),
+            show_bytes(r.mem.hwm)
         ));
     }
     sec.target(
@@ -104,8 +107,12 @@ pub fn run(o: &Options) -> Result<Section> {
             o.workspaces, o.cards, o.prepares
         ),
         "≤ 64 MiB",
-        format!("{} (peak {})", show_bytes(main.rss), show_bytes(main.hwm)),
-        main.rss <= TARGET,
+        format!(
+            "{} (peak {})",
+            show_bytes(main.mem.rss),
+            show_bytes(main.mem.hwm)
+        ),
+        main.mem.rss <= TARGET,
     );
     Ok(sec)
 }

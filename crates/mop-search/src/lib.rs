@@ -76,7 +76,7 @@ pub enum SearchError {
 }
 
 /// One card to index.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct IndexDoc<'a> {
     /// The card's ordinal in the generation's catalog.
     pub ord: u32,
@@ -86,8 +86,9 @@ pub struct IndexDoc<'a> {
     pub description: &'a str,
     /// Labels.
     pub labels: &'a [String],
-    /// Markdown body.
-    pub body: &'a str,
+    /// Markdown body: borrowed when the caller holds every card, owned when it reads
+    /// them one at a time (so a build never holds all bodies at once).
+    pub body: std::borrow::Cow<'a, str>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -160,7 +161,7 @@ pub fn build_index<'a>(
         }
         text.push_str(d.description);
         text.push('\n');
-        text.push_str(d.body);
+        text.push_str(&d.body);
         doc.add_text(text_field, &text);
         doc.add_u64(ord_field, u64::from(d.ord));
         writer.add_document(doc).map_err(tantivy)?;

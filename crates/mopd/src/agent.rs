@@ -131,7 +131,7 @@ async fn card(State(s): State<AgentState>, UrlPath(id): UrlPath<String>) -> Resp
         return not_found();
     }
     let rel = loaded.catalog.entry(ord).summary.path();
-    match std::fs::read(loaded.generation.tree().join(rel)) {
+    match std::fs::read(loaded.tree.join(rel)) {
         Ok(bytes) => {
             let mut r = Response::new(axum::body::Body::from(bytes));
             r.headers_mut().insert(

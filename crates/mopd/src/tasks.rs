@@ -23,7 +23,7 @@ use mop_search::{SearchIndex, select_for_task};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::pool::{Generation, Pool, make_dir};
+use crate::pool::{Pool, make_dir};
 use crate::shared::Shared;
 
 /// Why a task request failed; each maps to an HTTP status on the control socket.
@@ -146,9 +146,9 @@ pub const AGENT_SOCKET: &str = "agent.sock";
 
 /// A generation loaded for selection and retrieval: catalog and open index.
 pub struct Loaded {
-    /// The generation.
-    pub generation: Generation,
-    /// Its catalog.
+    /// The generation's card tree.
+    pub tree: std::path::PathBuf,
+    /// Its catalog, which owns the manifest (one copy: at 10k cards it is ~10 MiB).
     pub catalog: Catalog,
     /// Its search index.
     pub index: SearchIndex,
@@ -308,10 +308,11 @@ impl Tasks {
         let loaded = tokio::task::spawn_blocking(move || -> Result<Loaded, TaskError> {
             let g = pool.generation(&name).map_err(internal)?;
             let rules = Rules::new(selection).map_err(internal)?;
-            let catalog = Catalog::new(g.manifest.clone(), &rules).map_err(internal)?;
             let index = SearchIndex::open(&g.dir.join(crate::pool::INDEX)).map_err(internal)?;
+            let tree = g.tree();
+            let catalog = Catalog::new(g.manifest, &rules).map_err(internal)?;
             Ok(Loaded {
-                generation: g,
+                tree,
                 catalog,
                 index,
                 rules,
@@ -557,8 +558,8 @@ impl Tasks {
             .map_err(internal)??
         };
         let lease = Lease {
-            epoch: loaded.generation.manifest.epoch.clone(),
-            revision: loaded.generation.manifest.revision,
+            epoch: loaded.catalog.epoch().to_owned(),
+            revision: loaded.catalog.revision(),
             task,
             generation,
             kind,
@@ -837,12 +838,14 @@ pub async fn warmer(tasks: Arc<Tasks>, mut stop: watch::Receiver<bool>) {
             let _ = tasks.load(ws, &g).await;
         }
     }
+    let _ = tokio::task::spawn_blocking(crate::pool::release_freed_memory).await;
     loop {
         tokio::select! {
             msg = published.recv() => match msg {
                 Ok((ws, g)) => {
                     let _ = tasks.load(&ws, &g).await;
                     tasks.prune_loaded();
+                    let _ = tokio::task::spawn_blocking(crate::pool::release_freed_memory).await;
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                 Err(_) => return,

@@ -232,6 +232,10 @@ pub fn run(o: &Options) -> Result<Vec<Section>> {
         std::thread::sleep(Duration::from_millis(5));
     }
     let pid = child.id();
+    // The status shows the pool's generation at once, while the daemon's start-up poll
+    // may still be running; one sync of our own waits it out, so the rounds below do
+    // not race it.
+    ctl.sync_now()?;
 
     // 2. Incremental: 1 % of the cards change on the server, then one sync.
     let changed = (o.cards / 100).max(1);

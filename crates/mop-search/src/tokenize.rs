@@ -27,43 +27,11 @@ pub fn is_cjk(c: char) -> bool {
 
 /// Splits text into `(lowercase token, byte start, byte end)`.
 pub fn tokens(text: &str) -> Vec<(String, usize, usize)> {
+    let mut stream = MopTokenStream::new(text);
     let mut out = Vec::new();
-    let mut chars = text.char_indices().peekable();
-    while let Some(&(start, c)) = chars.peek() {
-        if is_cjk(c) {
-            let mut run: Vec<(usize, char)> = Vec::new();
-            while let Some(&(i, c)) = chars.peek() {
-                if !is_cjk(c) {
-                    break;
-                }
-                run.push((i, c));
-                chars.next();
-            }
-            let end_of = |k: usize| run[k].0 + run[k].1.len_utf8();
-            if run.len() == 1 {
-                out.push((run[0].1.to_string(), run[0].0, end_of(0)));
-            }
-            for k in 1..run.len() {
-                let text: String = [run[k - 1].1, run[k].1].into_iter().collect();
-                out.push((text, run[k - 1].0, end_of(k)));
-            }
-        } else if c.is_alphanumeric() {
-            let mut word = String::new();
-            let mut end = start;
-            while let Some(&(i, c)) = chars.peek() {
-                if !c.is_alphanumeric() || is_cjk(c) {
-                    break;
-                }
-                word.extend(c.to_lowercase());
-                end = i + c.len_utf8();
-                chars.next();
-            }
-            if word.len() <= MAX_TOKEN_BYTES {
-                out.push((word, start, end));
-            }
-        } else {
-            chars.next();
-        }
+    while stream.advance() {
+        let t = stream.token();
+        out.push((t.text.clone(), t.offset_from, t.offset_to));
     }
     out
 }
@@ -72,43 +40,108 @@ pub fn tokens(text: &str) -> Vec<(String, usize, usize)> {
 #[derive(Clone, Default)]
 pub struct MopTokenizer;
 
-/// The token stream of [`MopTokenizer`].
-pub struct MopTokenStream {
-    tokens: Vec<Token>,
-    next: usize,
+/// The token stream of [`MopTokenizer`]: one token at a time in a reused buffer, since
+/// tokenizing is a third of an index build and allocating per token was most of that.
+pub struct MopTokenStream<'a> {
+    chars: std::iter::Peekable<std::str::CharIndices<'a>>,
+    /// The previous character of the CJK run being read, and whether it was the run's
+    /// first (a run of one character is a token of its own).
+    cjk: Option<(usize, char, bool)>,
+    token: Token,
+    emitted: usize,
+}
+
+impl<'a> MopTokenStream<'a> {
+    fn new(text: &'a str) -> MopTokenStream<'a> {
+        MopTokenStream {
+            chars: text.char_indices().peekable(),
+            cjk: None,
+            token: Token::default(),
+            emitted: 0,
+        }
+    }
+
+    fn emit(&mut self, from: usize, to: usize) -> bool {
+        self.token.offset_from = from;
+        self.token.offset_to = to;
+        self.token.position = self.emitted;
+        self.token.position_length = 1;
+        self.emitted += 1;
+        true
+    }
 }
 
 impl Tokenizer for MopTokenizer {
-    type TokenStream<'a> = MopTokenStream;
+    type TokenStream<'a> = MopTokenStream<'a>;
 
-    fn token_stream<'a>(&'a mut self, text: &'a str) -> MopTokenStream {
-        let tokens = tokens(text)
-            .into_iter()
-            .enumerate()
-            .map(|(position, (text, offset_from, offset_to))| Token {
-                offset_from,
-                offset_to,
-                position,
-                text,
-                position_length: 1,
-            })
-            .collect();
-        MopTokenStream { tokens, next: 0 }
+    fn token_stream<'a>(&'a mut self, text: &'a str) -> MopTokenStream<'a> {
+        MopTokenStream::new(text)
     }
 }
 
-impl TokenStream for MopTokenStream {
+impl TokenStream for MopTokenStream<'_> {
     fn advance(&mut self) -> bool {
-        self.next += 1;
-        self.next <= self.tokens.len()
+        loop {
+            // Inside a CJK run: the next character makes a bigram with the previous one.
+            if let Some((start, prev, first)) = self.cjk {
+                match self.chars.peek() {
+                    Some(&(i, c)) if is_cjk(c) => {
+                        self.chars.next();
+                        self.cjk = Some((i, c, false));
+                        self.token.text.clear();
+                        self.token.text.push(prev);
+                        self.token.text.push(c);
+                        return self.emit(start, i + c.len_utf8());
+                    }
+                    _ => {
+                        self.cjk = None;
+                        if first {
+                            self.token.text.clear();
+                            self.token.text.push(prev);
+                            return self.emit(start, start + prev.len_utf8());
+                        }
+                    }
+                }
+            }
+            let Some(&(start, c)) = self.chars.peek() else {
+                return false;
+            };
+            self.chars.next();
+            if is_cjk(c) {
+                self.cjk = Some((start, c, true));
+            } else if c.is_alphanumeric() {
+                self.token.text.clear();
+                push_lower(&mut self.token.text, c);
+                let mut end = start + c.len_utf8();
+                while let Some(&(i, c)) = self.chars.peek() {
+                    if !c.is_alphanumeric() || is_cjk(c) {
+                        break;
+                    }
+                    push_lower(&mut self.token.text, c);
+                    end = i + c.len_utf8();
+                    self.chars.next();
+                }
+                if self.token.text.len() <= MAX_TOKEN_BYTES {
+                    return self.emit(start, end);
+                }
+            }
+        }
     }
 
     fn token(&self) -> &Token {
-        &self.tokens[self.next - 1]
+        &self.token
     }
 
     fn token_mut(&mut self) -> &mut Token {
-        &mut self.tokens[self.next - 1]
+        &mut self.token
+    }
+}
+
+fn push_lower(s: &mut String, c: char) {
+    if c.is_ascii() {
+        s.push(c.to_ascii_lowercase());
+    } else {
+        s.extend(c.to_lowercase());
     }
 }
 

@@ -2,27 +2,17 @@
 //! configuration, in a fresh temporary directory that it must leave empty.
 
 use std::os::unix::fs::chown;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use mop_tests::procs::{bin, bwrap_available, run, runner_user};
+use mop_tests::procs::{bin, bwrap_available, run, runner_command, runner_user};
 
 /// `mopd demo` as the runner user, with TMPDIR in a directory of its own.
 fn demo(env: &[(&str, &str)]) -> Option<(Output, tempfile::TempDir)> {
     let (uid, gid) = runner_user()?;
     let tmp = tempfile::tempdir().unwrap();
     chown(tmp.path(), Some(uid), Some(gid)).unwrap();
-    let mut cmd = Command::new("/usr/bin/setpriv");
-    cmd.args([
-        "--reuid",
-        "moprunner",
-        "--regid",
-        "moprunner",
-        "--init-groups",
-        "--",
-    ])
-    .arg(bin("mopd"))
-    .arg("demo")
-    .env("TMPDIR", tmp.path());
+    let mut cmd = runner_command(bin("mopd"));
+    cmd.arg("demo").env("TMPDIR", tmp.path());
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -9,7 +9,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use mop_tests::procs::{
-    Daemon, DaemonOptions, Server, as_runner, bin, bwrap_available, run, runner_user,
+    Daemon, DaemonOptions, Server, as_runner, bin, bwrap_available, run, runner_command,
+    runner_user,
 };
 use mop_tests::{Workspace, example_cards_dir, load_cards, repo_root};
 use serde_json::Value;
@@ -967,16 +968,7 @@ fn an_unprivileged_daemon_serves_runners_of_another_uid_and_refuses_their_sandbo
     assert!(out.status.success(), "{}", text(&out));
     let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
     let memory_md = plan["memory_md"].as_str().unwrap();
-    let read = run(Command::new("/usr/bin/setpriv")
-        .args([
-            "--reuid",
-            "moprunner",
-            "--regid",
-            "moprunner",
-            "--init-groups",
-            "--",
-        ])
-        .args(["/bin/head", "-c", "9", memory_md]));
+    let read = run(runner_command("/bin/head").args(["-c", "9", memory_md]));
     assert_eq!(
         String::from_utf8_lossy(&read.stdout),
         "# Memory ",
@@ -986,17 +978,8 @@ fn an_unprivileged_daemon_serves_runners_of_another_uid_and_refuses_their_sandbo
 
     // Inside a bubblewrap sandbox, as the same runner, with the socket made reachable on
     // purpose (the real profiles never mount it): refused.
-    let mut cmd = Command::new("/usr/bin/setpriv");
+    let mut cmd = runner_command("bwrap");
     cmd.args([
-        "--reuid",
-        "moprunner",
-        "--regid",
-        "moprunner",
-        "--init-groups",
-        "--",
-    ])
-    .args([
-        "bwrap",
         "--unshare-user",
         "--unshare-pid",
         "--die-with-parent",

@@ -634,6 +634,13 @@ pub fn bwrap_available() -> bool {
 
 /// `mop <args…>` run as the unprivileged runner user, through `setpriv`.
 pub fn as_runner(args: &[&std::ffi::OsStr]) -> Command {
+    let mut cmd = runner_command(bin("mop"));
+    cmd.args(args);
+    cmd
+}
+
+/// Any program run as the unprivileged runner user (`moprunner`, with its groups).
+pub fn runner_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut cmd = Command::new("/usr/bin/setpriv");
     cmd.args([
         "--reuid",
@@ -643,7 +650,6 @@ pub fn as_runner(args: &[&std::ffi::OsStr]) -> Command {
         "--init-groups",
         "--",
     ]);
-    cmd.arg(bin("mop"));
-    cmd.args(args);
+    cmd.arg(program);
     cmd
 }

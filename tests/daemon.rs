@@ -727,3 +727,59 @@ fn systemd_notifications_ready_status_watchdog_stopping() {
     }
     assert!(tail.contains("STOPPING=1"), "{tail}");
 }
+
+#[test]
+fn a_misbehaving_network_is_refused_and_the_last_good_generation_keeps_serving() {
+    use mop_tests::faults::{Fault, FaultyProxy};
+    let (server, admin) = server();
+    let proxy = FaultyProxy::start(&server.url);
+    let d = Daemon::start(&server, DaemonOptions::default());
+    d.wait_synced();
+    d.write_config(&proxy.url, DaemonOptions::default());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !d.log().contains("configuration reloaded") {
+        assert!(std::time::Instant::now() < deadline, "{}", d.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Control: through the proxy, unspoiled, a change arrives.
+    let m = check_current(&d.pool(WS));
+    let id = m.cards[0].summary.id.to_string();
+    admin_edit(&server, &admin, &id, "First edit, through the proxy.");
+    assert_eq!(d.sync(WS).trim(), format!("{WS}: modified"));
+
+    let faults = [
+        Fault::CaptivePortal,
+        Fault::Truncate,
+        Fault::LongContentLength,
+        Fault::FlipObjectByte,
+        Fault::Reset,
+        Fault::StaleManifest,
+    ];
+    for (round, fault) in faults.iter().enumerate() {
+        // A change waits on the server, so the spoiled answers matter.
+        admin_edit(&server, &admin, &id, &format!("Edit {round}."));
+        let held = check_current(&d.pool(WS));
+        proxy.set(*fault);
+        let before = proxy.spoiled();
+        let out = d.sync(WS);
+        assert!(proxy.spoiled() > before, "{fault:?} spoiled nothing");
+        assert!(out.contains("sync failed"), "{fault:?}: {out}\n{}", d.log());
+        // Refused: the last good generation is still current and whole.
+        let now = check_current(&d.pool(WS));
+        assert_eq!(now.revision, held.revision, "{fault:?} changed the pool");
+        let (code, v) = d.status();
+        assert_eq!(code, 1, "{fault:?}: status is degraded: {v:#}");
+        assert_eq!(ws_status(&v)["last_sync"]["result"], "failed", "{fault:?}");
+        // Back to a clean network: the change arrives.
+        proxy.set(Fault::None);
+        assert_eq!(
+            d.sync(WS).trim(),
+            format!("{WS}: modified"),
+            "{fault:?}: {}",
+            d.log()
+        );
+    }
+    let (_, v) = d.status();
+    let failures = ws_status(&v)["stats"]["failures"].as_u64().unwrap();
+    assert!(failures >= faults.len() as u64, "failures counted: {v:#}");
+}

@@ -2,6 +2,7 @@
 //! workspace under `config/examples/cards`) and build a real generation from it — the
 //! catalog and a real tantivy index in a temporary directory.
 
+pub mod faults;
 pub mod procs;
 
 use std::collections::HashMap;

@@ -753,6 +753,7 @@ fn a_misbehaving_network_is_refused_and_the_last_good_generation_keeps_serving()
         Fault::LongContentLength,
         Fault::FlipObjectByte,
         Fault::Reset,
+        Fault::SlowDrip,
         Fault::StaleManifest,
     ];
     for (round, fault) in faults.iter().enumerate() {
@@ -761,9 +762,18 @@ fn a_misbehaving_network_is_refused_and_the_last_good_generation_keeps_serving()
         let held = check_current(&d.pool(WS));
         proxy.set(*fault);
         let before = proxy.spoiled();
+        let logged = |d: &Daemon| {
+            d.log()
+                .matches("sync failed; serving the last good")
+                .count()
+        };
+        let lines = logged(&d);
         let out = d.sync(WS);
         assert!(proxy.spoiled() > before, "{fault:?} spoiled nothing");
         assert!(out.contains("sync failed"), "{fault:?}: {out}\n{}", d.log());
+        // The same failure again is not logged again.
+        assert!(d.sync(WS).contains("sync failed"), "{fault:?}");
+        assert_eq!(logged(&d), lines + 1, "{fault:?} logged once:\n{}", d.log());
         // Refused: the last good generation is still current and whole.
         let now = check_current(&d.pool(WS));
         assert_eq!(now.revision, held.revision, "{fault:?} changed the pool");

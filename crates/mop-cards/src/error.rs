@@ -41,6 +41,8 @@ pub enum Rule {
     },
     /// A card cannot supersede itself.
     NotSelf,
+    /// Every frontmatter key must be a plain name.
+    KeyName,
 }
 
 impl fmt::Display for Rule {
@@ -64,6 +66,9 @@ impl fmt::Display for Rule {
                 write!(f, "is not a known key here; allowed: {}", allowed.join(", "))
             }
             Rule::NotSelf => f.write_str("must name another card, not the card itself"),
+            Rule::KeyName => f.write_str(
+                "has a key that is not a plain name matching [A-Za-z_][A-Za-z0-9_-]{0,63}",
+            ),
         }
     }
 }

@@ -158,9 +158,11 @@ fn card_from_mapping(map: yaml_rust2::yaml::Hash, body: &str) -> Result<Card, Ca
     let mut extra = Vec::new();
 
     for (key, value) in map {
-        let Some(name) = key.as_str() else {
-            extra.push((key, value));
-            continue;
+        // Unknown keys are kept and written back on render, so only plain names are
+        // allowed: a key YAML cannot write back as a simple key (control characters, over
+        // 1024 characters, a map as a key) would make the card unrenderable.
+        let Some(name) = key.as_str().filter(|k| is_plain_key(k)) else {
+            return Err(CardError::field("frontmatter", Rule::KeyName));
         };
         match name {
             "id" => id = Some(card_id("id", &value)?),
@@ -331,4 +333,12 @@ fn nested(
         out[slot] = opt_string(&full, v)?;
     }
     Ok(out)
+}
+
+/// `[A-Za-z_][A-Za-z0-9_-]{0,63}`: what a frontmatter key may look like.
+fn is_plain_key(k: &str) -> bool {
+    let mut bytes = k.bytes();
+    matches!(bytes.next(), Some(b'A'..=b'Z' | b'a'..=b'z' | b'_'))
+        && k.len() <= 64
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }

@@ -335,7 +335,7 @@ fn anchors_aliases_and_deep_nesting_are_rejected() {
 #[test]
 fn unknown_keys_survive_a_round_trip() {
     let text = card_with(
-        "review_after: 2027-01-01\nowner:\n  team: data-platform\n  emails: [a@example.com]\n42: numeric key\n",
+        "review_after: 2027-01-01\nowner:\n  team: data-platform\n  emails: [a@example.com]\n",
     );
     let card = parse_card(text.as_bytes()).unwrap();
     assert_eq!(
@@ -348,6 +348,23 @@ fn unknown_keys_survive_a_round_trip() {
     let again = parse_card(rendered.as_bytes()).unwrap();
     assert_eq!(again, card);
     assert_eq!(render_card(&again), rendered, "rendering is stable");
+}
+
+#[test]
+fn keys_that_cannot_be_written_back_are_refused() {
+    // Found by fuzzing: a key of control characters parsed, was kept, and its card could
+    // not be rendered back. Every key must now be a plain name.
+    for extra in [
+        "42: numeric key\n",
+        "\"last\\u0016seen\": x\n",
+        "? [a, b]\n: complex key\n",
+        "\"with space\": x\n",
+    ] {
+        let err = parse_card(card_with(extra).as_bytes()).unwrap_err();
+        assert_eq!(err.key(), Some("frontmatter"), "{extra}: {err}");
+        assert!(err.to_string().contains("plain name"), "{err}");
+    }
+    assert!(parse_card(card_with("x-team_2: ok\n").as_bytes()).is_ok());
 }
 
 #[test]

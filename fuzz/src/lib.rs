@@ -1,0 +1,232 @@
+//! The properties the fuzz targets check, one function per target. Each takes arbitrary
+//! bytes and panics only when mop gets something wrong: a parser that panics, a parsed
+//! card that does not survive a round trip, a MEMORY.md whose Markdown structure card text
+//! could bend, a decoded request that does not re-encode to itself, or a task id that could
+//! name a directory outside its parent.
+//!
+//! The same functions replay the kept inputs (`fuzz/seeds/`, `fuzz/regressions/`) in the
+//! workspace test `tests/fuzz_regressions.rs`, so a crash found once stays a test.
+
+use std::collections::BTreeSet;
+use std::sync::OnceLock;
+
+use mop_cards::{
+    CardId, CardSummary, CardType, Catalog, Manifest, ManifestEntry, Rules, Scope, SelectionConfig,
+    TaskContext, TaskQuery, TextHit, Trust, card_body, card_path, parse_card, render_card,
+    render_memory_md,
+};
+use mop_proto::{AgentStoreRequest, PrepareRequest, RenewRequest, RetrieveRequest};
+use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
+
+/// The card parser: any bytes give a card or an error, never a panic. A card that parses
+/// is valid, renders to text that parses back to the same card, and renders the same way
+/// twice; its path stays inside its pillar.
+pub fn card_parser(data: &[u8]) {
+    let _ = card_body(data).map_err(|e| e.to_string());
+    let card = match parse_card(data) {
+        Ok(card) => card,
+        Err(e) => {
+            let _ = e.to_string();
+            return;
+        }
+    };
+    card.validate().expect("a parsed card is valid");
+    let text = render_card(&card);
+    let again = parse_card(text.as_bytes()).expect("a rendered card parses again");
+    assert_eq!(again, card, "a round trip changes nothing");
+    assert_eq!(render_card(&again), text, "rendering is deterministic");
+    let path = card_path(card.summary.card_type, &card.summary.id);
+    assert!(
+        path.starts_with(card.summary.card_type.pillar_dir()) && !path.contains(".."),
+        "{path}"
+    );
+}
+
+const SECTIONS: [&str; 5] = [
+    "Primary Anchors",
+    "Knowledge Map",
+    "Top Matched Recommendations",
+    "Additional Mounted Cards",
+    "Usage Guidelines",
+];
+
+/// MEMORY.md: card titles, descriptions and the task's text come from the input; whatever
+/// they hold, the rendered file parses as Markdown into exactly the expected sections, with
+/// no HTML, no images, links only to mounted cards, and table rows of the right width.
+pub fn memory_md(data: &[u8]) {
+    // Compiling the code patterns costs milliseconds; do it once per process.
+    static RULES: OnceLock<Rules> = OnceLock::new();
+    let rules = RULES.get_or_init(|| {
+        Rules::new(SelectionConfig {
+            table_rows: 3,
+            max_mounted: 12,
+            ..SelectionConfig::default()
+        })
+        .expect("the fuzz configuration is valid")
+    });
+    let config = &rules.config;
+    let mut chunks = data.split(|b| *b == 0xff);
+    let task_text = String::from_utf8_lossy(chunks.next().unwrap_or_default()).into_owned();
+    let mut cards = Vec::new();
+    let mut hits = Vec::new();
+    while let (Some(title), Some(desc)) = (chunks.next(), chunks.next()) {
+        if cards.len() == 40 {
+            break;
+        }
+        let n = cards.len() as u32;
+        let flags = title.first().copied().unwrap_or(0);
+        cards.push(entry(n, flags, title, desc));
+        if flags & 0x40 != 0 {
+            hits.push(TextHit {
+                ord: n,
+                score: f32::from(flags & 0x0f) + 0.5,
+            });
+        }
+    }
+    let catalog = Catalog::new(
+        Manifest {
+            epoch: "0b6c1f3e-8d7a-4f43-9c1e-1f2a3b4c5d6e".into(),
+            revision: 1,
+            generated_at: "2026-11-29T00:00:00Z".parse().expect("a timestamp"),
+            since: None,
+            cards,
+            removed: vec![],
+        },
+        rules,
+    )
+    .expect("distinct ids make a catalog");
+    // Hits refer to ordinals, which the catalog assigns by id; ids were given in order.
+    let task = TaskContext {
+        task_id: "fuzz-1".into(),
+        workspace: "acme".into(),
+        origin_user_id: Some("alice".into()),
+        asset_id: Some("db-1".into()),
+        title: task_text.clone(),
+        description: task_text,
+        labels: vec![],
+    };
+    let selection = catalog.select(&TaskQuery::new(&task, &rules.codes), &hits, config);
+    let mounted: BTreeSet<String> = selection
+        .cards
+        .iter()
+        .map(|s| catalog.entry(s.ord).path.clone())
+        .collect();
+    let md = render_memory_md(&catalog, &selection, &task, config);
+    check_structure(&md, &mounted);
+}
+
+fn entry(n: u32, flags: u8, title: &[u8], desc: &[u8]) -> ManifestEntry {
+    let card_type = CardType::ALL[usize::from(flags) % CardType::ALL.len()];
+    let id = CardId::parse(&format!("00000000-0000-4000-8000-{n:012}")).expect("a valid id");
+    let scope = Scope {
+        user_id: (flags & 0x10 != 0).then(|| "alice".to_owned()),
+        asset_id: (flags & 0x20 != 0).then(|| "db-1".to_owned()),
+    };
+    let trust = if flags & 0x80 != 0 {
+        Trust::Unverified
+    } else {
+        Trust::Verified
+    };
+    ManifestEntry {
+        summary: CardSummary {
+            id,
+            card_type,
+            title: String::from_utf8_lossy(title).into_owned(),
+            description: (!desc.is_empty()).then(|| String::from_utf8_lossy(desc).into_owned()),
+            labels: vec![],
+            scope,
+            error_codes: vec![],
+            stacks: vec![],
+            importance: f64::from(flags % 11) / 10.0,
+            created_at: Some("2026-11-01T00:00:00Z".parse().expect("a timestamp")),
+            updated_at: None,
+            enabled: true,
+            superseded_by: None,
+            trust,
+            provenance: None,
+        },
+        sha256: "0".repeat(64),
+        size: title.len() as u64 + desc.len() as u64,
+        path: card_path(card_type, &id),
+        occurrence: 1,
+        last_seen: None,
+    }
+}
+
+/// Panics unless `md` has an H1, then exactly [`SECTIONS`] as H2s, no HTML or images,
+/// links only to `mounted`, and table rows of 3 (knowledge map) or 7 (recommendations)
+/// cells.
+pub fn check_structure(md: &str, mounted: &BTreeSet<String>) {
+    let mut headings: Vec<(HeadingLevel, String)> = Vec::new();
+    let mut heading: Option<(HeadingLevel, String)> = None;
+    let mut cells = 0;
+    for event in Parser::new_ext(md, Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH) {
+        match event {
+            Event::Start(Tag::Heading { level, .. }) => heading = Some((level, String::new())),
+            Event::End(TagEnd::Heading(_)) => headings.extend(heading.take()),
+            Event::Text(t) | Event::Code(t) => {
+                if let Some((_, h)) = heading.as_mut() {
+                    h.push_str(&t);
+                }
+            }
+            Event::Start(Tag::Link { dest_url, .. }) => assert!(
+                mounted.contains(dest_url.as_ref()),
+                "link {dest_url:?} is not a mounted card\n{md}"
+            ),
+            Event::Start(Tag::Image { .. }) => panic!("an image got through\n{md}"),
+            Event::Html(_) | Event::InlineHtml(_) => panic!("HTML got through\n{md}"),
+            Event::Start(Tag::TableHead) | Event::Start(Tag::TableRow) => cells = 0,
+            Event::Start(Tag::TableCell) => cells += 1,
+            Event::End(TagEnd::TableHead) | Event::End(TagEnd::TableRow) => {
+                assert!(cells == 3 || cells == 7, "a row of {cells} cells\n{md}")
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(
+        headings.first().map(|h| h.0),
+        Some(HeadingLevel::H1),
+        "{md}"
+    );
+    let h2: Vec<&str> = headings[1..].iter().map(|h| h.1.as_str()).collect();
+    assert_eq!(
+        h2, SECTIONS,
+        "exactly the expected sections, in order\n{md}"
+    );
+}
+
+/// The daemon's JSON requests (control socket: prepare, renew; agent socket: retrieve,
+/// store): decoding any bytes gives a value or an error, never a panic; a decoded value
+/// re-encodes to itself; a prepare whose task passes validation has a task id that is a
+/// plain directory name.
+pub fn daemon_requests(data: &[u8]) {
+    round_trip::<RenewRequest>(data);
+    round_trip::<RetrieveRequest>(data);
+    round_trip::<AgentStoreRequest>(data);
+    if let Some(req) = round_trip::<PrepareRequest>(data)
+        && req.task.validate().is_ok()
+    {
+        let id = &req.task.task_id;
+        assert!(
+            !id.is_empty() && id != "." && id != ".." && !id.contains(['/', '\0']),
+            "task id {id:?} passed validation"
+        );
+    }
+}
+
+fn round_trip<T>(data: &[u8]) -> Option<T>
+where
+    T: serde::de::DeserializeOwned + serde::Serialize + PartialEq + std::fmt::Debug,
+{
+    let value: T = match serde_json::from_slice(data) {
+        Ok(v) => v,
+        Err(e) => {
+            let _ = e.to_string();
+            return None;
+        }
+    };
+    let text = serde_json::to_vec(&value).expect("a decoded request encodes");
+    let again: T = serde_json::from_slice(&text).expect("an encoded request decodes");
+    assert_eq!(again, value, "a round trip changes nothing");
+    Some(value)
+}

@@ -39,6 +39,19 @@ pub fn run(cmd: &mut Command) -> Output {
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
 }
 
+/// Runs a command to completion with `input` on its stdin, capturing output.
+pub fn run_with_stdin(cmd: &mut Command, input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// A running `mop-server` with its own temporary directory and database.
 pub struct Server {
     child: Option<Child>,

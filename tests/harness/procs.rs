@@ -257,6 +257,7 @@ pub struct Daemon {
     log: Arc<Mutex<String>>,
     env: Vec<(String, String)>,
     user: Option<String>,
+    wrap: Vec<String>,
 }
 
 /// Options for [`Daemon::start`].
@@ -272,6 +273,9 @@ pub struct DaemonOptions<'a> {
     /// Run the daemon as this user (primary group `mop`), as the packaged unit does;
     /// `None` runs it as the test's own user.
     pub user: Option<&'a str>,
+    /// A command the daemon is started through, its own command line appended (for
+    /// example `unshare -m … sh -c '… exec "$@"' sh` to give it a mount namespace).
+    pub wrap: &'a [&'a str],
 }
 
 impl Default for DaemonOptions<'_> {
@@ -282,6 +286,7 @@ impl Default for DaemonOptions<'_> {
             offline_recheck_secs: 3600,
             extra: "",
             user: None,
+            wrap: &[],
         }
     }
 }
@@ -332,6 +337,7 @@ impl Daemon {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             user: options.user.map(str::to_owned),
+            wrap: options.wrap.iter().map(|s| s.to_string()).collect(),
         };
         d.write_config(&server.url, options);
         let mut d = d;
@@ -391,15 +397,24 @@ impl Daemon {
     /// Starts the daemon process and waits for its socket.
     pub fn spawn(&mut self) {
         self.log.lock().unwrap().clear();
-        let mut cmd = match &self.user {
-            None => Command::new(bin("mopd")),
-            Some(user) => {
-                let mut c = Command::new("/usr/bin/setpriv");
-                c.args(["--reuid", user, "--regid", "mop", "--init-groups", "--"])
-                    .arg(bin("mopd"));
-                c
-            }
-        };
+        let mut line: Vec<std::ffi::OsString> = self.wrap.iter().map(Into::into).collect();
+        if let Some(user) = &self.user {
+            line.extend(
+                [
+                    "/usr/bin/setpriv",
+                    "--reuid",
+                    user,
+                    "--regid",
+                    "mop",
+                    "--init-groups",
+                    "--",
+                ]
+                .map(Into::into),
+            );
+        }
+        line.push(bin("mopd").into());
+        let mut cmd = Command::new(&line[0]);
+        cmd.args(&line[1..]);
         let mut child = cmd
             .arg("run")
             .arg("--config")

@@ -248,25 +248,34 @@ pub fn hash_file(path: &Path) -> io::Result<String> {
 impl Pool {
     /// Opens (creating) the pool of `ws` under `cache_dir`.
     pub fn open(cache_dir: &Path, ws: &str) -> Result<Pool, PoolError> {
-        let root = cache_dir.join("pools").join(ws);
-        for sub in ["objects", "gens", "tmp", "quarantine"] {
-            make_dir(&root.join(sub))?;
-        }
-        let lock = root.join("lock");
+        let pool = Pool::existing(cache_dir, ws);
+        pool.ensure_layout()?;
+        Ok(pool)
+    }
+
+    /// Creates whatever of the pool's directories and lock file is missing; true when
+    /// anything was (someone deleted the cache under a running daemon).
+    pub fn ensure_layout(&self) -> Result<bool, PoolError> {
+        let lock = self.root.join("lock");
+        if lock.is_file()
+            && ["objects", "gens", "tmp"]
+                .iter()
+                .all(|d| self.root.join(d).is_dir())
         {
-            use std::os::unix::fs::OpenOptionsExt;
-            fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .mode(0o640)
-                .open(&lock)
-                .map_err(io_err(&lock))?;
+            return Ok(false);
         }
-        Ok(Pool {
-            ws: ws.to_owned(),
-            root,
-        })
+        for sub in ["objects", "gens", "tmp", "quarantine"] {
+            make_dir(&self.root.join(sub))?;
+        }
+        use std::os::unix::fs::OpenOptionsExt;
+        fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o640)
+            .open(&lock)
+            .map_err(io_err(&lock))?;
+        Ok(true)
     }
 
     /// The pool of `ws` without creating anything (it exists once a sync ran).

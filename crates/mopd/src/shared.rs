@@ -79,6 +79,17 @@ impl Shared {
             .collect()
     }
 
+    /// Whether `ws` has had a generation since the daemon started (its status names one).
+    pub fn has_published(&self, ws: &str) -> bool {
+        let map = self.statuses.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(ws).is_some_and(|s| {
+            s.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .generation
+                .is_some()
+        })
+    }
+
     /// Bytes all pools use, as last measured.
     pub fn pool_usage(&self) -> u64 {
         self.statuses().iter().map(|s| s.pool_bytes).sum()

@@ -237,7 +237,8 @@ pub fn judge(
             message,
             next,
         };
-        let advice = |kind: ErrorKind| match kind {
+        let advice = |kind: ErrorKind, message: &str| {
+            match kind {
             ErrorKind::Unreachable => format!("curl -sS {server_url}/v1/health"),
             ErrorKind::Unauthorized => format!(
                 "on the server: mop-server token create --role node --workspace {ws}; put it in {token_file}; then: systemctl reload mopd"
@@ -254,8 +255,17 @@ pub fn judge(
             ErrorKind::Quota => {
                 "raise [pool] max_bytes in the config, then: systemctl reload mopd".into()
             }
+            // The two local failures an operator can fix at once; the next sync after the
+            // fix succeeds by itself, and the last good generation serves meanwhile.
+            ErrorKind::Local if message.contains("No space left on device") => {
+                "free space on the cache filesystem (df -h on the path above); the next sync retries by itself".into()
+            }
+            ErrorKind::Local if message.contains("Read-only file system") => {
+                "remount the cache filesystem read-write (mount -o remount,rw); the next sync retries by itself".into()
+            }
             ErrorKind::Local => "journalctl -u mopd -n 50".into(),
             ErrorKind::Server => "journalctl -u mop-server on the server".into(),
+        }
         };
         let failing = w
             .last_sync
@@ -268,7 +278,7 @@ pub fn judge(
                     "sync failing ({} in a row, last {since}): {}",
                     w.consecutive_failures, e.message
                 ),
-                advice(e.kind),
+                advice(e.kind, &e.message),
             ));
         } else if w.generation.is_none() {
             problems.push(p(

@@ -269,6 +269,11 @@ impl Syncer {
     }
 
     async fn try_sync(&self) -> Result<(SyncResult, Option<u16>), Failure> {
+        let pool = self.pool.clone();
+        if blocking(move || pool.ensure_layout()).await? {
+            // With no `current` left, the held version is none: everything is fetched again.
+            tracing::warn!(workspace = %self.ws, pool = %self.pool.root().display(), "pool directory was missing or incomplete; recreated it and syncing in full");
+        }
         let client = self.shared.client();
         let held = self.held_version().await?;
         let fetched = client.manifest(&self.ws, held.as_ref()).await?;

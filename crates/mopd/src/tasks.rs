@@ -440,9 +440,17 @@ impl Tasks {
         let pool = Pool::existing(&config.paths.cache_dir, &ws);
         let generation = {
             let pending = || {
-                TaskError::Unavailable(format!(
-                    "workspace {ws} has no cards on this host yet (first sync pending); see: mopd status"
-                ))
+                TaskError::Unavailable(if self.shared.has_published(&ws) {
+                    // It had a generation: the pool went away under the daemon.
+                    format!(
+                        "the pool of workspace {ws} is missing from {} (was the cache directory deleted?); the next sync fetches it again, or now: mopd sync {ws}",
+                        pool.root().display()
+                    )
+                } else {
+                    format!(
+                        "workspace {ws} has no cards on this host yet (first sync pending); see: mopd status"
+                    )
+                })
             };
             let _lock = pool.lock(false).map_err(|_| give_back(pending()))?;
             let name = pool.current_name().ok_or_else(|| give_back(pending()))?;

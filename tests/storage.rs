@@ -11,6 +11,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mop_cards::{Manifest, card_path, sha256_hex};
@@ -423,4 +425,123 @@ fn a_deleted_cache_is_rebuilt_and_prepares_resume() {
     let w = workspace_status(&d);
     assert!(w["generation"].is_string(), "{w:#}");
     assert!(d.log().contains("pool"), "the daemon logs what it found");
+}
+
+#[test]
+fn kill_9_during_prepares_leaves_every_handed_out_view_valid() {
+    if !require_root() {
+        return;
+    }
+    let (server, _admin) = server();
+    let extra = profiles();
+    let mut d = Daemon::start(
+        &server,
+        DaemonOptions {
+            extra: &extra,
+            ..Default::default()
+        },
+    );
+    d.wait_synced();
+    let socket = d.socket();
+    let stop = Arc::new(AtomicBool::new(false));
+    let handed_out = Arc::new(Mutex::new(Vec::<Value>::new()));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..6)
+        .map(|w| {
+            let (socket, stop, handed_out, refused) = (
+                socket.clone(),
+                stop.clone(),
+                handed_out.clone(),
+                refused.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let task = format!("k{w}-{n}");
+                    n += 1;
+                    let out = run(Command::new(mop_tests::procs::bin("mop")).args([
+                        "prepare",
+                        "--socket",
+                        socket.to_str().unwrap(),
+                        "--workspace",
+                        WS,
+                        "--task-id",
+                        &task,
+                        "--user",
+                        "alice",
+                        "--title",
+                        "Nightly ETL fails with ORA-01555",
+                        "--json",
+                    ]));
+                    if out.status.success() {
+                        handed_out
+                            .lock()
+                            .unwrap()
+                            .push(serde_json::from_slice(&out.stdout).unwrap());
+                    } else {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            })
+        })
+        .collect();
+    let kills = 8;
+    for _ in 0..kills {
+        std::thread::sleep(Duration::from_millis(fastrand::u64(100..400)));
+        d.kill9();
+        std::thread::sleep(Duration::from_millis(50));
+        d.spawn();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    // One more crash with everything at rest, then the daemon that stays up.
+    d.kill9();
+    d.spawn();
+    let handed_out = handed_out.lock().unwrap();
+    let refused = refused.load(Ordering::Relaxed);
+    eprintln!(
+        "{kills} kill -9s: {} prepares answered, {refused} refused or cut off",
+        handed_out.len()
+    );
+    assert!(
+        handed_out.len() > kills,
+        "too few prepares to mean anything"
+    );
+
+    // Every view handed out is intact, and its lease survived every crash.
+    let (_, status) = d.status();
+    let listed: std::collections::BTreeSet<String> = status["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["task_id"].as_str().unwrap().to_owned())
+        .collect();
+    for plan in handed_out.iter() {
+        let task = plan["task_id"].as_str().unwrap();
+        check_view(Path::new(plan["view_dir"].as_str().unwrap()), plan);
+        assert!(
+            Path::new(plan["memory_md"].as_str().unwrap()).is_file(),
+            "{task}"
+        );
+        assert!(
+            listed.contains(task),
+            "{task} was handed out but its lease is gone"
+        );
+    }
+    // Prepares cut off by a crash left nothing behind: the task directories are exactly
+    // the listed tasks', and the pool verifies.
+    let dirs: std::collections::BTreeSet<String> =
+        std::fs::read_dir(d.dir.path().join("cache/tasks"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+    assert_eq!(
+        dirs, listed,
+        "task directories without a lease, or the reverse"
+    );
+    check_current(&d);
 }

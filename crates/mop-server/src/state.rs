@@ -35,6 +35,8 @@ pub struct AppState {
     revisions: RwLock<HashMap<String, u64>>,
     tokens: RwLock<HashMap<String, Arc<TokenInfo>>>,
     manifests: Mutex<HashMap<String, Arc<CachedManifest>>>,
+    /// One full-manifest build per workspace at a time (see `api::sync`).
+    builds: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     data_version: Mutex<Option<i64>>,
 }
 
@@ -47,6 +49,7 @@ impl AppState {
             revisions: RwLock::default(),
             tokens: RwLock::default(),
             manifests: Mutex::default(),
+            builds: Mutex::default(),
             data_version: Mutex::default(),
         };
         state.reload()?;
@@ -119,6 +122,18 @@ impl AppState {
     pub fn cached_manifest(&self, ws: &str, revision: u64) -> Option<Arc<CachedManifest>> {
         let map = self.manifests.lock().unwrap_or_else(|p| p.into_inner());
         map.get(ws).filter(|m| m.revision == revision).cloned()
+    }
+
+    /// The newest full manifest cached for `ws`, whatever its revision.
+    pub fn latest_manifest(&self, ws: &str) -> Option<Arc<CachedManifest>> {
+        let map = self.manifests.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(ws).cloned()
+    }
+
+    /// The lock a full-manifest build of `ws` holds.
+    pub fn build_lock(&self, ws: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut map = self.builds.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(ws.to_owned()).or_default().clone()
     }
 
     /// Keeps a full manifest unless a newer one is cached already.

@@ -175,3 +175,56 @@ fn stored_times_compare_correctly_as_strings() {
     assert_eq!(e.occurrence, 4);
     assert!(e.last_seen.unwrap() >= e.summary.created_at.unwrap());
 }
+
+#[test]
+fn a_delta_larger_than_half_the_workspace_gives_way_to_the_full_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("mop.db")).unwrap();
+    let ids: Vec<String> = (0..100)
+        .map(|n| format!("00000000-0000-4000-8000-{n:012}"))
+        .collect();
+    store
+        .import(
+            WS,
+            ids.iter()
+                .map(|id| card(id, &format!("Card {id}")))
+                .collect(),
+            "test",
+        )
+        .unwrap();
+    let base = store
+        .manifest(WS, ManifestKind::Full)
+        .unwrap()
+        .manifest
+        .revision;
+    let edit = |id: &str, n: u32| {
+        let (_, text) = card(id, &format!("Card {id} edit {n}"));
+        store
+            .update_card(WS, &CardId::parse(id).unwrap(), &text, "test")
+            .unwrap();
+    };
+    for id in &ids[..40] {
+        edit(id, 1);
+    }
+    // 40 of 100 changed: a delta.
+    let delta = store.delta(WS, base).unwrap().expect("a delta");
+    assert_eq!(
+        (delta.manifest.since, delta.manifest.cards.len()),
+        (Some(base), 40)
+    );
+    for id in &ids[40..60] {
+        edit(id, 1);
+    }
+    // 60 of 100: the full manifest is smaller to send, and is what a delta request gets.
+    assert!(store.delta(WS, base).unwrap().is_none());
+    let m = store
+        .manifest(WS, ManifestKind::Delta(base))
+        .unwrap()
+        .manifest;
+    assert_eq!((m.since, m.cards.len()), (None, 100));
+    // A recent revision still gets its small delta.
+    let recent = m.revision;
+    edit(&ids[0], 2);
+    let d = store.delta(WS, recent).unwrap().expect("a delta");
+    assert_eq!(d.manifest.cards.len(), 1);
+}

@@ -92,8 +92,7 @@ pub(crate) async fn manifest(
     if let Some(since) = delta_from {
         let store = state.store.clone();
         let ws2 = ws.clone();
-        let built = blocking(move || store.manifest(&ws2, ManifestKind::Delta(since))).await?;
-        if built.manifest.since.is_some() {
+        if let Some(built) = blocking(move || store.delta(&ws2, since)).await? {
             let body = serde_json::to_vec(&built.manifest).map_err(ApiError::internal)?;
             return Ok(respond(
                 &built.manifest.version(),
@@ -102,30 +101,22 @@ pub(crate) async fn manifest(
                 gzip_ok,
             ));
         }
-        // The history no longer reaches `since`: fall through to the full manifest.
+        // Out of the kept history, or larger than half the workspace: the full manifest.
     }
 
+    // What the requester holds, so it is never sent an older full manifest than that.
+    let floor = match (&query.since, conditional.if_none_match.as_ref()) {
+        (Some(_), _) => delta_from.map_or(revision, |s| s + 1),
+        (None, None) => 0,
+        (None, Some(v)) => match v.to_str().ok().and_then(held_revision) {
+            Some((epoch, rev)) if epoch == current.epoch => rev + 1,
+            Some(_) => 0,
+            None => revision,
+        },
+    };
     let cached = match state.cached_manifest(&ws, revision) {
         Some(m) => m,
-        None => {
-            let store = state.store.clone();
-            let ws2 = ws.clone();
-            let cached = blocking(move || {
-                let built = store.manifest(&ws2, ManifestKind::Full)?;
-                let json = serde_json::to_vec(&built.manifest).expect("manifests serialize");
-                let zipped = gzip(&json);
-                Ok(CachedManifest {
-                    revision: built.manifest.revision,
-                    json: Bytes::from(json),
-                    gzip: zipped,
-                })
-            })
-            .await?;
-            let cached = Arc::new(cached);
-            state.note_revision(&ws, cached.revision);
-            state.cache_manifest(&ws, cached.clone());
-            cached
-        }
+        None => full_manifest(&state, &ws, revision, floor).await?,
     };
     let version = Version {
         epoch: current.epoch,
@@ -137,6 +128,66 @@ pub(crate) async fn manifest(
         Some(cached.gzip.clone()),
         gzip_ok,
     ))
+}
+
+/// The newest full manifest of `ws`, building it if needed; at least revision `floor`.
+///
+/// Builds are single-flight: while one runs, a request is answered from the newest cached
+/// manifest when that is at least `floor` (its ETag names its own revision, and the
+/// requester catches up at its next poll), and otherwise waits for the build. So a fleet
+/// restarting while stores change the workspace many times a second costs one build at a
+/// time, not one per request.
+async fn full_manifest(
+    state: &Arc<AppState>,
+    ws: &str,
+    revision: u64,
+    floor: u64,
+) -> Result<Arc<CachedManifest>, ApiError> {
+    let usable = |m: &Arc<CachedManifest>, at_least: u64| m.revision >= at_least;
+    let lock = state.build_lock(ws);
+    let _guard = match lock.try_lock() {
+        Ok(g) => g,
+        Err(_) => {
+            if let Some(m) = state.latest_manifest(ws).filter(|m| usable(m, floor)) {
+                return Ok(m);
+            }
+            lock.lock().await
+        }
+    };
+    // A build that finished while this request waited may be recent enough.
+    if let Some(m) = state.latest_manifest(ws).filter(|m| usable(m, revision)) {
+        return Ok(m);
+    }
+    let store = state.store.clone();
+    let ws2 = ws.to_owned();
+    let cached = blocking(move || {
+        let built = store.manifest(&ws2, ManifestKind::Full)?;
+        let json = serde_json::to_vec(&built.manifest).expect("manifests serialize");
+        let zipped = gzip(&json);
+        Ok(CachedManifest {
+            revision: built.manifest.revision,
+            json: Bytes::from(json),
+            gzip: zipped,
+        })
+    })
+    .await?;
+    let cached = Arc::new(cached);
+    state.note_revision(ws, cached.revision);
+    state.cache_manifest(ws, cached.clone());
+    Ok(cached)
+}
+
+/// The version a single `If-None-Match` entity tag names (`W/"<epoch>-<revision>"` or
+/// without `W/`); `None` for lists, `*` or anything else.
+fn held_revision(header: &str) -> Option<(String, u64)> {
+    let v = header.trim();
+    let inner = v
+        .strip_prefix("W/")
+        .unwrap_or(v)
+        .strip_prefix('"')?
+        .strip_suffix('"')?;
+    let version: Version = inner.parse().ok()?;
+    Some((version.epoch, version.revision))
 }
 
 /// A JSON manifest response whose ETag is the version of the manifest in the body.

@@ -45,56 +45,76 @@ impl Store {
         })
     }
 
-    /// Builds a manifest in one snapshot. A delta is answered only when `since` is within
-    /// the kept history (`since >= floor` and not ahead of the workspace); otherwise the
-    /// full manifest is returned and the caller sees `since: None`.
+    /// Builds a manifest in one snapshot. A delta is answered when [`Store::delta`] gives
+    /// one; otherwise the full manifest is returned and the caller sees `since: None`.
     pub fn manifest(&self, ws: &str, kind: ManifestKind) -> Result<BuiltManifest> {
+        if let ManifestKind::Delta(since) = kind
+            && let Some(delta) = self.delta(ws, since)?
+        {
+            return Ok(delta);
+        }
         self.read(|tx| {
             let e = self.err("build manifest");
-            let (revision, floor): (u64, u64) = tx
-                .query_row(
-                    "SELECT revision, history_floor FROM workspaces WHERE name = ?1",
-                    params![ws],
-                    |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64)),
-                )
-                .optional()
-                .map_err(&e)?
-                .ok_or_else(|| StoreError::NotFound(format!("workspace {ws} not found")))?;
-            let since = match kind {
-                ManifestKind::Delta(s) if s >= floor && s <= revision => Some(s),
-                _ => None,
-            };
-            let (cards, removed) = match since {
-                None => (entries(tx, ws, None).map_err(&e)?.0, Vec::new()),
-                Some(s) => {
-                    let (cards, removed) = entries(tx, ws, Some(s)).map_err(&e)?;
-                    let mut removed = removed;
-                    let mut stmt = tx
-                        .prepare("SELECT id FROM tombstones WHERE workspace = ?1 AND rev > ?2")
-                        .map_err(&e)?;
-                    let gone = stmt
-                        .query_map(params![ws, s as i64], |r| r.get::<_, String>(0))
-                        .map_err(&e)?;
-                    for id in gone {
-                        if let Ok(id) = CardId::parse(&id.map_err(&e)?) {
-                            removed.push(id);
-                        }
-                    }
-                    removed.sort();
-                    removed.dedup();
-                    (cards, removed)
-                }
-            };
+            let (revision, _) = workspace_revision(tx, ws).map_err(&e)??;
             Ok(BuiltManifest {
                 manifest: Manifest {
                     epoch: self.epoch.clone(),
                     revision,
                     generated_at: Timestamp::now(),
-                    since,
+                    since: None,
+                    cards: entries(tx, ws, None).map_err(&e)?.0,
+                    removed: Vec::new(),
+                },
+            })
+        })
+    }
+
+    /// The changes since revision `since`, in one snapshot; `None` when `since` is outside
+    /// the kept history (below the floor, or ahead of the workspace), or when the changes
+    /// touch more than half of the workspace's cards: then the full manifest (cached and
+    /// compressed once per revision) is cheaper to send than a delta built per request.
+    pub fn delta(&self, ws: &str, since: u64) -> Result<Option<BuiltManifest>> {
+        self.read(|tx| {
+            let e = self.err("build delta manifest");
+            let (revision, floor) = workspace_revision(tx, ws).map_err(&e)??;
+            if since < floor || since > revision {
+                return Ok(None);
+            }
+            let (changed, live): (i64, i64) = tx
+                .query_row(
+                    "SELECT (SELECT count(*) FROM cards WHERE workspace = ?1 AND rev > ?2),
+                            (SELECT count(*) FROM cards WHERE workspace = ?1 AND live = 1)",
+                    params![ws, since as i64],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .map_err(&e)?;
+            if changed * 2 > live.max(MIN_FULL_CARDS) {
+                return Ok(None);
+            }
+            let (cards, mut removed) = entries(tx, ws, Some(since)).map_err(&e)?;
+            let mut stmt = tx
+                .prepare("SELECT id FROM tombstones WHERE workspace = ?1 AND rev > ?2")
+                .map_err(&e)?;
+            let gone = stmt
+                .query_map(params![ws, since as i64], |r| r.get::<_, String>(0))
+                .map_err(&e)?;
+            for id in gone {
+                if let Ok(id) = CardId::parse(&id.map_err(&e)?) {
+                    removed.push(id);
+                }
+            }
+            removed.sort();
+            removed.dedup();
+            Ok(Some(BuiltManifest {
+                manifest: Manifest {
+                    epoch: self.epoch.clone(),
+                    revision,
+                    generated_at: Timestamp::now(),
+                    since: Some(since),
                     cards,
                     removed,
                 },
-            })
+            }))
         })
     }
 
@@ -229,4 +249,19 @@ fn entries(
         });
     }
     Ok((cards, removed))
+}
+
+/// Below this many cards a delta is always sent: a full manifest saves nothing there.
+const MIN_FULL_CARDS: i64 = 64;
+
+/// A workspace's revision and history floor; `Err(NotFound)` inside when it is unknown.
+fn workspace_revision(tx: &Transaction<'_>, ws: &str) -> rusqlite::Result<Result<(u64, u64)>> {
+    Ok(tx
+        .query_row(
+            "SELECT revision, history_floor FROM workspaces WHERE name = ?1",
+            params![ws],
+            |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64)),
+        )
+        .optional()?
+        .ok_or_else(|| StoreError::NotFound(format!("workspace {ws} not found"))))
 }

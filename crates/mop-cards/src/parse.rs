@@ -78,6 +78,7 @@ fn is_delimiter(line: &str) -> bool {
 
 /// Loads the frontmatter as one YAML mapping, in file order.
 fn load_mapping(frontmatter: &str) -> Result<yaml_rust2::yaml::Hash, CardError> {
+    reject_control_chars(frontmatter)?;
     reject_unsafe_yaml(frontmatter)?;
     let mut docs = YamlLoader::load_from_str(frontmatter).map_err(|e| yaml_error(&e))?;
     match docs.len() {
@@ -93,6 +94,30 @@ fn load_mapping(frontmatter: &str) -> Result<yaml_rust2::yaml::Hash, CardError> 
             problem: "frontmatter holds more than one YAML document".into(),
         }),
     }
+}
+
+/// YAML allows no control characters but tab, line feed and carriage return, and the
+/// parser stops silently at a NUL: everything after it (a `scope`, say) would vanish from
+/// the card. Refused, with where.
+fn reject_control_chars(frontmatter: &str) -> Result<(), CardError> {
+    for (n, line) in frontmatter.split('\n').enumerate() {
+        if let Some((col, c)) = line
+            .chars()
+            .enumerate()
+            .find(|(_, c)| c.is_control() && !matches!(c, '\t' | '\r'))
+        {
+            return Err(CardError::Yaml {
+                // The frontmatter starts on the file's second line.
+                line: n + 2,
+                column: col + 1,
+                problem: format!(
+                    "control character U+{:04X} in the frontmatter (write it escaped in a quoted string, or remove it)",
+                    c as u32
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Anchors and aliases let a few bytes expand into gigabytes ("billion laughs"), and cards

@@ -351,6 +351,25 @@ fn unknown_keys_survive_a_round_trip() {
 }
 
 #[test]
+fn control_characters_in_the_frontmatter_are_refused_not_truncated() {
+    // The YAML parser stops at a NUL without an error: the scope after it would have been
+    // dropped, turning a personal card into a workspace card. Found by the hostile-input
+    // tests; every raw control character but tab and CR is now refused with its place.
+    let text =
+        card_with("scope:\n  user_id: alice\n").replace("title: A title", "title: A\u{0} title");
+    let err = parse_card(text.as_bytes()).unwrap_err();
+    assert!(err.to_string().contains("U+0000"), "{err}");
+    assert!(err.to_string().contains("line 4"), "{err}");
+    let bell = card_with("").replace("title: A title", "title: A\u{7} title");
+    assert!(parse_card(bell.as_bytes()).is_err());
+    // Escaped in a quoted string, a control character reaches validation, which refuses
+    // it in a one-line field by name.
+    let quoted = card_with("").replace("title: A title", "title: \"A\\0 title\"");
+    let err = parse_card(quoted.as_bytes()).unwrap_err();
+    assert_eq!(err.key(), Some("title"), "{err}");
+}
+
+#[test]
 fn keys_that_cannot_be_written_back_are_refused() {
     // Found by fuzzing: a key of control characters parsed, was kept, and its card could
     // not be rendered back. Every key must now be a plain name.

@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use mop_cards::{CardType, NewCard, Scope, StoreOutcome};
+use mop_cards::{
+    CardType, MAX_BODY_BYTES, MAX_DESCRIPTION_CHARS, MAX_TITLE_CHARS, NewCard, Scope, StoreOutcome,
+};
 use mop_proto::client::request;
 use mop_proto::{
     AgentStoreRequest, AgentStoreResponse, ListResponse, RetrieveRequest, RetrieveResponse,
@@ -160,14 +162,44 @@ pub struct StoreArgs {
 
 /// `mop memory store`.
 pub async fn store(a: StoreArgs, user: Option<String>, asset: Option<String>) -> Result<()> {
+    // Checked here as well as by the server, so an oversized card gets this message rather
+    // than the socket's size refusal, and a huge input is never read whole.
+    use std::io::Read;
+    let limited = |r: &mut dyn Read, from: &str| -> Result<String> {
+        let mut text = String::new();
+        r.take(MAX_BODY_BYTES as u64 + 1)
+            .read_to_string(&mut text)
+            .with_context(|| format!("cannot read the card text from {from}"))?;
+        if text.len() > MAX_BODY_BYTES {
+            bail!(
+                "the card text from {from} is over {} KiB, the most a card holds: split it into several cards, or store a summary that names the document",
+                MAX_BODY_BYTES / 1024
+            );
+        }
+        Ok(text)
+    };
     let body = match (&a.content_file, a.content_stdin) {
         (Some(f), false) => {
-            std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?
+            let mut file =
+                std::fs::File::open(f).with_context(|| format!("cannot read {}", f.display()))?;
+            limited(&mut file, &f.display().to_string())?
         }
-        (None, true) => std::io::read_to_string(std::io::stdin())
-            .context("cannot read the card text from stdin")?,
+        (None, true) => limited(&mut std::io::stdin(), "stdin")?,
         _ => bail!("give the card text with exactly one of --content-file FILE or --content-stdin"),
     };
+    for (flag, value, max) in [
+        ("--title", Some(&a.title), MAX_TITLE_CHARS),
+        (
+            "--description",
+            a.description.as_ref(),
+            MAX_DESCRIPTION_CHARS,
+        ),
+    ] {
+        let n = value.map_or(0, |v| v.chars().count());
+        if n > max {
+            bail!("{flag} is {n} characters; at most {max} (put the detail in the card text)");
+        }
+    }
     let scope = Scope {
         user_id: if a.personal {
             Some(user.context("--personal: this task has no user")?)

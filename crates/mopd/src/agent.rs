@@ -23,6 +23,7 @@ use mop_proto::{AgentCard, AgentStoreRequest, ListResponse, RetrieveRequest, Ret
 use tokio::net::UnixListener;
 use tokio::sync::watch;
 
+use crate::http::error;
 use crate::pool::make_dir;
 use crate::tasks::{AGENT_SOCKET, Task, Tasks};
 
@@ -44,13 +45,15 @@ pub async fn serve(
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path)?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))?;
-    let app = Router::new()
-        .route("/v1/cards", get(list))
-        .route("/v1/cards/{id}", get(card))
-        .route("/v1/retrieve", post(retrieve))
-        .route("/v1/store", post(store))
-        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") })
-        .with_state(AgentState { tasks, task });
+    let app = crate::http::guarded(
+        Router::new()
+            .route("/v1/cards", get(list))
+            .route("/v1/cards/{id}", get(card))
+            .route("/v1/retrieve", post(retrieve))
+            .route("/v1/store", post(store))
+            .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") }),
+    )
+    .with_state(AgentState { tasks, task });
     tokio::spawn(async move {
         let result = axum::serve(listener, app)
             .with_graceful_shutdown(async move {
@@ -62,14 +65,6 @@ pub async fn serve(
         }
     });
     Ok(())
-}
-
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (
-        status,
-        Json(serde_json::json!({ "error": status.canonical_reason(), "message": message.into() })),
-    )
-        .into_response()
 }
 
 fn json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Box<Response>> {
@@ -212,12 +207,6 @@ async fn retrieve(State(s): State<AgentState>, body: Bytes) -> Response {
 }
 
 async fn store(State(s): State<AgentState>, body: Bytes) -> Response {
-    if body.len() > 256 * 1024 {
-        return error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "a stored card is at most 256 KiB of JSON",
-        );
-    }
     let req: AgentStoreRequest = match json(&body) {
         Ok(r) => r,
         Err(e) => return *e,

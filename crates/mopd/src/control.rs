@@ -19,6 +19,7 @@ use axum::routing::{get, post};
 use tokio::net::{UnixListener, UnixStream};
 
 use crate::daemon::Daemon;
+use crate::http::error;
 
 /// The inode of a process's user namespace. Reading it needs ptrace access to the
 /// process, which an unprivileged mopd lacks for other users' processes.
@@ -169,26 +170,20 @@ impl axum::serve::Listener for CheckedListener {
     }
 }
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (
-        status,
-        Json(serde_json::json!({ "error": status.canonical_reason(), "message": message.into() })),
-    )
-        .into_response()
-}
-
 /// The control API.
 pub fn router(daemon: Arc<Daemon>) -> Router {
-    Router::new()
-        .route("/v1/status", get(status))
-        .route("/v1/workspaces/{ws}/sync", post(sync_now))
-        .route("/v1/workspaces/{ws}/ack-epoch", post(ack_epoch))
-        .route("/v1/workspaces/{ws}/verify", post(verify))
-        .route("/v1/tasks", post(prepare).get(list_tasks))
-        .route("/v1/tasks/{id}", axum::routing::delete(release))
-        .route("/v1/tasks/{id}/renew", post(renew))
-        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") })
-        .with_state(daemon)
+    crate::http::guarded(
+        Router::new()
+            .route("/v1/status", get(status))
+            .route("/v1/workspaces/{ws}/sync", post(sync_now))
+            .route("/v1/workspaces/{ws}/ack-epoch", post(ack_epoch))
+            .route("/v1/workspaces/{ws}/verify", post(verify))
+            .route("/v1/tasks", post(prepare).get(list_tasks))
+            .route("/v1/tasks/{id}", axum::routing::delete(release))
+            .route("/v1/tasks/{id}/renew", post(renew))
+            .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") }),
+    )
+    .with_state(daemon)
 }
 
 fn task_error(e: crate::tasks::TaskError) -> Response {
@@ -209,12 +204,6 @@ async fn prepare(
     ConnectInfo(peer): ConnectInfo<Peer>,
     body: axum::body::Bytes,
 ) -> Response {
-    if body.len() > 256 * 1024 {
-        return error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "a prepare request is at most 256 KiB",
-        );
-    }
     let req: mop_proto::PrepareRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid request: {e}")),

@@ -7,7 +7,8 @@
 //!   verified while they stream).
 //! - [`sync`]: the per-workspace sync loop with backoff, rollback refusal and epoch checks.
 //! - [`status`]: the versioned status report and its rendering for `mopd status`.
-//! - [`control`]: the control socket (server and client).
+//! - [`control`]: the control socket (server and client); [`http`]: what it shares with
+//!   the agent sockets (JSON errors, the request size limit).
 //! - [`tasks`]: task projection: views, leases, pins; [`agent`]: each task's agent socket.
 //! - [`daemon`]: `mopd run`.
 //! - [`demo`]: `mopd demo`, the whole system in a temporary directory.
@@ -18,6 +19,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod demo;
+pub mod http;
 pub mod pool;
 pub mod shared;
 pub mod status;

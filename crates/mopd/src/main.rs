@@ -125,6 +125,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Run { config } => {
+            mopd::pool::limit_malloc_arenas();
             mop_log::init("info");
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -19,6 +19,8 @@ use crate::store::{Store, TokenInfo};
 pub struct CachedManifest {
     /// The revision it describes.
     pub revision: u64,
+    /// How many cards it lists.
+    pub cards: usize,
     /// JSON.
     pub json: Bytes,
     /// The same, gzip-compressed.

@@ -177,7 +177,7 @@ fn stored_times_compare_correctly_as_strings() {
 }
 
 #[test]
-fn a_delta_larger_than_half_the_workspace_gives_way_to_the_full_manifest() {
+fn a_delta_over_its_limit_gives_way_to_the_full_manifest() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("mop.db")).unwrap();
     let ids: Vec<String> = (0..100)
@@ -206,8 +206,8 @@ fn a_delta_larger_than_half_the_workspace_gives_way_to_the_full_manifest() {
     for id in &ids[..40] {
         edit(id, 1);
     }
-    // 40 of 100 changed: a delta.
-    let delta = store.delta(WS, base).unwrap().expect("a delta");
+    // 40 of 100 changed, the limit 50 (half, as the API asks): a delta.
+    let delta = store.delta(WS, base, Some(50)).unwrap().expect("a delta");
     assert_eq!(
         (delta.manifest.since, delta.manifest.cards.len()),
         (Some(base), 40)
@@ -215,16 +215,14 @@ fn a_delta_larger_than_half_the_workspace_gives_way_to_the_full_manifest() {
     for id in &ids[40..60] {
         edit(id, 1);
     }
-    // 60 of 100: the full manifest is smaller to send, and is what a delta request gets.
-    assert!(store.delta(WS, base).unwrap().is_none());
-    let m = store
-        .manifest(WS, ManifestKind::Delta(base))
-        .unwrap()
-        .manifest;
-    assert_eq!((m.since, m.cards.len()), (None, 100));
+    // 60 of 100: over the limit, so no delta; without a limit, still a delta.
+    assert!(store.delta(WS, base, Some(50)).unwrap().is_none());
+    let d = store.delta(WS, base, None).unwrap().expect("a delta");
+    assert_eq!(d.manifest.cards.len(), 60);
+    let m = store.manifest(WS, ManifestKind::Full).unwrap().manifest;
     // A recent revision still gets its small delta.
     let recent = m.revision;
     edit(&ids[0], 2);
-    let d = store.delta(WS, recent).unwrap().expect("a delta");
+    let d = store.delta(WS, recent, Some(50)).unwrap().expect("a delta");
     assert_eq!(d.manifest.cards.len(), 1);
 }

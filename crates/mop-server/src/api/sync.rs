@@ -15,6 +15,9 @@ use super::{ApiError, Caller, Conditional, accepts_gzip, blocking, gzip, json, r
 use crate::state::{AppState, CachedManifest};
 use crate::store::ManifestKind;
 
+/// Below this many changed cards a delta is always sent: a full manifest saves nothing.
+const MIN_DELTA_LIMIT: usize = 64;
+
 /// Bodies smaller than this are not worth compressing.
 const GZIP_MIN_BYTES: usize = 1024;
 
@@ -92,7 +95,12 @@ pub(crate) async fn manifest(
     if let Some(since) = delta_from {
         let store = state.store.clone();
         let ws2 = ws.clone();
-        if let Some(built) = blocking(move || store.delta(&ws2, since)).await? {
+        // A delta that would list more than half the cards of the last full manifest is
+        // answered with that manifest instead (cached and compressed once per revision).
+        let max_changed = state
+            .latest_manifest(&ws)
+            .map(|m| (m.cards / 2).max(MIN_DELTA_LIMIT));
+        if let Some(built) = blocking(move || store.delta(&ws2, since, max_changed)).await? {
             let body = serde_json::to_vec(&built.manifest).map_err(ApiError::internal)?;
             return Ok(respond(
                 &built.manifest.version(),
@@ -166,6 +174,7 @@ async fn full_manifest(
         let zipped = gzip(&json);
         Ok(CachedManifest {
             revision: built.manifest.revision,
+            cards: built.manifest.cards.len(),
             json: Bytes::from(json),
             gzip: zipped,
         })

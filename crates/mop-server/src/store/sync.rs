@@ -46,10 +46,11 @@ impl Store {
     }
 
     /// Builds a manifest in one snapshot. A delta is answered when [`Store::delta`] gives
-    /// one; otherwise the full manifest is returned and the caller sees `since: None`.
+    /// one (with no size limit); otherwise the full manifest is returned and the caller
+    /// sees `since: None`.
     pub fn manifest(&self, ws: &str, kind: ManifestKind) -> Result<BuiltManifest> {
         if let ManifestKind::Delta(since) = kind
-            && let Some(delta) = self.delta(ws, since)?
+            && let Some(delta) = self.delta(ws, since, None)?
         {
             return Ok(delta);
         }
@@ -70,26 +71,33 @@ impl Store {
     }
 
     /// The changes since revision `since`, in one snapshot; `None` when `since` is outside
-    /// the kept history (below the floor, or ahead of the workspace), or when the changes
-    /// touch more than half of the workspace's cards: then the full manifest (cached and
-    /// compressed once per revision) is cheaper to send than a delta built per request.
-    pub fn delta(&self, ws: &str, since: u64) -> Result<Option<BuiltManifest>> {
+    /// the kept history (below the floor, or ahead of the workspace), or when more than
+    /// `max_changed` cards changed: a caller with a cached full manifest sends that rather
+    /// than a large delta built per request. Counting stops at the limit (an index range).
+    pub fn delta(
+        &self,
+        ws: &str,
+        since: u64,
+        max_changed: Option<usize>,
+    ) -> Result<Option<BuiltManifest>> {
         self.read(|tx| {
             let e = self.err("build delta manifest");
             let (revision, floor) = workspace_revision(tx, ws).map_err(&e)??;
             if since < floor || since > revision {
                 return Ok(None);
             }
-            let (changed, live): (i64, i64) = tx
-                .query_row(
-                    "SELECT (SELECT count(*) FROM cards WHERE workspace = ?1 AND rev > ?2),
-                            (SELECT count(*) FROM cards WHERE workspace = ?1 AND live = 1)",
-                    params![ws, since as i64],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .map_err(&e)?;
-            if changed * 2 > live.max(MIN_FULL_CARDS) {
-                return Ok(None);
+            if let Some(max) = max_changed {
+                let changed: i64 = tx
+                    .query_row(
+                        "SELECT count(*) FROM
+                           (SELECT 1 FROM cards WHERE workspace = ?1 AND rev > ?2 LIMIT ?3)",
+                        params![ws, since as i64, max as i64 + 1],
+                        |r| r.get(0),
+                    )
+                    .map_err(&e)?;
+                if changed as usize > max {
+                    return Ok(None);
+                }
             }
             let (cards, mut removed) = entries(tx, ws, Some(since)).map_err(&e)?;
             let mut stmt = tx
@@ -250,9 +258,6 @@ fn entries(
     }
     Ok((cards, removed))
 }
-
-/// Below this many cards a delta is always sent: a full manifest saves nothing there.
-const MIN_FULL_CARDS: i64 = 64;
 
 /// A workspace's revision and history floor; `Err(NotFound)` inside when it is unknown.
 fn workspace_revision(tx: &Transaction<'_>, ws: &str) -> rusqlite::Result<Result<(u64, u64)>> {

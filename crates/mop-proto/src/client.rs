@@ -88,16 +88,16 @@ pub async fn request(
 ) -> Result<(u16, Vec<u8>), ControlError> {
     let response = send(socket, method, path, body).await?;
     let status = response.status().as_u16();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| ControlError::Other {
-            path: socket.to_owned(),
-            message: e.to_string(),
-        })?
-        .to_bytes();
-    Ok((status, body.to_vec()))
+    Ok((status, read_all(socket, response.into_body()).await?))
+}
+
+/// A whole response body.
+async fn read_all(socket: &Path, body: hyper::body::Incoming) -> Result<Vec<u8>, ControlError> {
+    let collected = body.collect().await.map_err(|e| ControlError::Other {
+        path: socket.to_owned(),
+        message: e.to_string(),
+    })?;
+    Ok(collected.to_bytes().to_vec())
 }
 
 /// A held answer: newline-separated JSON documents on a response the daemon keeps open.
@@ -147,15 +147,7 @@ pub async fn request_held(
     let status = response.status().as_u16();
     let body = response.into_body();
     if !(200..300).contains(&status) {
-        let all = body
-            .collect()
-            .await
-            .map_err(|e| ControlError::Other {
-                path: socket.to_owned(),
-                message: e.to_string(),
-            })?
-            .to_bytes();
-        return Ok((status, all.to_vec(), None));
+        return Ok((status, read_all(socket, body).await?, None));
     }
     Ok((
         status,

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mop_tests::procs::{Daemon, DaemonOptions, Server, as_runner, run, runner_user};
-use mop_tests::{card_files, example_cards_dir, load_cards, repo_root};
+use mop_tests::{card_files, example_cards_dir, load_cards};
 use serde_json::Value;
 
 const WS: &str = "acme";
@@ -136,10 +136,7 @@ fn sixteen_runners_racing_two_hundred_swaps_never_see_a_torn_view() {
     let admin = server.token("admin", &[WS]);
     let node = server.token("node", &[WS]);
     assert!(server.import(&example_cards_dir(), WS).status.success());
-    let extra = format!(
-        "[tasks]\nprofile_dirs = [\"{}\"]\n",
-        repo_root().join("bwrap-profiles").display()
-    );
+    let extra = mop_tests::profiles_config(&[]);
     let daemon = Daemon::start(
         &server,
         DaemonOptions {
@@ -155,18 +152,12 @@ fn sixteen_runners_racing_two_hundred_swaps_never_see_a_torn_view() {
     );
     let edited_id = cards.id_titled(EDITED);
     let http = mop_tests::http();
-    let manifest: Value = http
-        .get(format!("{}/v1/workspaces/{WS}/manifest", server.url))
-        .bearer_auth(&node)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let first_revision = server.revision(WS, &node);
     let shared = Arc::new(Shared {
         socket: daemon.socket(),
         pool: daemon.pool(WS),
         edited_path: cards.cards[&edited_id].path(),
-        revisions: Mutex::new(HashMap::from([(manifest["revision"].as_u64().unwrap(), 0)])),
+        revisions: Mutex::new(HashMap::from([(first_revision, 0)])),
     });
 
     // Three tasks live through every swap.

@@ -60,22 +60,7 @@ fn admin_post(server: &Server, token: &str, path: &str, body: Option<Value>) {
 }
 
 fn admin_edit(server: &Server, token: &str, id: &str, extra: &str) {
-    let http = mop_tests::http();
-    let url = format!("{}/v1/workspaces/{WS}/cards/{id}", server.url);
-    let raw = http
-        .get(&url)
-        .bearer_auth(token)
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
-    let r = http
-        .put(&url)
-        .bearer_auth(token)
-        .body(format!("{raw}{extra}\n"))
-        .send()
-        .unwrap();
-    assert!(r.status().is_success(), "{}", r.text().unwrap());
+    server.edit_card(WS, token, id, extra);
 }
 
 fn live_ids(m: &Manifest) -> Vec<String> {

@@ -51,10 +51,7 @@ fn setup() -> Env {
     let server = Server::start();
     let node = server.token("node", &[WS]);
     assert!(server.import(&example_cards_dir(), WS).status.success());
-    let extra = format!(
-        "[tasks]\nprofile_dirs = [\"{}\"]\n",
-        mop_tests::repo_root().join("bwrap-profiles").display()
-    );
+    let extra = mop_tests::profiles_config(&[]);
     let daemon = Daemon::start(
         &server,
         DaemonOptions {
@@ -72,14 +69,7 @@ fn setup() -> Env {
 
 impl Env {
     fn revision(&self) -> u64 {
-        let v: Value = mop_tests::http()
-            .get(format!("{}/v1/workspaces/{WS}/manifest", self.server.url))
-            .bearer_auth(&self.node)
-            .send()
-            .unwrap()
-            .json()
-            .unwrap();
-        v["revision"].as_u64().unwrap()
+        self.server.revision(WS, &self.node)
     }
 
     fn task_dirs(&self) -> usize {

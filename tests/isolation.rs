@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use mop_tests::procs::{Daemon, DaemonOptions, Server, as_runner, run, runner_user};
-use mop_tests::{card_files, example_cards_dir, repo_root};
+use mop_tests::{card_files, example_cards_dir};
 use serde_json::{Value, json};
 
 const MARKER: &str = "zqvmarker7731";
@@ -31,10 +31,7 @@ fn setup() -> Option<Env> {
     for ws in ["acme", "globex"] {
         assert!(server.import(&example_cards_dir(), ws).status.success());
     }
-    let extra = format!(
-        "[tasks]\nprofile_dirs = [\"{}\"]\n",
-        repo_root().join("bwrap-profiles").display()
-    );
+    let extra = mop_tests::profiles_config(&[]);
     let daemon = Daemon::start(
         &server,
         DaemonOptions {
@@ -188,14 +185,7 @@ impl Env {
     }
 
     fn revision(&self, ws: &str) -> u64 {
-        let v: Value = mop_tests::http()
-            .get(format!("{}/v1/workspaces/{ws}/manifest", self.server.url))
-            .bearer_auth(&self.node)
-            .send()
-            .unwrap()
-            .json()
-            .unwrap();
-        v["revision"].as_u64().unwrap()
+        self.server.revision(ws, &self.node)
     }
 
     fn server_has(&self, ws: &str, id: &str) -> bool {

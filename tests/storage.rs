@@ -41,27 +41,6 @@ fn server() -> (Server, String) {
     (server, admin)
 }
 
-/// Appends `extra` to a card's text on the server; returns the new revision.
-fn edit(server: &Server, admin: &str, id: &str, extra: &str) -> u64 {
-    let http = mop_tests::http();
-    let url = format!("{}/v1/workspaces/{WS}/cards/{id}", server.url);
-    let raw = http
-        .get(&url)
-        .bearer_auth(admin)
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
-    let r = http
-        .put(&url)
-        .bearer_auth(admin)
-        .body(format!("{raw}{extra}\n"))
-        .send()
-        .unwrap();
-    assert!(r.status().is_success());
-    r.json::<Value>().unwrap()["revision"].as_u64().unwrap()
-}
-
 /// A path of the daemon's, as the daemon sees it (inside its mount namespace).
 fn inside(d: &Daemon, path: &Path) -> PathBuf {
     let pid = d.pid().expect("daemon running");
@@ -127,13 +106,6 @@ fn prepare(d: &Daemon, task: &str) -> std::process::Output {
     ]))
 }
 
-fn profiles() -> String {
-    format!(
-        "[tasks]\nprofile_dirs = [\"{}\"]\n",
-        mop_tests::repo_root().join("bwrap-profiles").display()
-    )
-}
-
 /// `unshare -m` with `mount_cmd` applied to the daemon's cache directory first (`$c`).
 fn own_mount_ns(mount_cmd: &str) -> Vec<String> {
     // The wrapped command line is `mopd run --config <dir>/mopd.toml`: $4 is the config,
@@ -177,7 +149,7 @@ fn a_full_disk_keeps_the_last_generation_and_status_says_why() {
     let (server, admin) = server();
     let d = start_in_ns(
         &server,
-        &profiles(),
+        &mop_tests::profiles_config(&[]),
         &own_mount_ns("mount -t tmpfs -o size=4m,mode=0750 tmpfs \"$c\""),
     );
     let pool = d.pool(WS);
@@ -198,12 +170,7 @@ fn a_full_disk_keeps_the_last_generation_and_status_says_why() {
     );
     let mut rev = 0;
     for e in &m0.cards[..8] {
-        rev = edit(
-            &server,
-            &admin,
-            &e.summary.id.to_string(),
-            &"x".repeat(60_000),
-        );
+        rev = server.edit_card(WS, &admin, &e.summary.id.to_string(), &"x".repeat(60_000));
     }
     let out = d.sync(WS);
     assert!(out.contains("sync failed"), "{out}");
@@ -313,7 +280,7 @@ fn a_read_only_cache_refuses_writes_clearly_and_recovers_when_remounted() {
     let (server, admin) = server();
     let d = start_in_ns(
         &server,
-        &profiles(),
+        &mop_tests::profiles_config(&[]),
         &own_mount_ns("mount --bind \"$c\" \"$c\""),
     );
     let cache = d.dir.path().join("cache");
@@ -321,12 +288,7 @@ fn a_read_only_cache_refuses_writes_clearly_and_recovers_when_remounted() {
     let early = prepared_ok(&d, "before-ro");
 
     in_daemon_ns(&d, &format!("mount -o remount,bind,ro {}", cache.display()));
-    let rev = edit(
-        &server,
-        &admin,
-        &m0.cards[0].summary.id.to_string(),
-        "read-only",
-    );
+    let rev = server.edit_card(WS, &admin, &m0.cards[0].summary.id.to_string(), "read-only");
     let out = d.sync(WS);
     assert!(out.contains("sync failed"), "{out}");
     let w = workspace_status(&d);
@@ -377,7 +339,7 @@ fn a_deleted_cache_is_rebuilt_and_prepares_resume() {
         return;
     }
     let (server, _admin) = server();
-    let extra = profiles();
+    let extra = mop_tests::profiles_config(&[]);
     let d = Daemon::start(
         &server,
         DaemonOptions {
@@ -433,7 +395,7 @@ fn kill_9_during_prepares_leaves_every_handed_out_view_valid() {
         return;
     }
     let (server, _admin) = server();
-    let extra = profiles();
+    let extra = mop_tests::profiles_config(&[]);
     let mut d = Daemon::start(
         &server,
         DaemonOptions {

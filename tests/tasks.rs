@@ -35,11 +35,7 @@ fn setup() -> Option<Env> {
     let admin = server.token("admin", &[WS]);
     let out = server.import(&example_cards_dir(), WS);
     assert!(out.status.success());
-    let extra = format!(
-        "[tasks]\nprofile_dirs = [\"{}\", \"{}\"]\n",
-        repo_root().join("bwrap-profiles").display(),
-        repo_root().join("tests/profiles").display()
-    );
+    let extra = mop_tests::profiles_config(&[&repo_root().join("tests/profiles")]);
     let daemon = Daemon::start(
         &server,
         DaemonOptions {
@@ -921,10 +917,7 @@ fn an_unprivileged_daemon_serves_runners_of_another_uid_and_refuses_their_sandbo
     let server = Server::start();
     let out = server.import(&example_cards_dir(), WS);
     assert!(out.status.success());
-    let extra = format!(
-        "[tasks]\nprofile_dirs = [\"{}\"]\n",
-        repo_root().join("bwrap-profiles").display()
-    );
+    let extra = mop_tests::profiles_config(&[]);
     let daemon = Daemon::start(
         &server,
         DaemonOptions {

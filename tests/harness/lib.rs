@@ -37,6 +37,16 @@ pub fn example_cards_dir() -> PathBuf {
     repo_root().join("config/examples/cards")
 }
 
+/// Daemon config lines pointing `[tasks] profile_dirs` at the repository's sandbox
+/// profiles, then `more`: what a test that prepares tasks appends to the config.
+pub fn profiles_config(more: &[&Path]) -> String {
+    let dirs: Vec<String> = std::iter::once(repo_root().join("bwrap-profiles"))
+        .chain(more.iter().map(|p| p.to_path_buf()))
+        .map(|d| format!("\"{}\"", d.display()))
+        .collect();
+    format!("[tasks]\nprofile_dirs = [{}]\n", dirs.join(", "))
+}
+
 /// A workspace loaded from a card directory.
 pub struct Workspace {
     /// Its manifest, as a server would publish it.

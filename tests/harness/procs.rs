@@ -67,6 +67,40 @@ pub struct Server {
 }
 
 impl Server {
+    /// A workspace's current revision, from its manifest (any token that may read it).
+    pub fn revision(&self, ws: &str, token: &str) -> u64 {
+        let v: serde_json::Value = crate::http()
+            .get(format!("{}/v1/workspaces/{ws}/manifest", self.url))
+            .bearer_auth(token)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        v["revision"].as_u64().expect("a manifest has a revision")
+    }
+
+    /// Appends `extra` to a card's text through the admin API; returns the new revision.
+    pub fn edit_card(&self, ws: &str, admin: &str, id: &str, extra: &str) -> u64 {
+        let http = crate::http();
+        let url = format!("{}/v1/workspaces/{ws}/cards/{id}", self.url);
+        let raw = http
+            .get(&url)
+            .bearer_auth(admin)
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        let r = http
+            .put(&url)
+            .bearer_auth(admin)
+            .body(format!("{raw}{extra}\n"))
+            .send()
+            .unwrap();
+        assert!(r.status().is_success(), "edit {id}: {}", r.status());
+        let v: serde_json::Value = r.json().unwrap();
+        v["revision"].as_u64().expect("a change has a revision")
+    }
+
     /// Starts a server with default settings.
     pub fn start() -> Server {
         Server::start_with("")

@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use mop_cards::{Manifest, card_path, sha256_hex};
+use mop_cards::Manifest;
 use mop_tests::example_cards_dir;
 use mop_tests::procs::{Daemon, DaemonOptions, Server, run};
 use serde_json::Value;
@@ -28,17 +28,7 @@ fn server() -> (Server, String) {
 /// Checks that `current` is a complete generation: every card file hashes to its manifest
 /// entry, and the index opens. Returns the manifest.
 fn check_current(pool: &Path) -> Manifest {
-    let link = std::fs::read_link(pool.join("current")).expect("current link");
-    let dir = pool.join(&link);
-    let manifest: Manifest =
-        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
-    for e in &manifest.cards {
-        let file = dir
-            .join("tree")
-            .join(card_path(e.summary.card_type, &e.summary.id));
-        let bytes = std::fs::read(&file).unwrap_or_else(|err| panic!("{}: {err}", file.display()));
-        assert_eq!(sha256_hex(&bytes), e.sha256, "{}", file.display());
-    }
+    let (_, dir, manifest) = mop_tests::check_current_files(pool);
     let index = mop_search::SearchIndex::open(&dir.join("index")).expect("index opens");
     assert_eq!(index.num_docs(), manifest.cards.len() as u64);
     manifest

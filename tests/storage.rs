@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mop_cards::{Manifest, card_path, sha256_hex};
+use mop_cards::Manifest;
 use mop_tests::example_cards_dir;
 use mop_tests::procs::{Daemon, DaemonOptions, Server, run};
 use serde_json::Value;
@@ -61,23 +61,11 @@ fn in_daemon_ns(d: &Daemon, script: &str) -> std::process::Output {
 fn check_current(d: &Daemon) -> (String, Manifest) {
     let out = run(&mut d.cli(&["verify", "--json"]));
     assert!(out.status.success(), "mopd verify: {out:?}");
-    let pool = inside(d, &d.pool(WS));
-    let link = std::fs::read_link(pool.join("current")).expect("current link");
-    let dir = pool.join(&link);
-    let manifest: Manifest =
-        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
-    for e in &manifest.cards {
-        let file = dir
-            .join("tree")
-            .join(card_path(e.summary.card_type, &e.summary.id));
-        let bytes = std::fs::read(&file).unwrap_or_else(|err| panic!("{}: {err}", file.display()));
-        assert_eq!(sha256_hex(&bytes), e.sha256, "{}", file.display());
-    }
+    let (name, dir, manifest) = mop_tests::check_current_files(&inside(d, &d.pool(WS)));
     // Opening the index through /proc/<pid>/root is not possible (the directory is
     // canonicalized out of the namespace); its metadata must be there and sound.
     let meta = std::fs::read(dir.join("index/meta.json")).expect("index metadata");
     serde_json::from_slice::<Value>(&meta).expect("index metadata is JSON");
-    let name = link.file_name().unwrap().to_string_lossy().into_owned();
     (name, manifest)
 }
 

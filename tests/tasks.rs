@@ -532,22 +532,8 @@ fn a_view_is_a_snapshot_and_the_agent_socket_survives_a_daemon_restart() {
     let child = cmd.spawn().unwrap();
     wait_file(&w.path().join("ready"));
     // The card changes on the server and the daemon publishes a new generation…
-    let http = mop_tests::http();
-    let url = format!("{}/v1/workspaces/{WS}/cards/{id}", env.server.url);
-    let raw = http
-        .get(&url)
-        .bearer_auth(&env.admin)
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
-    let r = http
-        .put(&url)
-        .bearer_auth(&env.admin)
-        .body(format!("{raw}\nEdited after the task started.\n"))
-        .send()
-        .unwrap();
-    assert!(r.status().is_success());
+    env.server
+        .edit_card(WS, &env.admin, &id, "\nEdited after the task started.");
     assert!(env.daemon.sync(WS).contains("modified"));
     // …and the daemon restarts while the task runs.
     assert!(env.daemon.stop());

@@ -37,6 +37,29 @@ pub fn example_cards_dir() -> PathBuf {
     repo_root().join("config/examples/cards")
 }
 
+/// A pool's current generation: its name, directory and manifest, after checking that
+/// every card file in its tree hashes to its manifest entry.
+pub fn check_current_files(pool: &Path) -> (String, PathBuf, Manifest) {
+    let link = std::fs::read_link(pool.join("current")).expect("current link");
+    let dir = pool.join(&link);
+    let manifest: Manifest =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+    for e in &manifest.cards {
+        let file = dir
+            .join("tree")
+            .join(mop_cards::card_path(e.summary.card_type, &e.summary.id));
+        let bytes = std::fs::read(&file).unwrap_or_else(|err| panic!("{}: {err}", file.display()));
+        assert_eq!(
+            mop_cards::sha256_hex(&bytes),
+            e.sha256,
+            "{}",
+            file.display()
+        );
+    }
+    let name = link.file_name().unwrap().to_string_lossy().into_owned();
+    (name, dir, manifest)
+}
+
 /// Daemon config lines pointing `[tasks] profile_dirs` at the repository's sandbox
 /// profiles, then `more`: what a test that prepares tasks appends to the config.
 pub fn profiles_config(more: &[&Path]) -> String {

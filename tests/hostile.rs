@@ -328,7 +328,7 @@ fn hostile_server_requests_are_refused_and_change_nothing() {
         (r.status().as_u16(), r.text().unwrap())
     };
     let store = |title: &str, body: &str| {
-        serde_json::to_vec(&json!({"provenance": {"task_id": "t"}, "card": {"type": "fact", "title": title, "body": body}}))
+        serde_json::to_vec(&json!({"provenance": {"task_id": "t", "user_id": "alice"}, "card": {"type": "fact", "title": title, "body": body}}))
             .unwrap()
     };
     // An oversized body: 413 naming the limit, or the connection closed before the client

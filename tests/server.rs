@@ -73,10 +73,22 @@ impl Api {
         title: &str,
         body: &str,
     ) -> (StatusCode, Value) {
+        self.store_in("t-1", user, asset, title, body)
+    }
+
+    /// A store from task `task`.
+    fn store_in(
+        &self,
+        task: &str,
+        user: Option<&str>,
+        asset: Option<&str>,
+        title: &str,
+        body: &str,
+    ) -> (StatusCode, Value) {
         let r = self.post_json(
             &format!("/v1/workspaces/{WS}/memories"),
             &json!({
-                "provenance": {"task_id": "t-1", "user_id": user, "asset_id": asset},
+                "provenance": {"task_id": task, "user_id": user, "asset_id": asset},
                 "card": {"type": "pitfall", "title": title, "body": body, "labels": ["etl"]}
             }),
         );
@@ -234,8 +246,10 @@ fn every_kind_of_change_bumps_the_revision_once() {
     assert!(text.contains("\"changed\":false"), "{text}");
     assert_eq!(node.revision(WS), before);
 
-    // A reinforcement changes counters only: no bump until counters are published.
-    let (_, v) = node.store(
+    // A reinforcement (from another task: a task counts once per card) changes counters
+    // only: no bump until counters are published.
+    let (_, v) = node.store_in(
+        "t-2",
         Some("alice"),
         None,
         "check  undo before the etl",
@@ -365,7 +379,8 @@ fn store_dedup_outcomes_and_the_author_only_rule() {
     assert_eq!(s, StatusCode::CREATED, "{v}");
     let first = stored(&v);
     assert_eq!(first.outcome, StoreOutcome::Created);
-    let (_, v) = node.store(
+    let (_, v) = node.store_in(
+        "t-2",
         Some("alice"),
         None,
         "batch DELETES lag the   replica",
@@ -376,7 +391,9 @@ fn store_dedup_outcomes_and_the_author_only_rule() {
         StoreResponse {
             outcome: StoreOutcome::Reinforced,
             id: first.id,
-            revision: first.revision
+            revision: first.revision,
+            audience: "unverified: only tasks of user alice see it, until a curator verifies it"
+                .into(),
         }
     );
     let (_, v) = node.store(Some("alice"), None, title, "Pause when lag passes 30 s.");
@@ -422,7 +439,8 @@ fn store_dedup_outcomes_and_the_author_only_rule() {
         .get(&format!("/v1/workspaces/{WS}/cards/{}", first.id))
         .text()
         .unwrap();
-    let (_, v) = node.store(
+    let (_, v) = node.store_in(
+        "t-carol",
         Some("carol"),
         None,
         title,
@@ -616,7 +634,7 @@ fn audit_rows_for_every_mutation() {
     }
     let (_, v) = node.store(Some("alice"), None, "A note", "Text.");
     let id = stored(&v).id;
-    node.store(Some("alice"), None, "A note", "Text.");
+    node.store_in("t-2", Some("alice"), None, "A note", "Text.");
     node.store(Some("alice"), None, "A note", "More text.");
     assert!(
         admin

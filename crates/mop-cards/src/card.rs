@@ -241,6 +241,19 @@ pub struct CardSummary {
     pub provenance: Option<Provenance>,
 }
 
+/// Who may see a card, by its trust (OKF.md "Tiers"): a verified card is workspace
+/// memory; an unverified one reaches only its author's tasks; an unverified card with no
+/// author (stored by a task that named no user) reaches no task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audience<'a> {
+    /// Verified: any task the scope allows.
+    Everyone,
+    /// Unverified: only tasks of this user.
+    Author(&'a str),
+    /// Unverified with no author: no task.
+    Nobody,
+}
+
 impl CardSummary {
     /// The card's path inside a card directory: `<pillar>/<id>.md`.
     pub fn path(&self) -> String {
@@ -252,11 +265,27 @@ impl CardSummary {
         self.enabled && self.superseded_by.is_none()
     }
 
-    /// The author an unverified card is restricted to, if any.
+    /// True for an unverified (agent-stored, not yet checked by a person) card.
+    pub fn is_unverified(&self) -> bool {
+        self.trust == Trust::Unverified
+    }
+
+    /// The author an unverified card is restricted to: `None` for a verified card, and
+    /// also for an unverified card with no author, which reaches no task at all (see
+    /// [`CardSummary::audience`]).
     pub fn restricted_to_author(&self) -> Option<&str> {
         match self.trust {
             Trust::Unverified => self.provenance.as_ref()?.user_id.as_deref(),
             Trust::Verified => None,
+        }
+    }
+
+    /// Which tasks may see this card, by its trust alone (the scope narrows it further).
+    pub fn audience(&self) -> Audience<'_> {
+        match (self.trust, self.restricted_to_author()) {
+            (Trust::Verified, _) => Audience::Everyone,
+            (Trust::Unverified, Some(author)) => Audience::Author(author),
+            (Trust::Unverified, None) => Audience::Nobody,
         }
     }
 
@@ -266,10 +295,43 @@ impl CardSummary {
     /// interned names for speed.
     pub fn is_visible_to(&self, user: Option<&str>, asset: Option<&str>) -> bool {
         let ok = |card: Option<&str>, task: Option<&str>| card.is_none_or(|c| task == Some(c));
+        let trusted = match self.audience() {
+            Audience::Everyone => true,
+            Audience::Author(author) => user == Some(author),
+            Audience::Nobody => false,
+        };
         self.is_live()
             && ok(self.scope.user_id.as_deref(), user)
             && ok(self.scope.asset_id.as_deref(), asset)
-            && ok(self.restricted_to_author(), user)
+            && trusted
+    }
+
+    /// One sentence on who will see this card, for the agent that stored it: an
+    /// unverified card reaches only its author's tasks (and, when asset-bound, only on
+    /// that asset) until a person verifies it.
+    pub fn audience_sentence(&self) -> String {
+        let asset = self
+            .scope
+            .asset_id
+            .as_deref()
+            .map(|a| format!(" on asset {a}"))
+            .unwrap_or_default();
+        match self.audience() {
+            Audience::Everyone => match self.scope.user_id.as_deref() {
+                Some(u) => format!("verified: tasks of user {u}{asset} see it"),
+                None if asset.is_empty() => {
+                    "verified: every task of the workspace may see it".into()
+                }
+                None => format!("verified: tasks{asset} see it"),
+            },
+            Audience::Author(author) => format!(
+                "unverified: only tasks of user {author}{asset} see it, until a curator verifies it"
+            ),
+            Audience::Nobody => {
+                "unverified and without an author: no task sees it until a curator verifies it"
+                    .into()
+            }
+        }
     }
 
     /// Checks every value rule of OKF.md. Parsing calls this, and so should anything that

@@ -27,7 +27,7 @@ mod task;
 mod wire;
 
 pub use card::{
-    Card, CardSummary, CardType, Counters, DEFAULT_IMPORTANCE, Extra, MAX_BODY_BYTES,
+    Audience, Card, CardSummary, CardType, Counters, DEFAULT_IMPORTANCE, Extra, MAX_BODY_BYTES,
     MAX_DESCRIPTION_CHARS, MAX_TITLE_CHARS, Provenance, Scope, Trust, card_path,
 };
 pub use codes::{CodeExtractor, CodePattern, PatternError, collapse_upper, default_code_patterns};

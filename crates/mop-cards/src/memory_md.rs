@@ -40,15 +40,18 @@ pub fn render_memory_md(
         mounted = mounted.len(),
     );
 
-    // 2. Primary anchors: corrections and preferences.
+    // 2. Primary anchors: verified corrections and preferences. An agent-stored card is
+    // never an anchor, whatever type it claims: anchors take precedence over habit.
     out.push_str("## Primary Anchors\n\n");
     let anchors: Vec<&Selected> = mounted
         .iter()
         .filter(|s| {
-            matches!(
-                catalog.entry(s.ord).summary.card_type,
-                CardType::HumanCorrection | CardType::Preference
-            )
+            let summary = &catalog.entry(s.ord).summary;
+            !summary.is_unverified()
+                && matches!(
+                    summary.card_type,
+                    CardType::HumanCorrection | CardType::Preference
+                )
         })
         .collect();
     if anchors.is_empty() {

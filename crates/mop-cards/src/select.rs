@@ -61,6 +61,9 @@ pub enum MatchClass {
     StackOrLabel,
     /// A BM25 hit for the task text.
     Text,
+    /// An unverified card of the requester's own (agent-stored, not yet checked by a
+    /// person), however it matched: after every verified match, never a baseline.
+    Unverified,
     /// Workspace baseline with no match.
     Baseline,
 }
@@ -143,7 +146,9 @@ struct Precomputed {
     card_type: CardType,
     user: u32,
     asset: u32,
+    /// The author of an unverified card (0: none, so no task may see it).
     author: u32,
+    unverified: bool,
     importance: f64,
     occurrence: u64,
     last_seen: Option<Timestamp>,
@@ -238,6 +243,7 @@ impl Catalog {
                 user: cat.intern(s.scope.user_id.as_deref()),
                 asset: cat.intern(s.scope.asset_id.as_deref()),
                 author: cat.intern(s.restricted_to_author()),
+                unverified: s.is_unverified(),
                 importance: effective_importance(s.importance, last_seen, now, &rules.config),
                 last_seen,
             };
@@ -251,7 +257,7 @@ impl Catalog {
                         map.entry(key).or_default().push(ord);
                     }
                 }
-                if pre.user == 0 && pre.asset == 0 && pre.author == 0 {
+                if pre.user == 0 && pre.asset == 0 && !pre.unverified {
                     cat.open.insert(ord);
                 }
                 for code in &s.error_codes {
@@ -263,7 +269,7 @@ impl Catalog {
                 for tag in s.stacks.iter().chain(&s.labels) {
                     push_unique(cat.by_tag.entry(tag.clone()).or_default(), ord);
                 }
-                if s.scope.is_workspace() && s.card_type.is_baseline() {
+                if s.scope.is_workspace() && s.card_type.is_baseline() && !pre.unverified {
                     cat.baseline.push(ord);
                 }
             }
@@ -345,7 +351,8 @@ impl Catalog {
         p.live
             && (p.user == 0 || p.user == scope.user)
             && (p.asset == 0 || p.asset == scope.asset)
-            && (p.author == 0 || p.author == scope.user)
+            // An unverified card reaches its author's tasks only; with no author, none.
+            && (!p.unverified || (p.author != 0 && p.author == scope.user))
     }
 
     /// Every card the task may see; the search index filters text hits with it.
@@ -480,11 +487,15 @@ impl Catalog {
         let code = flags & CODE != 0;
         let tag = flags & TAG != 0;
         let matched = code || tag || text_score.is_some();
-        let baseline = !own && !asset && p.card_type.is_baseline();
+        // Unverified cards are never baseline: only a person's verify makes them
+        // workspace memory.
+        let baseline = !own && !asset && !p.unverified && p.card_type.is_baseline();
         if !(own || asset || matched || baseline) {
             return None;
         }
-        let class = if p.card_type == CardType::HumanCorrection {
+        let class = if p.unverified {
+            MatchClass::Unverified
+        } else if p.card_type == CardType::HumanCorrection {
             MatchClass::HumanCorrection
         } else if own {
             MatchClass::Own

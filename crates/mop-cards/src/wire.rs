@@ -291,6 +291,9 @@ pub enum StoreOutcome {
     Reinforced,
     /// The author's own unverified card with the same title got the new specifics.
     Extended,
+    /// An equal card this task already reinforced: a task counts once per card, so
+    /// nothing changed.
+    Unchanged,
 }
 
 /// The answer to a store.
@@ -303,6 +306,10 @@ pub struct StoreResponse {
     /// The workspace revision after the store (a reinforcement shows in the manifest only
     /// when counters are next published).
     pub revision: u64,
+    /// Who will see the card, in one sentence (an unverified card reaches only its
+    /// author's tasks until a curator verifies it).
+    #[serde(default)]
+    pub audience: String,
 }
 
 /// `POST /v1/workspaces/{ws}/objects/batch`: the objects a daemon wants.

@@ -193,10 +193,15 @@ fn unverified_cards_are_marked_in_table_and_lists() {
             ..Default::default()
         });
     };
+    // Unverified cards are never baseline: these two are alice's own (user-bound).
     let cat = catalog(vec![
-        with(card(1, CardType::Preference), unverified),
-        with(card(2, CardType::Fact), unverified),
+        with(
+            with(card(1, CardType::Preference), unverified),
+            user("alice"),
+        ),
+        with(with(card(2, CardType::Fact), unverified), user("alice")),
         card(3, CardType::Fact),
+        card(4, CardType::Preference),
     ]);
     let config = SelectionConfig {
         table_rows: 1,
@@ -211,12 +216,16 @@ fn unverified_cards_are_marked_in_table_and_lists() {
                 || l.contains("card 2") && l.contains("_(unverified)_")
         })
         .count();
-    // Card 1: anchor list + table row (it ranks first). Card 2: additional list.
-    assert_eq!(marked, 3, "{md}");
+    // Card 1: table row (it ranks first). Card 2: additional list.
+    assert_eq!(marked, 2, "{md}");
     assert!(
         md.lines()
             .any(|l| l.contains("card 3") && !l.contains("unverified"))
     );
+    // The verified preference is an anchor; the agent-stored one never is.
+    let anchors = section(&md, "Primary Anchors");
+    assert!(anchors.contains("card 4"), "{anchors}");
+    assert!(!anchors.contains("card 1"), "{anchors}");
 }
 
 #[test]
@@ -239,4 +248,13 @@ fn same_inputs_same_bytes() {
     let c = render(&catalog(reversed), &t, &[], &config).0;
     assert_eq!(a, b);
     assert_eq!(a, c, "manifest order does not matter");
+}
+
+/// The text of one `## ` section, up to the next.
+fn section<'a>(md: &'a str, name: &str) -> &'a str {
+    let start = md
+        .find(&format!("## {name}\n"))
+        .unwrap_or_else(|| panic!("no section {name}: {md}"));
+    let rest = &md[start + name.len() + 4..];
+    &rest[..rest.find("\n## ").unwrap_or(rest.len())]
 }

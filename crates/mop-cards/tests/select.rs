@@ -215,33 +215,64 @@ fn disabled_and_superseded_cards_never_take_part() {
 
 #[test]
 fn unverified_cards_reach_only_their_author() {
-    let agent = |author: &str| {
-        let author = author.to_owned();
+    let agent = |author: Option<&str>| {
+        let author = author.map(str::to_owned);
         move |e: &mut ManifestEntry| {
             e.summary.trust = Trust::Unverified;
             e.summary.provenance = Some(Provenance {
                 task_id: Some("t-0".into()),
-                user_id: Some(author),
+                user_id: author,
                 asset_id: None,
             });
         }
     };
+    let oracle = |e: &mut ManifestEntry| e.summary.stacks = vec!["oracle".into()];
     let cat = catalog(vec![
-        with(card(1, CardType::Fact), agent("alice")),
-        with(with(card(2, CardType::Pitfall), agent("alice")), |e| {
-            e.summary.stacks = vec!["oracle".into()]
-        }),
-        with(card(3, CardType::Fact), |e| {
-            e.summary.trust = Trust::Unverified
-        }),
+        // Alice's agent's fact: not baseline (unverified), matches nothing.
+        with(card(1, CardType::Fact), agent(Some("alice"))),
+        with(
+            with(card(2, CardType::Pitfall), agent(Some("alice"))),
+            oracle,
+        ),
+        // Stored by a task that named no user: nobody's, so no task's.
+        with(
+            with(card(3, CardType::HumanCorrection), agent(None)),
+            oracle,
+        ),
+        // An agent-written "correction" is not a person's correction.
+        with(
+            with(card(4, CardType::HumanCorrection), agent(Some("alice"))),
+            oracle,
+        ),
+        card(5, CardType::Fact),
     ]);
     let alice = run(&cat, &task(Some("alice"), None, "oracle"), &[]);
-    assert_eq!(nums(&alice), [1, 2, 3]);
     assert_eq!(
-        nums(&run(&cat, &task(Some("bob"), None, "oracle"), &[(1, 3.0)])),
-        [3]
+        alice,
+        [
+            (2, Tier::L2, MatchClass::Unverified),
+            (4, Tier::L2, MatchClass::Unverified),
+            (5, Tier::L0, MatchClass::Baseline),
+        ]
     );
-    assert_eq!(nums(&run(&cat, &task(None, None, "oracle"), &[])), [3]);
+    // Alice's retrieve still finds her unmatched card; nobody finds the authorless one.
+    let visible = cat.visible_set(&task(Some("alice"), None, "x"));
+    assert!(visible.contains(cat.ord_of(&id(1)).unwrap()));
+    assert!(!visible.contains(cat.ord_of(&id(3)).unwrap()));
+    for other in [Some("bob"), None] {
+        let t = task(other, None, "oracle");
+        assert_eq!(
+            nums(&run(&cat, &t, &[(1, 3.0), (3, 3.0)])),
+            [5],
+            "{other:?}"
+        );
+        for n in 1..=4 {
+            assert!(
+                !cat.is_visible(cat.ord_of(&id(n)).unwrap(), &t),
+                "{n} {other:?}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -490,6 +521,9 @@ fn catalog_visibility_agrees_with_the_per_card_rule() {
         with(card(5, CardType::Fact), agent("alice")),
         with(with(card(6, CardType::Fact), agent("bob")), asset("db-2")),
         with(card(7, CardType::Fact), |e| e.summary.enabled = false),
+        with(card(8, CardType::Fact), |e| {
+            e.summary.trust = Trust::Unverified
+        }),
     ];
     let cat = catalog(cards.clone());
     for u in [None, Some("alice"), Some("bob"), Some("carol")] {

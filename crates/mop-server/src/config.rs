@@ -20,6 +20,8 @@ pub struct ServerConfig {
     pub sync: Sync,
     /// `[retention]`.
     pub retention: Retention,
+    /// `[limits]`.
+    pub limits: Limits,
 }
 
 /// `[server]`: network and storage.
@@ -33,6 +35,15 @@ pub struct Listen {
     pub db: PathBuf,
     /// Largest accepted request body, in bytes.
     pub max_body_bytes: usize,
+    /// Most open client connections; 0 sizes it from the descriptor limit (the soft
+    /// `RLIMIT_NOFILE` less a reserve for the database and logs). At the cap, a new
+    /// connection closes the oldest one that has no request in progress.
+    pub max_connections: usize,
+    /// Seconds a client has to send a whole request head, from its first byte or from
+    /// connecting (slow or half-open clients are closed after it).
+    pub header_timeout_secs: u64,
+    /// Seconds a kept-alive connection may wait for its next request.
+    pub idle_timeout_secs: u64,
 }
 
 /// `[sync]`: how changes reach daemons.
@@ -60,12 +71,35 @@ pub struct Retention {
     pub delta_history_days: u64,
 }
 
+/// `[limits]`: how much agents may store.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Most stores one task may make (counted per node token and task id).
+    pub stores_per_task: u64,
+    /// Most stores one token may make per minute (a host's node token carries every
+    /// store of that host's tasks); bursts up to the same number.
+    pub stores_per_token_per_minute: u64,
+}
+
 impl Default for Listen {
     fn default() -> Self {
         Listen {
             listen: "127.0.0.1:8731".parse().expect("valid address"),
             db: PathBuf::from("/var/lib/mop-server/mop.db"),
             max_body_bytes: 1024 * 1024,
+            max_connections: 0,
+            header_timeout_secs: 10,
+            idle_timeout_secs: 75,
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            stores_per_task: 50,
+            stores_per_token_per_minute: 120,
         }
     }
 }
@@ -123,6 +157,18 @@ impl ServerConfig {
         }
         if self.sync.max_batch_objects == 0 {
             return Err("sync.max_batch_objects must be at least 1".into());
+        }
+        if self.server.header_timeout_secs == 0 || self.server.idle_timeout_secs == 0 {
+            return Err(
+                "server.header_timeout_secs and server.idle_timeout_secs must be at least 1".into(),
+            );
+        }
+        if self.limits.stores_per_task == 0 || self.limits.stores_per_token_per_minute == 0 {
+            return Err(
+                "limits.stores_per_task and limits.stores_per_token_per_minute must be at least 1 \
+                 (agents cannot store at all otherwise)"
+                    .into(),
+            );
         }
         Ok(())
     }

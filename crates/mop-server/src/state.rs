@@ -40,6 +40,9 @@ pub struct AppState {
     /// One full-manifest build per workspace at a time (see `api::sync`).
     builds: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     data_version: Mutex<Option<i64>>,
+    /// Store budget per token id: (tokens left, when last refilled). A token bucket of
+    /// `limits.stores_per_token_per_minute`, refilled continuously.
+    store_budgets: Mutex<HashMap<String, (f64, std::time::Instant)>>,
 }
 
 impl AppState {
@@ -53,6 +56,7 @@ impl AppState {
             manifests: Mutex::default(),
             builds: Mutex::default(),
             data_version: Mutex::default(),
+            store_budgets: Mutex::default(),
         };
         state.reload()?;
         Ok(state)
@@ -130,6 +134,25 @@ impl AppState {
     pub fn latest_manifest(&self, ws: &str) -> Option<Arc<CachedManifest>> {
         let map = self.manifests.lock().unwrap_or_else(|p| p.into_inner());
         map.get(ws).cloned()
+    }
+
+    /// Takes one store from a token's per-minute budget. `Err` carries the seconds until
+    /// the next store would be allowed; nothing is taken then.
+    pub fn take_store_budget(&self, token_id: &str) -> Result<(), u64> {
+        let per_minute = self.config.limits.stores_per_token_per_minute as f64;
+        let now = std::time::Instant::now();
+        let mut budgets = self.store_budgets.lock().unwrap_or_else(|p| p.into_inner());
+        let (left, at) = budgets
+            .entry(token_id.to_owned())
+            .or_insert((per_minute, now));
+        *left = (*left + now.duration_since(*at).as_secs_f64() * per_minute / 60.0).min(per_minute);
+        *at = now;
+        if *left >= 1.0 {
+            *left -= 1.0;
+            Ok(())
+        } else {
+            Err(((1.0 - *left) * 60.0 / per_minute).ceil().max(1.0) as u64)
+        }
     }
 
     /// The lock a full-manifest build of `ws` holds.

@@ -135,7 +135,7 @@ fn migrations_are_versioned_and_newer_databases_refused() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 1);
+    assert_eq!(version, 2);
     conn.pragma_update(None, "user_version", 99).unwrap();
     drop(conn);
     let err = Store::open(&path).unwrap_err();
@@ -148,9 +148,10 @@ fn stored_times_compare_correctly_as_strings() {
     // Reinforcements record last_seen; publishing keeps the later of two times even when
     // their fractional digits differ.
     let (_dir, store) = open();
-    let req = |body: &str| mop_cards::StoreRequest {
+    // Each reinforcement from another task: a task counts once per card.
+    let req = |task: &str| mop_cards::StoreRequest {
         provenance: mop_cards::StoreProvenance {
-            task_id: "t".into(),
+            task_id: task.into(),
             user_id: Some("u".into()),
             asset_id: None,
         },
@@ -162,12 +163,17 @@ fn stored_times_compare_correctly_as_strings() {
             error_codes: vec![],
             stacks: vec![],
             scope: Default::default(),
-            body: body.into(),
+            body: "x".into(),
         },
     };
-    let first = store.store_memory(WS, &req("x"), "test").unwrap();
-    for _ in 0..3 {
-        store.store_memory(WS, &req("x"), "test").unwrap();
+    let limits = mop_server::store::StoreLimits {
+        stores_per_task: 50,
+    };
+    let first = store.store_memory(WS, &req("t0"), "test", limits).unwrap();
+    for n in 1..4 {
+        store
+            .store_memory(WS, &req(&format!("t{n}")), "test", limits)
+            .unwrap();
     }
     store.publish_counters(None).unwrap();
     let m = store.manifest(WS, ManifestKind::Full).unwrap().manifest;

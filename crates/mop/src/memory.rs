@@ -233,12 +233,14 @@ pub async fn store(a: StoreArgs, user: Option<String>, asset: Option<String>) ->
         StoreOutcome::Created => "created a new unverified card",
         StoreOutcome::Reinforced => "reinforced an equal card (counters only)",
         StoreOutcome::Extended => "extended your unverified card with the new text",
+        StoreOutcome::Unchanged => {
+            "this task already reinforced an equal card; a task counts once per card, nothing changed"
+        }
     };
-    println!(
-        "{}: {what} ({}); a person reviews it before other people's tasks see it",
-        r.outcome_word(),
-        r.id
-    );
+    println!("{}: {what} ({})", r.outcome_word(), r.id);
+    if !r.audience.is_empty() {
+        println!("who sees it: {}", r.audience);
+    }
     Ok(())
 }
 
@@ -252,6 +254,7 @@ impl OutcomeWord for AgentStoreResponse {
             StoreOutcome::Created => "created",
             StoreOutcome::Reinforced => "reinforced",
             StoreOutcome::Extended => "extended",
+            StoreOutcome::Unchanged => "unchanged",
         }
     }
 }

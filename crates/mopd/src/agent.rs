@@ -212,6 +212,19 @@ async fn store(State(s): State<AgentState>, body: Bytes) -> Response {
         Err(e) => return *e,
     };
     let lease = s.task.lease();
+    if lease.task.origin_user_id.is_none() {
+        // Nobody could ever see such a card until a person verified it (OKF.md "Tiers"),
+        // so refusing says so now instead of storing into the void.
+        return error(
+            StatusCode::FORBIDDEN,
+            format!(
+                "task {} was started without a user, so nobody is the author of what it stores and \
+                 no task could see the card: stores from tasks without a user are refused. The \
+                 runner can start the task with --user NAME",
+                lease.task.task_id
+            ),
+        );
+    }
     let provenance = StoreProvenance {
         task_id: lease.task.task_id.clone(),
         user_id: lease.task.origin_user_id.clone(),

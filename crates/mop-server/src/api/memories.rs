@@ -11,6 +11,7 @@ use mop_cards::{StoreOutcome, StoreRequest, StoreResponse};
 
 use super::{ApiError, Caller, blocking, json, read_body};
 use crate::state::AppState;
+use crate::store::StoreLimits;
 
 pub(crate) async fn store(
     State(state): State<Arc<AppState>>,
@@ -22,10 +23,26 @@ pub(crate) async fn store(
     caller.workspace(&state, &ws)?;
     let body = read_body(&state, &headers, body).await?;
     let req: StoreRequest = json(&body)?;
+    if let Err(retry_after) = state.take_store_budget(&caller.0.id) {
+        tracing::warn!(workspace = %ws, token = %caller.0.id, "store refused: token over its store rate");
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_requests",
+            format!(
+                "this token made more than {} stores in the last minute (limits.stores_per_token_per_minute); \
+                 nothing was stored; try again in {retry_after} s",
+                state.config.limits.stores_per_token_per_minute
+            ),
+        )
+        .retry_after(retry_after));
+    }
     let store = state.store.clone();
     let actor = caller.actor();
     let ws2 = ws.clone();
-    let response = blocking(move || store.store_memory(&ws2, &req, &actor)).await?;
+    let limits = StoreLimits {
+        stores_per_task: state.config.limits.stores_per_task,
+    };
+    let response = blocking(move || store.store_memory(&ws2, &req, &actor, limits)).await?;
     state.note_revision(&ws, response.revision);
     tracing::info!(workspace = %ws, card = %response.id, outcome = ?response.outcome,
         token = %caller.0.id, revision = response.revision, "memory stored");

@@ -81,6 +81,7 @@ pub struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -90,7 +91,14 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// Adds a `Retry-After` header (seconds).
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
     }
 
     fn bad_request(message: impl Into<String>) -> Self {
@@ -114,7 +122,13 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({ "error": self.code, "message": self.message });
-        (self.status, axum::Json(body)).into_response()
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }
 
@@ -124,6 +138,10 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound(m) => ApiError::not_found(m),
             StoreError::Invalid(m) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", m),
             StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
+            StoreError::Forbidden(m) => ApiError::new(StatusCode::FORBIDDEN, "forbidden", m),
+            StoreError::Limit(m) => {
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_requests", m)
+            }
             other => ApiError::internal(other),
         }
     }

@@ -278,7 +278,7 @@ pub(crate) fn audit(
     Ok(())
 }
 
-fn current_revision(tx: &Transaction<'_>, ws: &str) -> rusqlite::Result<u64> {
+pub(super) fn current_revision(tx: &Transaction<'_>, ws: &str) -> rusqlite::Result<u64> {
     tx.query_row(
         "SELECT revision FROM workspaces WHERE name = ?1",
         params![ws],

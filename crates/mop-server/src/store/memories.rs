@@ -8,6 +8,11 @@
 //! - otherwise the author's own unverified card with the same type and title is *extended*
 //!   with the new text;
 //! - otherwise a new unverified card is *created*. Agent text never rewrites a verified card.
+//!
+//! Stores are bounded: a task without a user is nobody's author and its stores are
+//! refused; each (node token, task) may store at most `limits.stores_per_task` times; and a
+//! task reinforces a card at most once (a repeat is answered `unchanged`). A refusal
+//! changes nothing. Every answer says who will see the card.
 
 use jiff::Timestamp;
 use mop_cards::{
@@ -16,11 +21,29 @@ use mop_cards::{
 };
 use rusqlite::params;
 
-use super::cards::{Kept, audit, load_object, title_key, write_card};
+use super::cards::{Kept, audit, current_revision, load_object, title_key, write_card};
 use super::{Result, Store, StoreError, bump, ensure_workspace, stamp};
 
 fn body_key(body: &str) -> String {
     body.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Records that a task (a node token's task id) contributed to a card: created, extended
+/// or reinforced it. False when it had already, so its repeat counts for nothing.
+fn note_contribution(
+    tx: &rusqlite::Transaction<'_>,
+    ws: &str,
+    actor: &str,
+    task_id: &str,
+    card: &CardId,
+    at: Timestamp,
+) -> rusqlite::Result<bool> {
+    let inserted = tx.execute(
+        "INSERT OR IGNORE INTO task_reinforcements (workspace, actor, task_id, card_id, at)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![ws, actor, task_id, card.to_string(), stamp(at)],
+    )?;
+    Ok(inserted == 1)
 }
 
 fn merge(into: &mut Vec<String>, from: &[String]) {
@@ -31,9 +54,23 @@ fn merge(into: &mut Vec<String>, from: &[String]) {
     }
 }
 
+/// Bounds on agent stores that the store itself enforces (the per-token rate is kept in
+/// memory by the API, which sees every request first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreLimits {
+    /// Most stores one task (one node token and task id) may make.
+    pub stores_per_task: u64,
+}
+
 impl Store {
     /// Stores a card from a task. `actor` is the node token's id.
-    pub fn store_memory(&self, ws: &str, req: &StoreRequest, actor: &str) -> Result<StoreResponse> {
+    pub fn store_memory(
+        &self,
+        ws: &str,
+        req: &StoreRequest,
+        actor: &str,
+        limits: StoreLimits,
+    ) -> Result<StoreResponse> {
         let p = &req.provenance;
         let c = &req.card;
         if !is_task_id(&p.task_id) {
@@ -95,12 +132,39 @@ impl Store {
         new_card
             .validate()
             .map_err(|e| StoreError::Invalid(format!("card: {e}")))?;
+        if p.user_id.is_none() {
+            return Err(StoreError::Forbidden(format!(
+                "task {} names no user, so nobody is the author of what it stores and no task could \
+                 ever see the card; stores from tasks without a user are refused. Start the task \
+                 with a user (mop run --user NAME) to let its agent store memory",
+                p.task_id
+            )));
+        }
         let key = title_key(&c.title);
         let detail = format!("task={}", p.task_id);
 
         self.write(|tx| {
             let e = self.err("store memory");
             ensure_workspace(tx, ws).map_err(&e)?;
+            // Count this store first; over the limit, the error rolls the whole
+            // transaction back, so a refused store changes nothing.
+            let stores: i64 = tx
+                .query_row(
+                    "INSERT INTO task_stores (workspace, actor, task_id, stores, last_at) VALUES (?1, ?2, ?3, 1, ?4)
+                     ON CONFLICT (workspace, actor, task_id) DO UPDATE SET stores = stores + 1, last_at = ?4
+                     RETURNING stores",
+                    params![ws, actor, p.task_id, stamp(now_ts)],
+                    |r| r.get(0),
+                )
+                .map_err(&e)?;
+            if stores as u64 > limits.stores_per_task {
+                return Err(StoreError::Limit(format!(
+                    "task {} has made {} stores, the most one task may make (limits.stores_per_task on the server); \
+                     nothing was stored. Fold what is left into fewer, fuller cards, or ask a curator",
+                    p.task_id,
+                    limits.stores_per_task
+                )));
+            }
             // Live cards of the same type and title that this task could see.
             let candidates: Vec<(CardSummary, String)> = {
                 let mut stmt = tx
@@ -133,6 +197,13 @@ impl Store {
                 let existing = parse_card(&raw)
                     .map_err(|err| StoreError::Invalid(format!("stored card {} unreadable: {err}", summary.id)))?;
                 if body_key(&existing.body) == new_body {
+                    let audience = summary.audience_sentence();
+                    let revision = current_revision(tx, ws).map_err(&e)?;
+                    // One reinforcement per (task, card): a task repeating itself (or
+                    // repeating the card it stored) is not more evidence.
+                    if !note_contribution(tx, ws, actor, &p.task_id, &summary.id, now_ts).map_err(&e)? {
+                        return Ok(StoreResponse { outcome: StoreOutcome::Unchanged, id: summary.id, revision, audience });
+                    }
                     // Reinforce: counters only, published with the next batch.
                     tx.execute(
                         "UPDATE cards SET pending_occurrence = pending_occurrence + 1, pending_last_seen = ?3
@@ -142,14 +213,9 @@ impl Store {
                     .map_err(&e)?;
                     tx.execute("UPDATE workspaces SET counters_dirty = 1 WHERE name = ?1", params![ws])
                         .map_err(&e)?;
-                    let revision: u64 = tx
-                        .query_row("SELECT revision FROM workspaces WHERE name = ?1", params![ws], |r| {
-                            r.get::<_, i64>(0).map(|v| v as u64)
-                        })
-                        .map_err(&e)?;
                     audit(tx, ws, Some(&summary.id), revision, actor, "reinforce", Some(sha), Some(sha), None, Some(&detail))
                         .map_err(&e)?;
-                    return Ok(StoreResponse { outcome: StoreOutcome::Reinforced, id: summary.id, revision });
+                    return Ok(StoreResponse { outcome: StoreOutcome::Reinforced, id: summary.id, revision, audience });
                 }
                 let author = summary.restricted_to_author();
                 if own_unverified.is_none() && author.is_some() && author == p.user_id.as_deref() {
@@ -187,7 +253,13 @@ impl Store {
                     .map_err(&e)?;
                 audit(tx, ws, Some(&existing.summary.id), rev, actor, "extend", Some(&old_sha), Some(&sha), Some(&raw), Some(&detail))
                     .map_err(&e)?;
-                return Ok(StoreResponse { outcome: StoreOutcome::Extended, id: existing.summary.id, revision: rev });
+                note_contribution(tx, ws, actor, &p.task_id, &existing.summary.id, now_ts).map_err(&e)?;
+                return Ok(StoreResponse {
+                    outcome: StoreOutcome::Extended,
+                    id: existing.summary.id,
+                    revision: rev,
+                    audience: existing.summary.audience_sentence(),
+                });
             }
 
             let raw = render_card(&new_card).into_bytes();
@@ -196,7 +268,13 @@ impl Store {
             let sha = write_card(tx, ws, &new_card, &raw, rev, Kept { occurrence: 1, last_seen: Some(&seen), archived_at: None }).map_err(&e)?;
             audit(tx, ws, Some(&new_card.summary.id), rev, actor, "store", None, Some(&sha), Some(&raw), Some(&detail))
                 .map_err(&e)?;
-            Ok(StoreResponse { outcome: StoreOutcome::Created, id: new_card.summary.id, revision: rev })
+            note_contribution(tx, ws, actor, &p.task_id, &new_card.summary.id, now_ts).map_err(&e)?;
+            Ok(StoreResponse {
+                outcome: StoreOutcome::Created,
+                id: new_card.summary.id,
+                revision: rev,
+                audience: new_card.summary.audience_sentence(),
+            })
         })
     }
 }

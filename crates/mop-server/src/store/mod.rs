@@ -23,6 +23,7 @@ use rusqlite::{
 };
 
 pub use cards::{CardChange, CardState, HistoryRow, ImportReport, Rejected};
+pub use memories::StoreLimits;
 pub use sync::{BuiltManifest, ManifestKind};
 pub use tokens::{Role, TokenInfo, TokenRow, token_hash};
 
@@ -39,6 +40,12 @@ pub enum StoreError {
     /// The thing exists already.
     #[error("{0}")]
     Conflict(String),
+    /// The caller may not do this at all (the message says why and what to do instead).
+    #[error("{0}")]
+    Forbidden(String),
+    /// A configured limit was reached; nothing changed.
+    #[error("{0}")]
+    Limit(String),
     /// SQLite failed.
     #[error("database {path}: {context}: {source}")]
     Sqlite {

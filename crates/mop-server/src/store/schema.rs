@@ -88,6 +88,27 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT;
     CREATE INDEX history_by_card ON history (workspace, card_id);
     ",
+    // 2: bounds on agent stores: stores counted per (node token, task), and at most one
+    // reinforcement per (node token, task, card).
+    "
+    CREATE TABLE task_stores (
+        workspace TEXT NOT NULL,
+        actor     TEXT NOT NULL,
+        task_id   TEXT NOT NULL,
+        stores    INTEGER NOT NULL,
+        last_at   TEXT NOT NULL,
+        PRIMARY KEY (workspace, actor, task_id)
+    ) STRICT, WITHOUT ROWID;
+
+    CREATE TABLE task_reinforcements (
+        workspace TEXT NOT NULL,
+        actor     TEXT NOT NULL,
+        task_id   TEXT NOT NULL,
+        card_id   TEXT NOT NULL,
+        at        TEXT NOT NULL,
+        PRIMARY KEY (workspace, actor, task_id, card_id)
+    ) STRICT, WITHOUT ROWID;
+    ",
 ];
 
 /// Brings the database to the newest schema.

@@ -364,3 +364,80 @@ fn a_task_cannot_store_a_card_for_another_user_asset_or_workspace() {
     assert!(!env.server_has("acme", &id));
     assert_eq!(env.revision("acme"), before.0);
 }
+
+/// The side channel: retrieve scores computed over the whole index tell a task whether a
+/// word occurs in cards it cannot see. Bob's answers must not move when alice's personal
+/// cards full of his query words arrive, and a word found only in them must answer like a
+/// word found nowhere. The control: alice's own task finds them by that word.
+#[test]
+fn retrieve_answers_do_not_depend_on_cards_the_task_cannot_see() {
+    let Some(env) = setup() else { return };
+    let retrieve = |plan: &Value, query: &str| -> Value {
+        let out = env.agent(plan, &["retrieve", query, "--json", "--limit", "50"]);
+        assert!(out.status.success(), "{}", text(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let queries = ["ledger undo retention", "nightly ETL snapshot too old"];
+    let bob_1 = env.prepare("acme", "bob-1", "bob", "db-prod-01");
+    let before: Vec<Value> = queries
+        .iter()
+        .map(|q| retrieve(&bob_1.plan, q)["hits"].clone())
+        .collect();
+    env.release("bob-1");
+
+    let alice = env.prepare("acme", "alice-secret", "alice", "db-prod-01");
+    for n in 0..3 {
+        let title = format!("Ledger undo retention notes zqhiddenword {n}");
+        let mut cmd = as_runner(
+            &[
+                "memory",
+                "store",
+                "--type",
+                "pitfall",
+                "--title",
+                &title,
+                "--personal",
+                "--content-stdin",
+            ]
+            .map(OsStr::new),
+        );
+        cmd.env(
+            "MOP_AGENT_SOCKET",
+            alice.plan["agent_socket"].as_str().unwrap(),
+        )
+        .env("MOP_TASK_USER", "alice");
+        let body = "ledger undo retention nightly ETL snapshot zqhiddenword ".repeat(30 + n);
+        let out = mop_tests::procs::run_with_stdin(&mut cmd, body.as_bytes());
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    env.release("alice-secret");
+    env.daemon.sync("acme");
+
+    let bob_2 = env.prepare("acme", "bob-2", "bob", "db-prod-01");
+    assert_ne!(bob_2.plan["revision"], bob_1.plan["revision"]);
+    for (q, was) in queries.iter().zip(&before) {
+        assert_eq!(
+            &retrieve(&bob_2.plan, q)["hits"],
+            was,
+            "{q:?}: bob's hits or scores moved when alice's hidden cards arrived"
+        );
+    }
+    let hidden = retrieve(&bob_2.plan, "ledger zqhiddenword");
+    let nowhere = retrieve(&bob_2.plan, "ledger zqnowhereword");
+    assert_eq!(
+        hidden, nowhere,
+        "a hidden word answers like a word found nowhere"
+    );
+    assert_eq!(
+        retrieve(&bob_2.plan, "zqhiddenword"),
+        retrieve(&bob_2.plan, "zqnowhereword")
+    );
+    // Control: where the cards are visible, the same probe finds them.
+    let alice_2 = env.prepare("acme", "alice-2", "alice", "db-prod-01");
+    let found = retrieve(&alice_2.plan, "zqhiddenword");
+    assert_eq!(found["hits"].as_array().unwrap().len(), 3, "{found}");
+    assert_ne!(
+        retrieve(&alice_2.plan, "ledger zqhiddenword"),
+        retrieve(&alice_2.plan, "ledger zqnowhereword")
+    );
+}

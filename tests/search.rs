@@ -217,3 +217,70 @@ fn an_index_from_another_generation_is_refused() {
         "{err}"
     );
 }
+
+/// Hits as (card id, score bits): exact, so that no rounding difference hides.
+fn scored(g: &Generation, t: &TaskContext, query: &str) -> Vec<(CardId, u32)> {
+    let visible = Arc::new(g.catalog.visible_set(t));
+    g.index
+        .search(query, 50, visible)
+        .unwrap()
+        .iter()
+        .map(|h| (g.catalog.entry(h.ord).summary.id, h.score.to_bits()))
+        .collect()
+}
+
+/// The side channel of issue 13: BM25 statistics over the whole index let a task compare
+/// scores and learn whether a word occurs in cards it cannot see. Bob's answers must be
+/// exactly those of an index that never held alice's hidden cards, and a word found only
+/// in them must answer exactly like a word found nowhere; alice (the control) finds them.
+#[test]
+fn answers_do_not_depend_on_cards_the_task_cannot_see() {
+    let (ws, visible_only) = setup();
+    let mut with_hidden = load_cards(
+        &example_cards_dir(),
+        "2026-11-29T00:00:00Z".parse().unwrap(),
+    );
+    // Alice's personal cards, long and full of words bob's queries use.
+    for n in 0..4 {
+        let id = format!("7e57c0de-0000-4000-8000-{n:012}");
+        let raw = format!(
+            "---\nid: {id}\ntype: pitfall\ntitle: Ledger undo ETL zqhiddenword {n}\nscope:\n  user_id: alice\n---\n{}\n",
+            "ledger undo retention ETL nightly zqhiddenword snapshot ".repeat(40 + n)
+        );
+        let card = mop_cards::parse_card(raw.as_bytes()).unwrap();
+        with_hidden
+            .manifest
+            .cards
+            .push(mop_cards::ManifestEntry::for_card(&card, raw.as_bytes()));
+        with_hidden.cards.insert(card.summary.id, card);
+    }
+    let g = build_generation(&with_hidden, &Rules::default());
+    let bob = task(Some("bob"), None);
+    for query in [
+        "ledger undo retention",
+        "snapshot too old during the nightly ETL",
+        "ledger zqhiddenword",
+        "zqhiddenword",
+    ] {
+        assert_eq!(
+            scored(&g, &bob, query),
+            scored(&visible_only, &bob, query),
+            "{query:?}: bob's answer changed with alice's hidden cards"
+        );
+    }
+    assert_eq!(
+        scored(&g, &bob, "ledger zqhiddenword"),
+        scored(&g, &bob, "ledger zqnowhereword"),
+        "a hidden word answers like a word found nowhere"
+    );
+    assert!(scored(&g, &bob, "zqhiddenword").is_empty());
+    // The control: alice sees her cards, so the same probe finds them, and her scores
+    // for a shared word do count them.
+    let alice = task(Some("alice"), None);
+    assert_eq!(scored(&g, &alice, "zqhiddenword").len(), 4);
+    assert_ne!(
+        scored(&g, &alice, "ledger undo retention"),
+        scored(&visible_only, &alice, "ledger undo retention")
+    );
+    let _ = ws;
+}

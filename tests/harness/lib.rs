@@ -141,6 +141,7 @@ pub fn build_generation(ws: &Workspace, rules: &Rules) -> Generation {
             description: card.summary.description.as_deref().unwrap_or(""),
             labels: &card.summary.labels,
             body: std::borrow::Cow::Borrowed(&card.body),
+            open: card.summary.is_open(),
         }
     });
     build_index(dir.path(), docs).expect("index builds");

@@ -316,6 +316,7 @@ fn engine(
                     description: card.summary.description.as_deref().unwrap_or(""),
                     labels: &card.summary.labels,
                     body: std::borrow::Cow::Borrowed(&card.body),
+                    open: card.summary.is_open(),
                 }
             });
             let started = Instant::now();

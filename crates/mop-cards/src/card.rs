@@ -306,6 +306,12 @@ impl CardSummary {
             && trusted
     }
 
+    /// True when every task may see this card: live, bound to no user or asset, and
+    /// verified. Everything else is restricted to some tasks (or to none).
+    pub fn is_open(&self) -> bool {
+        self.is_live() && self.scope.is_workspace() && self.trust == Trust::Verified
+    }
+
     /// One sentence on who will see this card, for the agent that stored it: an
     /// unverified card reaches only its author's tasks (and, when asset-bound, only on
     /// that asset) until a person verifies it.

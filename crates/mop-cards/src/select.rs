@@ -110,14 +110,39 @@ pub struct VisibleSet {
 }
 
 impl VisibleSet {
-    fn empty(len: usize) -> Self {
+    /// An empty set with room for ordinals below `len`.
+    pub fn empty(len: usize) -> Self {
         VisibleSet {
             words: vec![0; len.div_ceil(64)],
         }
     }
 
-    fn insert(&mut self, ord: u32) {
+    /// Adds an ordinal (below the `len` the set was made for).
+    pub fn insert(&mut self, ord: u32) {
         self.words[ord as usize / 64] |= 1 << (ord % 64);
+    }
+
+    /// True when every ordinal of `other` is in this set.
+    pub fn covers(&self, other: &VisibleSet) -> bool {
+        other
+            .words
+            .iter()
+            .enumerate()
+            .all(|(i, w)| w & !self.words.get(i).copied().unwrap_or(0) == 0)
+    }
+
+    /// The ordinals in this set and not in `other`, in order (`other` may be empty).
+    pub fn without<'a>(&'a self, other: &'a VisibleSet) -> impl Iterator<Item = u32> + 'a {
+        self.words.iter().enumerate().flat_map(move |(i, w)| {
+            let mut left = w & !other.words.get(i).copied().unwrap_or(0);
+            std::iter::from_fn(move || {
+                (left != 0).then(|| {
+                    let bit = left.trailing_zeros();
+                    left &= left - 1;
+                    (i * 64) as u32 + bit
+                })
+            })
+        })
     }
 
     /// Whether the card with this ordinal is in the set.
@@ -257,7 +282,7 @@ impl Catalog {
                         map.entry(key).or_default().push(ord);
                     }
                 }
-                if pre.user == 0 && pre.asset == 0 && !pre.unverified {
+                if s.is_open() {
                     cat.open.insert(ord);
                 }
                 for code in &s.error_codes {

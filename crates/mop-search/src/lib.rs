@@ -8,12 +8,20 @@
 //! Documents carry the card's *ordinal* in the generation's [`mop_cards::Catalog`] (cards
 //! sorted by id). A search takes the task's [`VisibleSet`] and never returns a card outside
 //! it, so text hits obey the same hard exclusions as the tiers.
+//!
+//! No answer depends on cards outside that set (DESIGN.md "Retrieval"): BM25's statistics
+//! (document count, average length, each term's document frequency) are computed over the
+//! visible cards only, so neither the scores nor the ranking nor the choice of query terms
+//! tell whether a word occurs in a card the task cannot see. To keep that cheap, the text
+//! of every *restricted* card (one not every task may see) is indexed a second time in a
+//! field of its own: a term's frequency among the visible cards is its whole-index
+//! frequency less the restricted cards outside the set, found in that small field.
 
 mod readonly;
 pub mod tokenize;
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -21,18 +29,20 @@ use mop_cards::{Catalog, Rules, Selection, TaskContext, TaskQuery, TextHit, Visi
 use serde::{Deserialize, Serialize};
 use tantivy::collector::{Collector, SegmentCollector};
 use tantivy::directory::MmapDirectory;
-use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
+use tantivy::query::{Bm25StatisticsProvider, BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::{FAST, Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions};
 use tantivy::{
-    DocId, Index, IndexReader, ReloadPolicy, Score, SegmentOrdinal, SegmentReader, TantivyDocument,
-    Term,
+    DocId, DocSet, Index, IndexReader, ReloadPolicy, Score, SegmentOrdinal, SegmentReader,
+    TERMINATED, TantivyDocument, Term,
 };
 
 use crate::readonly::ReadOnlyDirectory;
 
 const TOKENIZER: &str = "mop";
 const META_FILE: &str = "mop-search.json";
-const FORMAT: u32 = 1;
+/// Format 2 adds the restricted-text field and the `open` flag; format 1 indexes still
+/// open, and their visible statistics are computed the slow way (every posting).
+const FORMAT: u32 = 2;
 /// Indexing memory budget. Tantivy flushes a segment when it is reached, so large
 /// workspaces make a few segments instead of a large heap.
 const WRITER_BUDGET_BYTES: usize = 48 * 1024 * 1024;
@@ -89,6 +99,8 @@ pub struct IndexDoc<'a> {
     /// Markdown body: borrowed when the caller holds every card, owned when it reads
     /// them one at a time (so a build never holds all bodies at once).
     pub body: std::borrow::Cow<'a, str>,
+    /// True when every task may see the card ([`mop_cards::CardSummary::is_open`]).
+    pub open: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -100,7 +112,16 @@ struct Meta {
 /// One text field holds title, labels, description and body. Title and labels are
 /// written twice: a word there says more about a card than one in its body, and
 /// repetition weights them without the cost of querying four fields per term.
-fn schema() -> (Schema, Field, Field) {
+/// The index's fields: the text of every card, the same text again for restricted cards
+/// only, each card's ordinal and whether it is open.
+struct Fields {
+    text: Field,
+    restricted: Field,
+    ord: Field,
+    open: Field,
+}
+
+fn schema() -> (Schema, Fields) {
     let mut builder = Schema::builder();
     // Frequencies without positions: BM25 needs no phrase queries, and the index is smaller.
     let options = TextOptions::default().set_indexing_options(
@@ -108,9 +129,19 @@ fn schema() -> (Schema, Field, Field) {
             .set_tokenizer(TOKENIZER)
             .set_index_option(IndexRecordOption::WithFreqs),
     );
-    let text = builder.add_text_field("text", options);
+    let text = builder.add_text_field("text", options.clone());
+    let restricted = builder.add_text_field("restricted", options);
     let ord = builder.add_u64_field("ord", FAST);
-    (builder.build(), text, ord)
+    let open = builder.add_u64_field("open", FAST);
+    (
+        builder.build(),
+        Fields {
+            text,
+            restricted,
+            ord,
+            open,
+        },
+    )
 }
 
 fn field_of(schema: &Schema, dir: &Path, name: &str) -> Result<Field, SearchError> {
@@ -137,7 +168,7 @@ pub fn build_index<'a>(
         dir: dir.display().to_string(),
         source,
     };
-    let (schema, text_field, ord_field) = schema();
+    let (schema, fields) = schema();
     let index = Index::create_in_dir(dir, schema).map_err(tantivy)?;
     index
         .tokenizers()
@@ -162,8 +193,12 @@ pub fn build_index<'a>(
         text.push_str(d.description);
         text.push('\n');
         text.push_str(&d.body);
-        doc.add_text(text_field, &text);
-        doc.add_u64(ord_field, u64::from(d.ord));
+        doc.add_text(fields.text, &text);
+        if !d.open {
+            doc.add_text(fields.restricted, &text);
+        }
+        doc.add_u64(fields.ord, u64::from(d.ord));
+        doc.add_u64(fields.open, u64::from(d.open));
         writer.add_document(doc).map_err(tantivy)?;
         count += 1;
     }
@@ -198,10 +233,18 @@ pub fn build_index<'a>(
 pub struct SearchIndex {
     reader: IndexReader,
     text: Field,
+    /// The restricted cards' copy of their text (absent in format 1 indexes).
+    restricted: Option<Field>,
     docs: u64,
     /// Per segment (in searcher order), the card ordinal of each document: an array
     /// lookup while collecting instead of decoding the fast field for every hit.
     ords: Arc<Vec<Vec<u32>>>,
+    /// The open cards' ordinals (empty in format 1 indexes).
+    open: VisibleSet,
+    /// Each card's length (its text's field norm), by ordinal.
+    norms: Vec<u32>,
+    /// The open cards' lengths, summed.
+    open_tokens: u64,
 }
 
 impl std::fmt::Debug for SearchIndex {
@@ -226,9 +269,9 @@ impl SearchIndex {
         })?;
         let meta: Meta = serde_json::from_slice(&meta_bytes)
             .map_err(|e| invalid(format!("{META_FILE} is unreadable: {e}")))?;
-        if meta.format != FORMAT {
+        if !(1..=FORMAT).contains(&meta.format) {
             return Err(invalid(format!(
-                "index format {} is not the supported format {FORMAT}",
+                "index format {} is not a supported format (1 to {FORMAT})",
                 meta.format
             )));
         }
@@ -243,6 +286,12 @@ impl SearchIndex {
             .register(TOKENIZER, tokenize::MopTokenizer);
         let text = field_of(&index.schema(), dir, "text")?;
         field_of(&index.schema(), dir, "ord")?;
+        let restricted = if meta.format >= 2 {
+            field_of(&index.schema(), dir, "open")?;
+            Some(field_of(&index.schema(), dir, "restricted")?)
+        } else {
+            None
+        };
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
@@ -256,23 +305,43 @@ impl SearchIndex {
             )));
         }
         let mut ords = Vec::new();
+        let mut open = VisibleSet::empty(docs as usize);
+        let mut norms = vec![0u32; docs as usize];
         for segment in reader.searcher().segment_readers() {
             let column = segment.fast_fields().u64("ord").map_err(tantivy)?;
+            let open_column = match restricted {
+                Some(_) => Some(segment.fast_fields().u64("open").map_err(tantivy)?),
+                None => None,
+            };
+            let fieldnorms = segment.get_fieldnorms_reader(text).map_err(tantivy)?;
             let mut seg = Vec::with_capacity(segment.max_doc() as usize);
             for doc in 0..segment.max_doc() {
                 let ord = column
                     .first(doc)
                     .and_then(|o| u32::try_from(o).ok())
+                    .filter(|o| u64::from(*o) < docs)
                     .ok_or_else(|| invalid(format!("document {doc} has no card ordinal")))?;
+                if open_column.as_ref().and_then(|c| c.first(doc)) == Some(1) {
+                    open.insert(ord);
+                }
+                norms[ord as usize] = fieldnorms.fieldnorm(doc);
                 seg.push(ord);
             }
             ords.push(seg);
         }
+        let open_tokens = open
+            .without(&VisibleSet::empty(0))
+            .map(|o| u64::from(norms[o as usize]))
+            .sum();
         Ok(SearchIndex {
             reader,
             text,
+            restricted,
             docs,
             ords: Arc::new(ords),
+            open,
+            norms,
+            open_tokens,
         })
     }
 
@@ -282,7 +351,8 @@ impl SearchIndex {
     }
 
     /// The best `limit` cards for `text` among `visible`, best first (ties: lower ordinal,
-    /// which is the lower id, first). An empty or stopword-only text finds nothing.
+    /// which is the lower id, first). An empty or stopword-only text finds nothing. Scores
+    /// use statistics of the visible cards only (see the module comment).
     pub fn search(
         &self,
         text: &str,
@@ -297,38 +367,61 @@ impl SearchIndex {
             return Ok(Vec::new());
         }
         let searcher = self.reader.searcher();
-        let Some(query) = self.query(text, &searcher).map_err(tantivy)? else {
+        let Some((query, stats)) = self.query(text, &searcher, &visible).map_err(tantivy)? else {
             return Ok(Vec::new());
         };
         let hits = searcher
-            .search(
+            .search_with_statistics_provider(
                 &query,
                 &MaskedTopK {
                     limit,
                     visible,
                     ords: self.ords.clone(),
                 },
+                &stats,
             )
             .map_err(tantivy)?;
         Ok(hits)
     }
 
-    /// One SHOULD clause per distinct term that occurs in the index, keeping the
-    /// [`MAX_QUERY_TERMS`] rarest: terms in no card cost nothing, and a long ticket is
-    /// searched by what is specific in it rather than by its commonest words.
+    /// One SHOULD clause per distinct term that occurs in a visible card, keeping the
+    /// [`MAX_QUERY_TERMS`] rarest among them: terms in no visible card cost nothing (and
+    /// behave exactly like terms in no card at all), and a long ticket is searched by what
+    /// is specific in it rather than by its commonest words. Returns the query with the
+    /// visible cards' statistics it is scored by.
     fn query(
         &self,
         text: &str,
         searcher: &tantivy::Searcher,
-    ) -> Result<Option<BooleanQuery>, tantivy::TantivyError> {
+        visible: &VisibleSet,
+    ) -> Result<Option<(BooleanQuery, VisibleStats)>, tantivy::TantivyError> {
         let mut words: BTreeSet<String> = tokenize::tokens(text).into_iter().map(|t| t.0).collect();
         if words.iter().any(|t| !STOPWORDS.contains(&t.as_str())) {
             words.retain(|t| !STOPWORDS.contains(&t.as_str()));
         }
+        let mut stats = self.visible_stats(visible);
+        if stats.docs == 0 {
+            return Ok(None);
+        }
+        // With every open card visible (as in every task's set), the cards outside the set
+        // are all restricted ones, found in the restricted field; otherwise every posting.
+        let hidden_field = match self.restricted {
+            Some(r) if visible.covers(&self.open) => r,
+            _ => self.text,
+        };
         let mut terms = Vec::with_capacity(words.len());
         for word in words {
             let term = Term::from_field_text(self.text, &word);
             let df = searcher.doc_freq(&term)?;
+            if df == 0 {
+                continue;
+            }
+            let hidden = self.count_outside(
+                searcher,
+                &Term::from_field_text(hidden_field, &word),
+                visible,
+            )?;
+            let df = df.saturating_sub(hidden);
             if df > 0 {
                 terms.push((df, word, term));
             }
@@ -340,13 +433,89 @@ impl SearchIndex {
         terms.truncate(MAX_QUERY_TERMS);
         let clauses: Vec<(Occur, Box<dyn Query>)> = terms
             .into_iter()
-            .map(|(_, _, term)| {
+            .map(|(df, _, term)| {
+                stats.df.insert(term.clone(), df);
                 let q: Box<dyn Query> =
                     Box::new(TermQuery::new(term, IndexRecordOption::WithFreqs));
                 (Occur::Should, q)
             })
             .collect();
-        Ok(Some(BooleanQuery::new(clauses)))
+        Ok(Some((BooleanQuery::new(clauses), stats)))
+    }
+
+    /// The visible cards' count and total length, summed over the visible cards alone
+    /// (so that cards outside the set cannot shift it, not even by rounding): the open
+    /// cards' precomputed sum plus the visible restricted ones.
+    fn visible_stats(&self, visible: &VisibleSet) -> VisibleStats {
+        let length = |o: u32| u64::from(self.norms.get(o as usize).copied().unwrap_or(0));
+        let in_index = |o: &u32| u64::from(*o) < self.docs;
+        let (base, none) = (&self.open, VisibleSet::empty(0));
+        let (mut docs, mut tokens, extra) = if visible.covers(base) {
+            (base.len() as u64, self.open_tokens, visible.without(base))
+        } else {
+            (0, 0, visible.without(&none))
+        };
+        for o in extra.filter(in_index) {
+            docs += 1;
+            tokens += length(o);
+        }
+        VisibleStats {
+            docs,
+            tokens,
+            df: HashMap::new(),
+        }
+    }
+
+    /// How many documents with `term` (in its field) are outside `visible`.
+    fn count_outside(
+        &self,
+        searcher: &tantivy::Searcher,
+        term: &Term,
+        visible: &VisibleSet,
+    ) -> Result<u64, tantivy::TantivyError> {
+        let mut outside = 0;
+        for (segment, reader) in searcher.segment_readers().iter().enumerate() {
+            let Some(mut postings) = reader
+                .inverted_index(term.field())?
+                .read_postings(term, IndexRecordOption::Basic)?
+            else {
+                continue;
+            };
+            let ords = &self.ords[segment];
+            let mut doc = postings.doc();
+            while doc != TERMINATED {
+                if ords
+                    .get(doc as usize)
+                    .is_some_and(|o| !visible.contains(*o))
+                {
+                    outside += 1;
+                }
+                doc = postings.advance();
+            }
+        }
+        Ok(outside)
+    }
+}
+
+/// BM25 statistics over the visible cards: what tantivy would compute if the index held
+/// only them.
+struct VisibleStats {
+    docs: u64,
+    tokens: u64,
+    df: HashMap<Term, u64>,
+}
+
+impl Bm25StatisticsProvider for VisibleStats {
+    fn total_num_tokens(&self, _field: Field) -> tantivy::Result<u64> {
+        Ok(self.tokens)
+    }
+
+    fn total_num_docs(&self) -> tantivy::Result<u64> {
+        Ok(self.docs)
+    }
+
+    fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
+        Ok(self.df.get(term).copied().unwrap_or(0))
     }
 }
 

@@ -425,6 +425,7 @@ impl Pool {
                 description: e.summary.description.as_deref().unwrap_or(""),
                 labels: &e.summary.labels,
                 body: body.into(),
+                open: e.summary.is_open(),
             }
         });
         build_index(&index, docs)?;

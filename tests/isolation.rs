@@ -7,10 +7,12 @@
 
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Output;
 
-use mop_tests::procs::{Daemon, DaemonOptions, Server, as_runner, run, runner_user};
+use mop_tests::procs::{
+    Daemon, DaemonOptions, Server, as_runner, run, runner_socket_request, runner_user,
+};
 use mop_tests::{card_files, example_cards_dir};
 use serde_json::{Value, json};
 
@@ -314,19 +316,15 @@ fn a_task_cannot_store_a_card_for_another_user_asset_or_workspace() {
     let alice = env.prepare("globex", "alice-forger", "alice", "db-prod-01");
     let socket = PathBuf::from(alice.plan["agent_socket"].as_str().unwrap());
     let before = (env.revision("acme"), env.revision("globex"));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    // The requests come from the task's owner, as its agent's would.
     let store = |scope: Value| {
         let body = json!({"card": {"type": "fact", "title": format!("{MARKER} forged"), "body": "x", "scope": scope}});
-        rt.block_on(mop_proto::client::request(
-            Path::new(&socket),
+        runner_socket_request(
+            &socket,
             "POST",
             "/v1/store",
-            Some(serde_json::to_vec(&body).unwrap()),
-        ))
-        .unwrap()
+            Some(&serde_json::to_vec(&body).unwrap()),
+        )
     };
     for scope in [
         json!({"user_id": "bob"}),
@@ -339,14 +337,12 @@ fn a_task_cannot_store_a_card_for_another_user_asset_or_workspace() {
     }
     // A workspace cannot be named at all: the request has no such field.
     let body = json!({"card": {"type": "fact", "title": "t", "body": "x"}, "workspace": "acme"});
-    let (code, _) = rt
-        .block_on(mop_proto::client::request(
-            &socket,
-            "POST",
-            "/v1/store",
-            Some(serde_json::to_vec(&body).unwrap()),
-        ))
-        .unwrap();
+    let (code, _) = runner_socket_request(
+        &socket,
+        "POST",
+        "/v1/store",
+        Some(&serde_json::to_vec(&body).unwrap()),
+    );
     assert_eq!(code, 400);
     assert_eq!(
         (env.revision("acme"), env.revision("globex")),

@@ -788,18 +788,12 @@ fn store_from_inside_goes_to_the_server_with_the_tasks_provenance() {
     // A task cannot bind a card to another user through its socket.
     let p = plan(&env, "forger", "alice", None);
     let body = serde_json::json!({"card": {"type": "fact", "title": "x", "body": "y", "scope": {"user_id": "bob"}}});
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let (code, answer) = rt
-        .block_on(mop_proto::client::request(
-            Path::new(p["agent_socket"].as_str().unwrap()),
-            "POST",
-            "/v1/store",
-            Some(serde_json::to_vec(&body).unwrap()),
-        ))
-        .unwrap();
+    let (code, answer) = mop_tests::procs::runner_socket_request(
+        Path::new(p["agent_socket"].as_str().unwrap()),
+        "POST",
+        "/v1/store",
+        Some(&serde_json::to_vec(&body).unwrap()),
+    );
     assert_eq!(code, 403, "{}", String::from_utf8_lossy(&answer));
 }
 

@@ -64,7 +64,12 @@ pub struct Server {
     /// The temporary directory (database, config, logs).
     pub dir: tempfile::TempDir,
     log: Arc<Mutex<String>>,
+    wrap: Vec<String>,
 }
+
+/// A command line that runs what follows it with the soft descriptor limit a systemd
+/// service gets by default (1024): `sh -c 'ulimit -Sn 1024; exec "$@"' sh …`.
+pub const SYSTEMD_FD_LIMIT: &[&str] = &["/bin/sh", "-c", "ulimit -Sn 1024 && exec \"$@\"", "sh"];
 
 impl Server {
     /// A workspace's current revision, from its manifest (any token that may read it).
@@ -108,6 +113,12 @@ impl Server {
 
     /// Starts a server with extra config TOML (e.g. `[sync]\ncounter_publish_secs = 1`).
     pub fn start_with(config: &str) -> Server {
+        Server::start_wrapped(config, &[])
+    }
+
+    /// Starts a server through `wrap` (its command line is appended), for example
+    /// [`SYSTEMD_FD_LIMIT`].
+    pub fn start_wrapped(config: &str, wrap: &[&str]) -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join("server.toml"), config).expect("write config");
         let mut s = Server {
@@ -115,6 +126,7 @@ impl Server {
             url: String::new(),
             dir,
             log: Arc::default(),
+            wrap: wrap.iter().map(|s| s.to_string()).collect(),
         };
         s.spawn();
         s
@@ -171,7 +183,10 @@ impl Server {
     }
 
     fn spawn_on(&mut self, listen: &str) {
-        let mut child = Command::new(bin("mop-server"))
+        let mut line: Vec<std::ffi::OsString> = self.wrap.iter().map(Into::into).collect();
+        line.push(bin("mop-server").into());
+        let mut child = Command::new(&line[0])
+            .args(&line[1..])
             .args(["serve", "--listen", listen])
             .arg("--config")
             .arg(self.config())
@@ -718,4 +733,54 @@ pub fn runner_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
     ]);
     cmd.arg(program);
     cmd
+}
+
+/// One HTTP request over a Unix socket, made by `curl` run as the runner user (the owner
+/// of the tasks the tests prepare as that user): `(status, body)`.
+pub fn runner_socket_request(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+) -> (u16, Vec<u8>) {
+    socket_request_as(runner_command("curl"), socket, method, path, body)
+}
+
+/// The same request with `curl` started by `cmd` (for example as another user).
+pub fn socket_request_as(
+    mut cmd: Command,
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+) -> (u16, Vec<u8>) {
+    cmd.args([
+        "-sS",
+        "--max-time",
+        "30",
+        "-o",
+        "-",
+        "-w",
+        "\n%{http_code}",
+        "-X",
+        method,
+    ])
+    .arg("--unix-socket")
+    .arg(socket)
+    .args(["-H", "content-type: application/json"]);
+    if body.is_some() {
+        cmd.args(["--data-binary", "@-"]);
+    }
+    cmd.arg(format!("http://mop{path}"));
+    let out = match body {
+        Some(b) => run_with_stdin(&mut cmd, b),
+        None => run(&mut cmd),
+    };
+    let text = out.stdout;
+    let split = text.iter().rposition(|b| *b == b'\n').unwrap_or(0);
+    let code = String::from_utf8_lossy(&text[split..])
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    (code, text[..split].to_vec())
 }

@@ -44,6 +44,8 @@ pub struct Listen {
     pub header_timeout_secs: u64,
     /// Seconds a kept-alive connection may wait for its next request.
     pub idle_timeout_secs: u64,
+    /// Seconds a request body may take to arrive after its head.
+    pub body_timeout_secs: u64,
 }
 
 /// `[sync]`: how changes reach daemons.
@@ -91,6 +93,7 @@ impl Default for Listen {
             max_connections: 0,
             header_timeout_secs: 10,
             idle_timeout_secs: 75,
+            body_timeout_secs: 30,
         }
     }
 }
@@ -158,10 +161,17 @@ impl ServerConfig {
         if self.sync.max_batch_objects == 0 {
             return Err("sync.max_batch_objects must be at least 1".into());
         }
-        if self.server.header_timeout_secs == 0 || self.server.idle_timeout_secs == 0 {
-            return Err(
-                "server.header_timeout_secs and server.idle_timeout_secs must be at least 1".into(),
-            );
+        for (key, secs) in [
+            (
+                "server.header_timeout_secs",
+                self.server.header_timeout_secs,
+            ),
+            ("server.idle_timeout_secs", self.server.idle_timeout_secs),
+            ("server.body_timeout_secs", self.server.body_timeout_secs),
+        ] {
+            if secs == 0 {
+                return Err(format!("{key} must be at least 1"));
+            }
         }
         if self.limits.stores_per_task == 0 || self.limits.stores_per_token_per_minute == 0 {
             return Err(
@@ -171,6 +181,21 @@ impl ServerConfig {
             );
         }
         Ok(())
+    }
+
+    /// The connection limits of the listener: `max_connections` 0 leaves 128 of the
+    /// process's descriptors for the database and logs.
+    pub fn connection_limits(&self) -> mop_serve::Limits {
+        let s = &self.server;
+        mop_serve::Limits {
+            max_connections: match s.max_connections {
+                0 => mop_serve::connections_for_fd_limit(128, 16),
+                n => n,
+            },
+            header_timeout: Duration::from_secs(s.header_timeout_secs),
+            idle_timeout: Duration::from_secs(s.idle_timeout_secs),
+            body_timeout: Duration::from_secs(s.body_timeout_secs),
+        }
     }
 
     /// The counter publish interval.

@@ -67,12 +67,17 @@ pub async fn serve_until(
         shutdown.await;
         let _ = stop_tx.send(true);
     });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            let _ = http_stop.wait_for(|stop| *stop).await;
-        })
-        .await
-        .context("HTTP server failed")?;
+    let limits = config.connection_limits();
+    tracing::info!(
+        max_connections = limits.max_connections,
+        header_timeout_secs = limits.header_timeout.as_secs(),
+        idle_timeout_secs = limits.idle_timeout.as_secs(),
+        "connection limits"
+    );
+    mop_serve::serve(listener, app, limits, async move {
+        let _ = http_stop.wait_for(|stop| *stop).await;
+    })
+    .await;
     tracing::info!("shutting down: draining background tasks");
     while tasks.join_next().await.is_some() {}
     let store = state.store.clone();

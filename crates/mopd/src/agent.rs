@@ -6,7 +6,10 @@
 //! provenance, which the agent cannot choose.
 //!
 //! The socket lives in `<runtime_dir>/t/<task>/`; the sandbox binds that directory, so
-//! after a daemon restart the socket is simply created again in the same place.
+//! after a daemon restart the socket is simply created again in the same place. It takes
+//! connections from the task owner's uid only (the sandboxed agent runs as its runner), and
+//! at most `sockets.agent_max_connections` of them: an agent that opens thousands only
+//! closes its own idle ones.
 
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
@@ -43,8 +46,9 @@ pub async fn serve(
     make_dir(&lease.socket_dir).map_err(std::io::Error::other)?;
     let path = lease.socket_dir.join(AGENT_SOCKET);
     let _ = std::fs::remove_file(&path);
-    let listener = UnixListener::bind(&path)?;
+    let listener = crate::http::OwnerListener::new(UnixListener::bind(&path)?, lease.owner_uid);
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))?;
+    let limits = tasks.socket_limits();
     let app = crate::http::guarded(
         Router::new()
             .route("/v1/cards", get(list))
@@ -54,16 +58,9 @@ pub async fn serve(
             .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") }),
     )
     .with_state(AgentState { tasks, task });
-    tokio::spawn(async move {
-        let result = axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop.changed().await;
-            })
-            .await;
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "agent socket stopped");
-        }
-    });
+    tokio::spawn(mop_serve::serve(listener, app, limits, async move {
+        let _ = stop.changed().await;
+    }));
     Ok(())
 }
 

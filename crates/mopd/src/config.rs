@@ -32,6 +32,38 @@ pub struct MopdConfig {
     /// `[selection]`: tier, ranking and MEMORY.md settings (OKF.md defaults).
     #[serde(default)]
     pub selection: mop_cards::SelectionConfig,
+    /// `[sockets]`: connection limits of the control and agent sockets.
+    #[serde(default)]
+    pub sockets: SocketsSection,
+}
+
+/// `[sockets]`: how many connections the daemon's sockets keep, and how long they wait.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SocketsSection {
+    /// Most connections to the control socket; 0 is `tasks.max_tasks` + 64 (every
+    /// `mop run` holds one for its task's life).
+    pub control_max_connections: usize,
+    /// Most connections to one task's agent socket (an agent needs one or two).
+    pub agent_max_connections: usize,
+    /// Seconds a client has to send a request head.
+    pub header_timeout_secs: u64,
+    /// Seconds a kept-alive connection may wait for its next request.
+    pub idle_timeout_secs: u64,
+    /// Seconds a request body may take to arrive after its head.
+    pub body_timeout_secs: u64,
+}
+
+impl Default for SocketsSection {
+    fn default() -> Self {
+        SocketsSection {
+            control_max_connections: 0,
+            agent_max_connections: 8,
+            header_timeout_secs: 5,
+            idle_timeout_secs: 30,
+            body_timeout_secs: 10,
+        }
+    }
 }
 
 /// `[server]`.
@@ -229,6 +261,22 @@ impl MopdConfig {
             ));
         }
         mop_cards::Rules::new(self.selection.clone()).map_err(|e| format!("selection.{e}"))?;
+        for (key, v) in [
+            (
+                "sockets.agent_max_connections",
+                self.sockets.agent_max_connections as u64,
+            ),
+            (
+                "sockets.header_timeout_secs",
+                self.sockets.header_timeout_secs,
+            ),
+            ("sockets.idle_timeout_secs", self.sockets.idle_timeout_secs),
+            ("sockets.body_timeout_secs", self.sockets.body_timeout_secs),
+        ] {
+            if v == 0 {
+                return Err(format!("{key} must be at least 1"));
+            }
+        }
         if self.tasks.lease_ttl_secs == 0 || self.tasks.max_tasks == 0 {
             return Err("tasks.lease_ttl_secs and tasks.max_tasks must be at least 1".into());
         }
@@ -262,6 +310,21 @@ impl MopdConfig {
         dirs
     }
 
+    /// Limits of the control socket (`agent: false`) or of one agent socket.
+    pub fn socket_limits(&self, agent: bool) -> mop_serve::Limits {
+        let s = &self.sockets;
+        mop_serve::Limits {
+            max_connections: match (agent, s.control_max_connections) {
+                (true, _) => s.agent_max_connections,
+                (false, 0) => self.tasks.max_tasks + 64,
+                (false, n) => n,
+            },
+            header_timeout: Duration::from_secs(s.header_timeout_secs),
+            idle_timeout: Duration::from_secs(s.idle_timeout_secs),
+            body_timeout: Duration::from_secs(s.body_timeout_secs),
+        }
+    }
+
     /// Poll interval.
     pub fn interval(&self) -> Duration {
         Duration::from_secs(self.sync.interval_secs)
@@ -291,6 +354,7 @@ mod tests {
         assert_eq!(c.pool, PoolSection::default());
         assert_eq!(c.selection, mop_cards::SelectionConfig::default());
         assert_eq!(c.tasks, TasksSection::default());
+        assert_eq!(c.sockets, SocketsSection::default());
     }
 
     #[test]

@@ -369,16 +369,14 @@ pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
     let mut http_stop = stop_rx.clone();
     let reaper = tokio::spawn(crate::tasks::reaper(tasks.clone(), stop_rx.clone()));
     let warmer = tokio::spawn(crate::tasks::warmer(tasks.clone(), stop_rx.clone()));
-    let control = tokio::spawn(
-        axum::serve(
-            listener,
-            router(daemon.clone()).into_make_service_with_connect_info::<crate::control::Peer>(),
-        )
-        .with_graceful_shutdown(async move {
+    let control = tokio::spawn(mop_serve::serve(
+        listener,
+        router(daemon.clone()),
+        shared.config().socket_limits(false),
+        async move {
             let _ = http_stop.changed().await;
-        })
-        .into_future(),
-    );
+        },
+    ));
 
     // Config file changes: watch the directory (editors replace files) and reload.
     let (file_tx, mut file_rx) = mpsc::channel::<()>(4);

@@ -1,5 +1,6 @@
 //! What the daemon's two HTTP APIs (the control socket and each task's agent socket) share:
-//! JSON error bodies, and the request size limit applied before a body is buffered.
+//! JSON error bodies, the request size limit applied before a body is buffered, and the
+//! agent sockets' listener that takes connections from one uid only.
 
 use axum::Json;
 use axum::Router;
@@ -50,4 +51,59 @@ async fn json_rejections(response: Response) -> Response {
         .await
         .unwrap_or_default();
     error(status, String::from_utf8_lossy(&body).trim().to_owned())
+}
+
+/// A Unix listener that takes connections from one uid only (a task's owner): a peer of
+/// another uid is closed at once, before it can send a byte.
+pub struct OwnerListener {
+    inner: tokio::net::UnixListener,
+    uid: u32,
+    refused: u64,
+}
+
+impl OwnerListener {
+    /// Wraps a bound listener.
+    pub fn new(inner: tokio::net::UnixListener, uid: u32) -> OwnerListener {
+        OwnerListener {
+            inner,
+            uid,
+            refused: 0,
+        }
+    }
+}
+
+impl axum::serve::Listener for OwnerListener {
+    type Io = tokio::net::UnixStream;
+    type Addr = Option<u32>;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            match self.inner.accept().await {
+                Ok((stream, _)) => {
+                    let uid = stream.peer_cred().ok().map(|c| c.uid());
+                    if uid == Some(self.uid) {
+                        return (stream, uid);
+                    }
+                    // Logged once per hundred, so that a flood cannot flood the journal.
+                    if self.refused.is_multiple_of(100) {
+                        tracing::warn!(
+                            peer_uid = ?uid,
+                            owner_uid = self.uid,
+                            refused = self.refused + 1,
+                            "refused an agent socket connection from another uid than the task's owner"
+                        );
+                    }
+                    self.refused += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "agent socket accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(Some(self.uid))
+    }
 }

@@ -197,12 +197,82 @@ impl Task {
     }
 }
 
-/// Start time of a process (clock ticks since boot), from `/proc/<pid>/stat`.
+/// What `/proc` says of a runner process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runner {
+    /// It runs, started at this time (clock ticks since boot).
+    Running(u64),
+    /// It is provably gone: no such process.
+    Gone,
+    /// Its status could not be read (out of descriptors, say): nothing is known, and a
+    /// lease never ends on that.
+    Unknown,
+}
+
+/// The state of a process, from `/proc/<pid>/stat` (field 22 is its start time).
+pub fn runner_state(pid: u32) -> Runner {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => parse_start_time(&stat).map_or(Runner::Unknown, Runner::Running),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Runner::Gone,
+        // ESRCH: it exited between open and read.
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Runner::Gone,
+        Err(_) => Runner::Unknown,
+    }
+}
+
+/// Start time of a running process, if `/proc` can tell.
 pub fn process_start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    match runner_state(pid) {
+        Runner::Running(t) => Some(t),
+        _ => None,
+    }
+}
+
+fn parse_start_time(stat: &str) -> Option<u64> {
     // The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
     rest.split(' ').nth(19)?.parse().ok()
+}
+
+/// Whether a run lease has ended: only when its runner is provably gone (no such
+/// process, or the pid now belongs to a process started at another time).
+fn run_lease_ended(start_time: u64, state: Runner) -> bool {
+    match state {
+        Runner::Gone => true,
+        Runner::Running(t) => t != start_time,
+        Runner::Unknown => false,
+    }
+}
+
+/// The files of a released task: its view, agent socket directory and lease file. Their
+/// removal is retried until it succeeds, so a lease file never outlives its release (it
+/// would bring the task back after a restart).
+struct Leftovers {
+    task_id: String,
+    paths: Vec<PathBuf>,
+}
+
+impl Leftovers {
+    fn remove(&self) -> std::io::Result<()> {
+        let mut first_error = None;
+        for p in &self.paths {
+            let result = if p.is_dir() {
+                std::fs::remove_dir_all(p)
+            } else {
+                std::fs::remove_file(p)
+            };
+            match result {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    first_error.get_or_insert(std::io::Error::new(
+                        e.kind(),
+                        format!("{}: {e}", p.display()),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
 }
 
 /// All live tasks of the daemon.
@@ -212,6 +282,7 @@ pub struct Tasks {
     shutting_down: std::sync::atomic::AtomicBool,
     tasks: Mutex<BTreeMap<String, Arc<Task>>>,
     loaded: Mutex<HashMap<(String, String), Arc<Loaded>>>,
+    leftovers: Mutex<Vec<Leftovers>>,
 }
 
 impl Tasks {
@@ -223,6 +294,7 @@ impl Tasks {
             reserving: Mutex::default(),
             tasks: Mutex::default(),
             loaded: Mutex::default(),
+            leftovers: Mutex::default(),
         }
     }
 
@@ -240,6 +312,11 @@ impl Tasks {
     /// The server client in force.
     pub fn client(&self) -> Arc<crate::client::ServerClient> {
         self.shared.client()
+    }
+
+    /// The connection limits of an agent socket.
+    pub fn socket_limits(&self) -> mop_serve::Limits {
+        self.shared.config().socket_limits(true)
     }
 
     fn leases_dir(&self) -> PathBuf {
@@ -460,7 +537,12 @@ impl Tasks {
         let task_dir = config.paths.cache_dir.join("tasks").join(&id);
         let view_dir = task_dir.join("view");
         let socket_dir = config.paths.runtime_dir.join("t").join(&id);
-        // A leftover with this id: nothing leases it (checked above).
+        // A leftover with this id: nothing leases it (checked above). A pending retry
+        // must not remove the new task's files later.
+        self.leftovers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|l| l.task_id != id);
         let _ = std::fs::remove_dir_all(&task_dir);
         let _ = std::fs::remove_dir_all(&socket_dir);
         if let Err(e) = make_dir(&view_dir).and_then(|_| make_dir(&socket_dir)) {
@@ -621,13 +703,43 @@ impl Tasks {
         let lease = task.lease();
         let _ = task.stop_agent.send(true);
         let config = self.shared.config();
-        let _ = std::fs::remove_dir_all(config.paths.cache_dir.join("tasks").join(id));
-        let _ = std::fs::remove_dir_all(&lease.socket_dir);
-        let _ = std::fs::remove_file(self.leases_dir().join(format!("{id}.json")));
+        let leftovers = Leftovers {
+            task_id: id.to_owned(),
+            paths: vec![
+                config.paths.cache_dir.join("tasks").join(id),
+                lease.socket_dir.clone(),
+                self.leases_dir().join(format!("{id}.json")),
+            ],
+        };
         self.shared.unpin(&lease.task.workspace, &lease.generation);
         self.prune_loaded();
         tracing::info!(task = id, workspace = %lease.task.workspace, why, "task released");
+        if let Err(e) = leftovers.remove() {
+            tracing::warn!(task = id, error = %e, "cannot remove the released task's files yet; retrying every second");
+            self.leftovers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(leftovers);
+        }
         Ok(())
+    }
+
+    /// Retries removing the files of released tasks that could not be removed at once.
+    fn retry_leftovers(&self) {
+        let pending =
+            std::mem::take(&mut *self.leftovers.lock().unwrap_or_else(|p| p.into_inner()));
+        for l in pending {
+            match l.remove() {
+                Ok(()) => tracing::info!(task = %l.task_id, "released task's files removed"),
+                Err(e) => {
+                    tracing::debug!(task = %l.task_id, error = %e, "released task's files still not removable");
+                    self.leftovers
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(l);
+                }
+            }
+        }
     }
 
     /// Extends a TTL lease.
@@ -665,8 +777,10 @@ impl Tasks {
         Ok(lease.info())
     }
 
-    /// Releases leases whose runner exited or whose TTL passed.
+    /// Releases leases whose runner exited or whose TTL passed, and retries removing
+    /// what earlier releases could not.
     pub fn reap(&self) {
+        self.retry_leftovers();
         let now = Timestamp::now();
         let ended: Vec<(String, String)> = {
             let tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
@@ -674,9 +788,10 @@ impl Tasks {
                 .iter()
                 .filter_map(|(id, t)| {
                     let why = match &t.lease().kind {
-                        LeaseKind::Run { pid, start_time } => (process_start_time(*pid)
-                            != Some(*start_time))
-                        .then(|| format!("runner pid {pid} exited")),
+                        LeaseKind::Run { pid, start_time } => {
+                            run_lease_ended(*start_time, runner_state(*pid))
+                                .then(|| format!("runner pid {pid} exited"))
+                        }
                         LeaseKind::Ttl { expires_at } => {
                             (*expires_at <= now).then(|| "lease expired".to_owned())
                         }
@@ -686,7 +801,9 @@ impl Tasks {
                 .collect()
         };
         for (id, why) in ended {
-            let _ = self.release(&id, None, &why);
+            if let Err(e) = self.release(&id, None, &why) {
+                tracing::warn!(task = %id, error = %e, "cannot release an ended task");
+            }
         }
     }
 
@@ -872,5 +989,34 @@ pub async fn reaper(tasks: Arc<Tasks>, mut stop: watch::Receiver<bool>) {
         }
         let t = tasks.clone();
         let _ = tokio::task::spawn_blocking(move || t.reap()).await;
+    }
+}
+
+#[cfg(test)]
+mod reaper_tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_ends_only_when_its_runner_is_provably_gone() {
+        assert!(run_lease_ended(100, Runner::Gone));
+        assert!(run_lease_ended(100, Runner::Running(101)), "pid reused");
+        assert!(!run_lease_ended(100, Runner::Running(100)));
+        assert!(
+            !run_lease_ended(100, Runner::Unknown),
+            "an unreadable /proc never ends a lease"
+        );
+    }
+
+    #[test]
+    fn start_times_parse_and_this_process_runs() {
+        let stat = "42 (a) b) c) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 777 19";
+        assert_eq!(parse_start_time(stat), Some(777));
+        assert_eq!(parse_start_time("garbage"), None);
+        assert!(matches!(
+            runner_state(std::process::id()),
+            Runner::Running(_)
+        ));
+        // No pid is this large on Linux (pid_max ≤ 2^22).
+        assert_eq!(runner_state(u32::MAX - 1), Runner::Gone);
     }
 }

@@ -366,9 +366,7 @@ fn agent_flood(server: &Server, extra: &str) -> (AgentFlood, Daemon) {
             .args(["memory", "list", "--json"])
             .env("MOP_AGENT_SOCKET", &victim_socket);
         let started = Instant::now();
-        let ok = Command::from(cmd)
-            .output()
-            .is_ok_and(|o| o.status.success());
+        let ok = cmd.output().is_ok_and(|o| o.status.success());
         if ok && started.elapsed() < Duration::from_secs(1) {
             answered += 1;
         }

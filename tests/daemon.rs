@@ -768,3 +768,112 @@ fn a_misbehaving_network_is_refused_and_the_last_good_generation_keeps_serving()
     let failures = ws_status(&v)["stats"]["failures"].as_u64().unwrap();
     assert!(failures >= faults.len() as u64, "failures counted: {v:#}");
 }
+
+/// A server that answers every request with `manifest` and the ETag that matches it (one
+/// request per connection).
+fn fake_manifest_server(manifest: String) -> String {
+    let v: Value = serde_json::from_str(&manifest).unwrap();
+    let etag = format!("W/\"{}-{}\"", v["epoch"].as_str().unwrap(), v["revision"]);
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for mut c in listener.incoming().flatten() {
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && c.read(&mut b).is_ok_and(|n| n == 1) {
+                head.push(b[0]);
+            }
+            let _ = c.write_all(
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\netag: {etag}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{manifest}",
+                    manifest.len()
+                )
+                .as_bytes(),
+            );
+        }
+    });
+    url
+}
+
+/// The server's epoch names a directory in every host's pool (`gens/<epoch>-<rev>`): a
+/// hostile server (or a proxy in between) sending `../..` must not name a path outside
+/// it. Control: the same answer with a UUID epoch is taken.
+#[test]
+fn an_epoch_that_is_not_a_uuid_names_no_path() {
+    let (server, _admin) = server();
+    let d = Daemon::start(&server, DaemonOptions::default());
+    d.wait_synced();
+    let escape = tempfile::tempdir().unwrap();
+    let target = escape.path().join("pwned");
+    let pool = d.pool(WS);
+    // From pool/gens/, enough `..` to reach the root, then the target.
+    let ups = "../".repeat(pool.join("gens").components().count());
+    let bad_epoch = format!(
+        "{ups}{}",
+        target.display().to_string().trim_start_matches('/')
+    );
+    let answer = |epoch: &str| {
+        serde_json::json!({
+            "epoch": epoch, "revision": 99, "generated_at": "2026-11-29T00:00:00Z", "cards": []
+        })
+        .to_string()
+    };
+    let before = std::fs::read_dir(pool.join("gens")).unwrap().count();
+    let fake = fake_manifest_server(answer(&bad_epoch));
+    d.write_config(&fake, DaemonOptions::default());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !d.log().contains("configuration reloaded") {
+        assert!(std::time::Instant::now() < deadline, "{}", d.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = d.sync(WS);
+    assert!(out.contains("failed"), "{out}");
+    assert!(d.log().contains("is not a UUID"), "{}", d.log());
+    assert!(
+        std::fs::read_dir(escape.path()).unwrap().next().is_none(),
+        "nothing was created outside the pool"
+    );
+    assert_eq!(
+        std::fs::read_dir(pool.join("gens")).unwrap().count(),
+        before
+    );
+
+    // Control: a UUID epoch (a new one: accepted with a warning) makes a generation.
+    let good = "0b6c1f3e-8d7a-4f43-9c1e-1f2a3b4c5d6e";
+    let fake = fake_manifest_server(answer(good));
+    let reloads = d.log().matches("configuration reloaded").count();
+    d.write_config(&fake, DaemonOptions::default());
+    while d.log().matches("configuration reloaded").count() == reloads {
+        assert!(std::time::Instant::now() < deadline + Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = d.sync(WS);
+    assert!(out.contains("modified"), "{out}\n{}", d.log());
+    assert!(pool.join("gens").join(format!("{good}-99")).is_dir());
+}
+
+#[test]
+fn status_warns_when_the_token_would_cross_a_network_in_the_clear() {
+    let (server, _admin) = server();
+    let d = Daemon::start(&server, DaemonOptions::default());
+    d.wait_synced();
+    let plain = |v: &Value| {
+        v["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["message"].as_str().unwrap().contains("over plain HTTP"))
+    };
+    // Control: plain HTTP on loopback is fine.
+    assert!(!plain(&d.status().1));
+    // A documentation address (TEST-NET-1): never reached, but named in the warning.
+    d.write_config("http://192.0.2.10:8731", DaemonOptions::default());
+    let v = d.wait_for("the plain-HTTP warning", plain);
+    let text = run(&mut d.ctl(&["status"]));
+    let shown = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        shown.contains("192.0.2.10") && shown.contains("https://"),
+        "{shown}\n{v}"
+    );
+}

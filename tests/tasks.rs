@@ -987,15 +987,98 @@ fn an_unprivileged_daemon_serves_runners_of_another_uid_and_refuses_their_sandbo
         text(&out)
     );
     let deadline = Instant::now() + Duration::from_secs(5);
-    // The userns of another uid's process is unreadable to the daemon (EACCES), so this
-    // is the pid-namespace check at work.
+    // The userns of another uid's process is unreadable to the daemon (EACCES): its uid
+    // map tells it apart.
     while !daemon
         .log()
-        .contains("refused a control connection from a nested pid namespace")
+        .contains("refused a control connection from another user namespace")
     {
         assert!(Instant::now() < deadline, "{}", daemon.log());
         std::thread::sleep(Duration::from_millis(20));
     }
     let log = daemon.log();
     assert!(!log.contains("task=inside"), "{log}");
+
+    // A user namespace alone, with no pid namespace of its own (`unshare --user`): the
+    // pid-namespace check cannot see it, the uid map does. Control: the same command
+    // outside it was served above.
+    let mut cmd = runner_command("unshare");
+    cmd.args(["--user", "--map-root-user"])
+        .arg(bin("mop"))
+        .args(prepare("userns-only"));
+    let out = run(&mut cmd);
+    assert!(
+        !out.status.success(),
+        "a peer in its own user namespace was served: {}",
+        text(&out)
+    );
+    assert!(!daemon.log().contains("task=userns-only"));
+}
+
+#[test]
+fn daemon_wide_operations_need_root_or_the_daemons_user() {
+    let Some(daemon_user) = mop_tests::procs::daemon_user() else {
+        return;
+    };
+    let server = Server::start();
+    assert!(server.import(&example_cards_dir(), WS).status.success());
+    let daemon = Daemon::start(
+        &server,
+        DaemonOptions {
+            user: Some(daemon_user),
+            ..Default::default()
+        },
+    );
+    daemon.wait_synced();
+    let socket = daemon.socket();
+    let mopd_as = |who: Option<&str>, args: &[&str]| -> Output {
+        let mut cmd = match who {
+            Some("runner") => runner_command(bin("mopd")),
+            Some(user) => {
+                let mut c = Command::new("/usr/bin/setpriv");
+                c.args(["--reuid", user, "--regid", "mop", "--init-groups", "--"])
+                    .arg(bin("mopd"));
+                c
+            }
+            None => Command::new(bin("mopd")),
+        };
+        // `verify` finds the daemon through its config; the others take the socket.
+        if args[0] == "verify" {
+            cmd.args(args).arg("--config").arg(daemon.config());
+        } else {
+            cmd.args(args).arg("--socket").arg(&socket);
+        }
+        run(&mut cmd)
+    };
+    // A runner (group mop) may look…
+    assert!(mopd_as(Some("runner"), &["status"]).status.success());
+    let out = mopd_as(Some("runner"), &["verify"]);
+    assert!(out.status.success(), "{}", text(&out));
+    // …but not force a sync, repair the pool or accept a new server epoch.
+    for args in [
+        &["sync", WS][..],
+        &["verify", "--repair"],
+        &["ack-epoch", WS],
+    ] {
+        let out = mopd_as(Some("runner"), args);
+        assert!(
+            !out.status.success(),
+            "{args:?} as a runner: {}",
+            text(&out)
+        );
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            all.contains("needs root or the daemon's user"),
+            "{args:?}: {all}"
+        );
+        // Control: root and the daemon's own user may.
+        for who in [None, Some(daemon_user)] {
+            let out = mopd_as(who, args);
+            assert!(out.status.success(), "{args:?} as {who:?}: {}", text(&out));
+        }
+    }
 }

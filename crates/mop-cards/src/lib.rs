@@ -46,5 +46,5 @@ pub use uuid::Uuid;
 pub use wire::{
     BatchError, BatchItem, EntryError, Manifest, ManifestEntry, NewCard, OBJECT_BATCH_TYPE,
     ObjectBatchRequest, StoreOutcome, StoreProvenance, StoreRequest, StoreResponse, Version,
-    VersionError, decode_batch, encode_batch_item, is_sha256_hex, sha256_hex,
+    VersionError, decode_batch, encode_batch_item, is_epoch, is_sha256_hex, sha256_hex,
 };

@@ -46,8 +46,7 @@ impl FromStr for Version {
         let bad = || VersionError(s.chars().take(100).collect());
         // The epoch is a UUID and holds hyphens itself, so split at the last one.
         let (epoch, revision) = s.rsplit_once('-').ok_or_else(bad)?;
-        let uuid = uuid::Uuid::try_parse(epoch).map_err(|_| bad())?;
-        if uuid.hyphenated().to_string() != epoch {
+        if !is_epoch(epoch) {
             return Err(bad());
         }
         if revision.is_empty() || !revision.bytes().all(|b| b.is_ascii_digit()) {
@@ -138,6 +137,12 @@ impl ManifestEntry {
             last_seen: card.counters.last_seen,
         }
     }
+}
+
+/// True for a server epoch: a UUID in its lowercase hyphenated form. An epoch names
+/// directories on hosts (`gens/<epoch>-<revision>`), so nothing else may pass.
+pub fn is_epoch(s: &str) -> bool {
+    uuid::Uuid::try_parse(s).is_ok_and(|u| u.hyphenated().to_string() == s)
 }
 
 /// SHA-256 of some bytes, as 64 lowercase hex digits.

@@ -1,6 +1,13 @@
 //! The control socket: HTTP/1.1 + JSON over `<runtime_dir>/mopd.sock` (0660, group `mop`
-//! when it exists). Peers in another user namespace are refused at accept: a sandboxed
-//! process that somehow reached the socket cannot talk to the daemon.
+//! when it exists). Peers in another user namespace, or in a nested pid namespace (every
+//! sandbox has one), are refused at accept: a sandboxed process that somehow reached the
+//! socket cannot talk to the daemon. The user namespace of another uid's process, whose
+//! `ns/user` link mopd may not read, is told by its `uid_map`; and the peer is held by a
+//! pidfd while `/proc` is read, so a recycled pid cannot pass for it.
+//!
+//! Runners (group `mop`) may read the status and prepare, list, renew and release their
+//! own tasks. What changes the daemon for everyone — a forced sync, a repair, accepting a
+//! new server epoch — needs root or the daemon's own user.
 //!
 //! The client side, used by `mopd status` and `mop`, is `mop_proto::client`.
 
@@ -27,6 +34,12 @@ fn userns_of(pid: &str) -> io::Result<u64> {
     Ok(std::fs::metadata(format!("/proc/{pid}/ns/user"))?.ino())
 }
 
+/// A process's uid map (world-readable): in the initial user namespace it is the identity
+/// map; a process in a namespace of its own shows another one.
+fn uid_map_of(pid: &str) -> io::Result<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/uid_map"))
+}
+
 /// How deep a process's pid namespace is nested (the entries of `NSpid:` in its
 /// world-readable status file). Every bwrap sandbox has a pid namespace of its own, so
 /// a peer nested deeper than mopd is in a sandbox, whoever owns it.
@@ -46,6 +59,7 @@ fn nspid_depth(status: &str) -> Option<usize> {
 pub struct CheckedListener {
     inner: UnixListener,
     own_userns: u64,
+    own_uid_map: String,
     own_pid_depth: usize,
 }
 
@@ -68,6 +82,7 @@ impl CheckedListener {
         Ok(CheckedListener {
             inner,
             own_userns: userns_of("self")?,
+            own_uid_map: uid_map_of("self")?,
             own_pid_depth: pid_ns_depth("self")?,
         })
     }
@@ -77,15 +92,38 @@ impl CheckedListener {
             return false;
         };
         let Some(pid) = cred.pid() else { return false };
+        // Hold the peer while /proc/<pid> is read. SO_PEERPIDFD names the very process that
+        // connected; before Linux 6.5 a pidfd opened now at least fixes which process the
+        // reads below see.
+        let pidfd = match crate::sys::peer_pidfd(stream) {
+            Ok(fd) => fd,
+            Err(e) if e.raw_os_error() == Some(libc::ENOPROTOOPT) => {
+                match crate::sys::pidfd_open(pid) {
+                    Ok(fd) => fd,
+                    Err(_) => return false,
+                }
+            }
+            // ESRCH: the peer is gone already; its pid may belong to anyone now.
+            Err(_) => return false,
+        };
         let pid_s = pid.to_string();
-        // The user namespace when we may read it (root, or the same user); the pid
-        // namespace depth always, as it needs no privilege.
+        // The user namespace: its inode when we may read it (root, or the same user),
+        // else the uid map, which anyone may read. The pid namespace depth always.
         let userns_ok = match userns_of(&pid_s) {
             Ok(ns) => ns == self.own_userns,
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => true,
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                uid_map_of(&pid_s).is_ok_and(|m| m == self.own_uid_map)
+            }
             Err(_) => false,
         };
         let pidns_ok = pid_ns_depth(&pid_s).is_ok_and(|d| d == self.own_pid_depth);
+        if crate::sys::pidfd_exited(&pidfd) {
+            tracing::warn!(
+                pid,
+                "refused a control connection whose process exited while it was checked"
+            );
+            return false;
+        }
         if !userns_ok {
             tracing::warn!(
                 pid,
@@ -365,7 +403,29 @@ async fn status(State(d): State<Arc<Daemon>>) -> Response {
     Json(d.report()).into_response()
 }
 
-async fn sync_now(State(d): State<Arc<Daemon>>, UrlPath(ws): UrlPath<String>) -> Response {
+/// Refuses `what` unless the peer is root or the daemon's own user.
+fn operator_only(peer: &Peer, what: &str) -> Result<(), Box<Response>> {
+    let daemon_uid = nix::unistd::getuid().as_raw();
+    if peer.uid == 0 || peer.uid == daemon_uid {
+        return Ok(());
+    }
+    Err(Box::new(error(
+        StatusCode::FORBIDDEN,
+        format!(
+            "{what} needs root or the daemon's user (uid {daemon_uid}), not uid {}: run it with sudo",
+            peer.uid
+        ),
+    )))
+}
+
+async fn sync_now(
+    State(d): State<Arc<Daemon>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    UrlPath(ws): UrlPath<String>,
+) -> Response {
+    if let Err(r) = operator_only(&peer, "a forced sync (mopd sync)") {
+        return *r;
+    }
     match d.trigger(&ws).await {
         None => error(StatusCode::NOT_FOUND, format!("workspace {ws} is not configured")),
         Some(Ok(result)) => Json(serde_json::json!({ "workspace": ws, "result": result })).into_response(),
@@ -386,6 +446,7 @@ struct VerifyRequest {
 
 async fn verify(
     State(d): State<Arc<Daemon>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
     UrlPath(ws): UrlPath<String>,
     body: axum::body::Bytes,
 ) -> Response {
@@ -397,6 +458,11 @@ async fn verify(
             Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid request: {e}")),
         }
     };
+    if req.repair
+        && let Err(r) = operator_only(&peer, "a repair (mopd verify --repair)")
+    {
+        return *r;
+    }
     let Some(syncer) = d.syncer(&ws) else {
         return error(
             StatusCode::NOT_FOUND,
@@ -409,7 +475,14 @@ async fn verify(
     }
 }
 
-async fn ack_epoch(State(d): State<Arc<Daemon>>, UrlPath(ws): UrlPath<String>) -> Response {
+async fn ack_epoch(
+    State(d): State<Arc<Daemon>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    UrlPath(ws): UrlPath<String>,
+) -> Response {
+    if let Err(r) = operator_only(&peer, "accepting a new server epoch (mopd ack-epoch)") {
+        return *r;
+    }
     if d.ack_epoch(&ws) {
         Json(serde_json::json!({ "workspace": ws, "acknowledged": true })).into_response()
     } else {

@@ -10,6 +10,7 @@
 //! - [`control`]: the control socket (server and client); [`http`]: what it shares with
 //!   the agent sockets (JSON errors, the request size limit).
 //! - [`tasks`]: task projection: views, leases, pins; [`agent`]: each task's agent socket.
+//! - [`sys`]: pidfds, the only system calls safe Rust lacks here.
 //! - [`daemon`]: `mopd run`.
 //! - [`demo`]: `mopd demo`, the whole system in a temporary directory.
 
@@ -24,4 +25,5 @@ pub mod pool;
 pub mod shared;
 pub mod status;
 pub mod sync;
+pub mod sys;
 pub mod tasks;

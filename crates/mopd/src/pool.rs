@@ -371,6 +371,15 @@ impl Pool {
         static ONE_BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _building = ONE_BUILD.lock().unwrap_or_else(|p| p.into_inner());
         let gens = self.root.join("gens");
+        if !mop_cards::is_epoch(&manifest.epoch) {
+            return Err(PoolError::Io {
+                path: gens.display().to_string(),
+                source: io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "a generation's epoch must be a UUID",
+                ),
+            });
+        }
         let base = format!("{}-{}", manifest.epoch, manifest.revision);
         // Never reuse a directory: an existing one may be current or pinned by a task, or a
         // leftover of an interrupted build that garbage collection will remove.

@@ -306,7 +306,61 @@ pub fn judge(
             warnings.push(p(wn.clone(), format!("mopd ack-epoch {ws}")));
         }
     }
+    if let Some(host) = plain_http_remote_host(server_url) {
+        warnings.push(Problem {
+            workspace: None,
+            message: format!(
+                "the node token goes to {host} over plain HTTP: anyone on the path can read it and the cards"
+            ),
+            next: "use an https:// server.url (a TLS proxy in front of mop-server), then: systemctl reload mopd"
+                .into(),
+        });
+    }
     (problems, warnings)
+}
+
+/// The host of an `http://` URL that is not a loopback address: where a bearer token
+/// would cross a network in the clear.
+pub fn plain_http_remote_host(url: &str) -> Option<String> {
+    let rest = url.strip_prefix("http://")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit('@').next().unwrap_or("");
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host_port.rsplit_once(':').map_or(host_port, |(h, _)| h),
+    };
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    (!loopback).then(|| host.to_owned())
+}
+
+#[cfg(test)]
+mod plain_http_tests {
+    use super::plain_http_remote_host as remote;
+
+    #[test]
+    fn tokens_over_plain_http_to_other_hosts_are_named() {
+        assert_eq!(
+            remote("http://mop.example:8731"),
+            Some("mop.example".into())
+        );
+        assert_eq!(remote("http://10.0.0.5/"), Some("10.0.0.5".into()));
+        assert_eq!(
+            remote("http://[2001:db8::1]:8731"),
+            Some("2001:db8::1".into())
+        );
+        for fine in [
+            "https://mop.example",
+            "http://127.0.0.1:8731",
+            "http://127.8.9.10",
+            "http://localhost:8731/",
+            "http://[::1]:8731",
+        ] {
+            assert_eq!(remote(fine), None, "{fine}");
+        }
+    }
 }
 
 impl StatusReport {
@@ -478,7 +532,7 @@ mod tests {
     fn judging() {
         let now = ts("2026-11-29T10:00:30Z");
         let stale = Duration::from_secs(120);
-        let (p, w) = judge(&[ok_ws()], now, stale, "http://s", "/t");
+        let (p, w) = judge(&[ok_ws()], now, stale, "http://127.0.0.1:8731", "/t");
         assert!(p.is_empty() && w.is_empty());
 
         let mut failing = ok_ws();
@@ -489,23 +543,23 @@ mod tests {
             kind: ErrorKind::Unreachable,
             message: "server unreachable: connection refused".into(),
         });
-        let (p, _) = judge(&[failing], now, stale, "http://s", "/t");
+        let (p, _) = judge(&[failing], now, stale, "http://127.0.0.1:8731", "/t");
         assert_eq!(p.len(), 1);
         assert!(p[0].message.contains("connection refused"));
-        assert_eq!(p[0].next, "curl -sS http://s/v1/health");
+        assert_eq!(p[0].next, "curl -sS http://127.0.0.1:8731/v1/health");
 
         let (p, _) = judge(
             &[ok_ws()],
             ts("2026-11-29T11:00:00Z"),
             stale,
-            "http://s",
+            "http://127.0.0.1:8731",
             "/t",
         );
         assert!(p[0].message.starts_with("stale"), "{p:?}");
 
         let mut warned = ok_ws();
         warned.epoch_warning = Some("server epoch changed".into());
-        let (p, w) = judge(&[warned], now, stale, "http://s", "/t");
+        let (p, w) = judge(&[warned], now, stale, "http://127.0.0.1:8731", "/t");
         assert!(p.is_empty());
         assert_eq!(w[0].next, "mopd ack-epoch acme");
     }

@@ -291,6 +291,14 @@ impl Syncer {
             http_status: Some(200),
             reached: true,
         };
+        // The epoch names a directory of the pool: anything but a UUID is refused before
+        // it can name a path (`../../x`).
+        if !mop_cards::is_epoch(&incoming.epoch) {
+            return Err(bad(format!(
+                "manifest refused: its epoch {:?} is not a UUID",
+                incoming.epoch.chars().take(80).collect::<String>()
+            )));
+        }
         for e in &incoming.cards {
             e.validate()
                 .map_err(|err| bad(format!("manifest entry refused: {err}")))?;

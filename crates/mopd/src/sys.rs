@@ -1,0 +1,89 @@
+//! The few system calls mopd needs that safe Rust does not offer, kept in one narrow
+//! module: a pidfd of a Unix socket's peer, and whether the process behind a pidfd has
+//! exited. A pidfd names one process for good, so a peer's pid cannot be recycled under a
+//! check of `/proc/<pid>` without the check noticing.
+
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+
+/// `SO_PEERPIDFD` (Linux 6.5): the same on x86_64, aarch64 and riscv64 (asm-generic).
+const SO_PEERPIDFD: libc::c_int = 77;
+
+/// A pidfd of the process that connected `socket`, taken by the kernel at `connect(2)`:
+/// `Err` with `ESRCH` when that process is gone already, and with `ENOPROTOOPT` on
+/// kernels older than 6.5 (the caller then opens one by pid, see [`pidfd_open`]).
+pub fn peer_pidfd(socket: &impl AsRawFd) -> io::Result<OwnedFd> {
+    let mut fd: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `fd`, a c_int of that size, and
+    // updates `len`; the socket descriptor is borrowed for the call.
+    let r = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_PEERPIDFD,
+            (&mut fd as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: on success the kernel returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A pidfd of process `pid` (Linux 5.3). Opened after the fact, it only proves that the
+/// process it names is the one later checks read; the caller must have tied it to the
+/// peer some other way.
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+/// True once the process behind `pidfd` has exited (a pidfd polls readable then).
+pub fn pidfd_exited(pidfd: &impl AsFd) -> bool {
+    let mut poll = libc::pollfd {
+        fd: pidfd.as_fd().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, zero timeout.
+    let r = unsafe { libc::poll(&mut poll, 1, 0) };
+    r != 0 && poll.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pidfd_tells_a_live_process_from_an_exited_one() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let fd = pidfd_open(child.id() as i32).unwrap();
+        assert!(!pidfd_exited(&fd));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // Reaped: its pid may be handed out again, but the pidfd still names the old one.
+        assert!(pidfd_exited(&fd));
+    }
+
+    #[test]
+    fn a_socket_peer_has_a_pidfd_of_its_own_process() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        match peer_pidfd(&a) {
+            Ok(fd) => assert!(!pidfd_exited(&fd), "the peer is this process"),
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ENOPROTOOPT), "{e}"),
+        }
+    }
+}

@@ -15,7 +15,7 @@ use jiff::Timestamp;
 use mop_cards::{CardId, CardType, NewCard, StoreResponse, TaskContext, TierCounts};
 use serde::{Deserialize, Serialize};
 
-pub use profile::{Bind, Profile, ProfileError};
+pub use profile::{Bind, Limits, Profile, ProfileError, exposed_by};
 
 /// How long a task's view lives.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,6 +48,10 @@ pub struct PrepareRequest {
     /// Sandbox profile name; the daemon's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
+    /// The working directory `mop run` will bind into the sandbox (canonical): the
+    /// daemon refuses one that holds or lies inside its own directories.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<PathBuf>,
 }
 
 /// `POST /v1/tasks/{id}/renew`.
@@ -147,7 +151,7 @@ pub struct Reservation {
 #[serde(rename_all = "snake_case")]
 pub enum PrepareEvent {
     /// Directories reserved.
-    Reserved(Reservation),
+    Reserved(Box<Reservation>),
     /// The view is complete.
     Ready(Box<Plan>),
     /// Preparing failed after the reservation.

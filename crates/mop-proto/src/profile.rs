@@ -55,6 +55,31 @@ pub struct Profile {
     /// Allow user namespaces inside the sandbox (otherwise `--disable-userns`).
     #[serde(default)]
     pub nesting: bool,
+    /// Run in a working directory that others may write (a shared checkout): `mop run`
+    /// then warns instead of refusing. Off: the working directory and the memory
+    /// directory's parents must be the runner's own and writable by nobody else.
+    #[serde(default)]
+    pub shared_workdir: bool,
+    /// Resource limits applied inside the sandbox.
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// `[limits]` of a profile: resource limits set (soft and hard) on the sandbox's
+/// processes. Absent keys leave the runner's limits as they are.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Most processes of the runner's user (`RLIMIT_NPROC`; the kernel counts them per
+    /// user, the sandbox's included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nproc: Option<u64>,
+    /// Most virtual memory per process, in bytes (`RLIMIT_AS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address_space_bytes: Option<u64>,
+    /// Most open files per process (`RLIMIT_NOFILE`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_files: Option<u64>,
 }
 
 fn yes() -> bool {
@@ -131,6 +156,15 @@ pub enum ProfileError {
 /// True when `a` is `b` or lies inside it (by path components, after normalisation).
 fn within(a: &Path, b: &Path) -> bool {
     a.starts_with(b)
+}
+
+/// The first of `protected` that `path` would expose if it were mounted into a sandbox:
+/// one inside it, or one containing it (both after lexical normalisation).
+pub fn exposed_by<'a>(path: &Path, protected: &'a [PathBuf]) -> Option<&'a PathBuf> {
+    let p = normal(path)?;
+    protected
+        .iter()
+        .find(|guard| normal(guard).is_some_and(|g| within(&p, &g) || within(&g, &p)))
 }
 
 /// Removes `.` and resolves `..` lexically; refuses relative paths.
@@ -246,6 +280,24 @@ impl Profile {
                 }
             }
         }
+        for (key, value, least) in [
+            ("limits.nproc", self.limits.nproc, 1),
+            (
+                "limits.address_space_bytes",
+                self.limits.address_space_bytes,
+                16 << 20,
+            ),
+            ("limits.open_files", self.limits.open_files, 16),
+        ] {
+            if value.is_some_and(|v| v < least) {
+                return Err(rule(
+                    key.into(),
+                    format!(
+                        "must be at least {least}; a smaller limit stops the sandbox from starting"
+                    ),
+                ));
+            }
+        }
         for (i, name) in self.env_allow.iter().enumerate() {
             if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return Err(rule(
@@ -324,6 +376,37 @@ mod tests {
                 .is_err()
         );
         assert!(with_bind("relative", None).check(&protected()).is_err());
+    }
+
+    #[test]
+    fn workdirs_that_expose_mop_are_named() {
+        let p = protected();
+        for bad in ["/var", "/var/cache", "/var/cache/mopd/tasks/x", "/run", "/"] {
+            assert!(exposed_by(Path::new(bad), &p).is_some(), "{bad}");
+        }
+        for fine in ["/home/alice/src", "/var/tmp/w", "/srv/checkouts/a"] {
+            assert_eq!(exposed_by(Path::new(fine), &p), None, "{fine}");
+        }
+    }
+
+    #[test]
+    fn limits_parse_and_are_checked() {
+        let p = Profile::parse(
+            "x",
+            Path::new("x"),
+            "[limits]\nnproc = 256\nopen_files = 1024\naddress_space_bytes = 4294967296\n",
+        )
+        .unwrap();
+        assert_eq!(p.limits.nproc, Some(256));
+        p.check(&protected()).unwrap();
+        let tiny = Profile::parse("x", Path::new("x"), "[limits]\nopen_files = 3\n").unwrap();
+        assert!(
+            tiny.check(&protected())
+                .unwrap_err()
+                .to_string()
+                .contains("limits.open_files")
+        );
+        assert!(Profile::parse("x", Path::new("x"), "[limits]\nfiles = 3\n").is_err());
     }
 
     #[test]

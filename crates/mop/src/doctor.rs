@@ -23,6 +23,40 @@ pub struct Report {
     pub problem: Option<String>,
     /// How to fix it.
     pub fix: Option<String>,
+    /// The kernel's Landlock ABI (`None`: no Landlock).
+    pub landlock_abi: Option<i32>,
+    /// Whether sandboxes with a shared network are kept from the host's abstract Unix
+    /// sockets (Landlock ABI 6 or later); when not, why.
+    pub abstract_sockets: AbstractSockets,
+}
+
+/// What `mop doctor` says of the host's abstract Unix sockets.
+#[derive(Debug, Clone, Serialize)]
+pub struct AbstractSockets {
+    /// True when a sandbox sharing the host's network cannot connect to them.
+    pub blocked: bool,
+    /// One sentence for a person.
+    pub detail: String,
+}
+
+/// Whether this kernel lets `mop run` scope abstract Unix sockets.
+pub fn abstract_sockets(abi: Option<i32>) -> AbstractSockets {
+    match abi {
+        Some(v) if v >= 6 => AbstractSockets {
+            blocked: true,
+            detail: format!(
+                "blocked: Landlock ABI {v} scopes the host's abstract Unix sockets away from sandboxes that share its network"
+            ),
+        },
+        _ => AbstractSockets {
+            blocked: false,
+            detail: format!(
+                "REACHABLE from sandboxes that share the host's network (the default profile): {}. Use the \
+                 offline profile for untrusted agents, or a kernel with Landlock ABI 6 (Linux 6.12 or later)",
+                crate::confine::abstract_socket_gap()
+            ),
+        },
+    }
 }
 
 fn read_sysctl(path: &str) -> Option<String> {
@@ -104,12 +138,15 @@ pub fn diagnose(stderr: &str, version: Option<&str>) -> (String, String) {
     )
 }
 
-/// Probes bwrap with mop's flags.
+/// Probes bwrap with mop's flags, and the kernel for Landlock.
 pub fn probe(workdir: &Path) -> Report {
+    let landlock_abi = crate::sys::landlock_abi();
     let bwrap = match find_bwrap(workdir) {
         Ok(b) => b,
         Err(problem) => {
             return Report {
+                landlock_abi,
+                abstract_sockets: abstract_sockets(landlock_abi),
                 bwrap: None,
                 version: None,
                 ok: false,
@@ -165,6 +202,8 @@ pub fn probe(workdir: &Path) -> Report {
         .stderr(Stdio::piped());
     match cmd.output() {
         Ok(out) if out.status.success() => Report {
+            landlock_abi,
+            abstract_sockets: abstract_sockets(landlock_abi),
             bwrap: Some(bwrap),
             version,
             ok: true,
@@ -175,6 +214,8 @@ pub fn probe(workdir: &Path) -> Report {
             let (problem, fix) =
                 diagnose(&String::from_utf8_lossy(&out.stderr), version.as_deref());
             Report {
+                landlock_abi,
+                abstract_sockets: abstract_sockets(landlock_abi),
                 bwrap: Some(bwrap),
                 version,
                 ok: false,
@@ -183,6 +224,8 @@ pub fn probe(workdir: &Path) -> Report {
             }
         }
         Err(e) => Report {
+            landlock_abi,
+            abstract_sockets: abstract_sockets(landlock_abi),
             bwrap: Some(bwrap.clone()),
             version,
             ok: false,

@@ -3,11 +3,13 @@
 //! For runners: `mop prepare`, `mop run`, `mop release`, `mop renew`, `mop tasks`,
 //! `mop doctor`. For agents inside a sandbox: `mop memory retrieve|get|list|store`.
 
+mod confine;
 mod doctor;
 mod memory;
 mod run;
 mod sandbox;
 mod sys;
+mod workdir;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -329,6 +331,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 task: task.context(|| id.clone()),
                 lease: LeaseRequest::Ttl { ttl_secs: ttl },
                 profile: task.profile.clone(),
+                workdir: None,
             };
             req.task.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
             let plan = runtime()?.block_on(prepare(&daemon.socket, &req))?;
@@ -421,12 +424,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         .map_or("bwrap".into(), |b| b.display().to_string()),
                     report.version.as_deref().unwrap_or("unknown version")
                 );
+                println!("  abstract sockets: {}", report.abstract_sockets.detail);
             } else {
                 println!(
                     "mop doctor: PROBLEM — {}",
                     report.problem.as_deref().unwrap_or("unknown")
                 );
                 println!("  fix: {}", report.fix.as_deref().unwrap_or("-"));
+                println!("  abstract sockets: {}", report.abstract_sockets.detail);
             }
             Ok(if report.ok {
                 ExitCode::SUCCESS

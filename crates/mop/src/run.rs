@@ -4,19 +4,22 @@
 //! The prepare is answered in two steps on one held connection: first a reservation
 //! (the task's view and agent socket directories, and the profile), then the plan once
 //! the daemon has selected the cards and filled the view. bwrap is started on the
-//! reservation with `--block-fd`, so the sandbox is set up while the daemon works, and
-//! the command starts only after the plan arrived. The task's lease is that connection:
-//! when this process ends, however it ends, the daemon sees it close and releases the
-//! task.
+//! reservation, so the sandbox is set up while the daemon works, and the command starts
+//! only after the plan arrived: its go signal is the end of the seccomp program (see
+//! [`crate::confine`]), so if this process dies first the command never starts. The
+//! task's lease is that connection: when this process ends, however it ends, the daemon
+//! sees it close and releases the task.
 //!
 //! Before anything else every inherited descriptor is marked close-on-exec; bwrap gets
-//! exactly four: the view and the agent socket directory (O_PATH, for `--ro-bind-fd`),
-//! the status pipe (`--json-status-fd`, which tells a started command from a setup
-//! failure) and the block pipe. bwrap is spawned from the main thread, which lives until
-//! it exits, so `--die-with-parent` follows the right thread.
+//! exactly six: the checked working directory (`--bind-fd`), the view twice and the agent
+//! socket directory (O_PATH, for `--ro-bind-fd`), the status pipe (`--json-status-fd`,
+//! which tells a started command from a setup failure) and the seccomp pipe. bwrap is
+//! spawned from the main thread, which lives until it exits, so `--die-with-parent`
+//! follows the right thread; that thread also enters the Landlock domain and the fresh
+//! session keyring the sandbox inherits.
 
 use std::ffi::OsString;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -26,10 +29,9 @@ use mop_proto::{LeaseRequest, Plan, PrepareEvent, PrepareRequest, Reservation};
 use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 
-use crate::sandbox::{
-    Spec, bwrap_args, find_bwrap, open_dir, prepare_memory_dir, sandbox_env, system_layout,
-    tiocsti_blocked,
-};
+use crate::confine::{self, AbstractSockets};
+use crate::sandbox::{Spec, bwrap_args, find_bwrap, open_dir, sandbox_env, system_layout};
+use crate::workdir::Workdir;
 use crate::{TaskArgs, doctor, message, sys};
 
 /// Exit status when the sandbox could not be set up (the command never ran).
@@ -87,6 +89,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         task,
         lease: LeaseRequest::Run { pid, start_time: 0 },
         profile: a.task.profile.clone(),
+        workdir: Some(workdir.clone()),
     };
     let (code, body, hold) = rt.block_on(mop_proto::client::request_held(
         &a.socket,
@@ -103,7 +106,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         ),
     };
     let reservation = match next_event(&rt, &mut hold)? {
-        PrepareEvent::Reserved(r) => r,
+        PrepareEvent::Reserved(r) => *r,
         PrepareEvent::Failed { message } => {
             bail!("prepare of task {} failed: {message}", req.task.task_id)
         }
@@ -173,26 +176,29 @@ fn sandboxed(
     workdir: &Path,
     a: &RunArgs,
 ) -> Result<ExitCode> {
-    prepare_memory_dir(workdir, &r.profile.memory_dir).map_err(anyhow::Error::msg)?;
-    let view = open_dir(&r.view_dir).map_err(anyhow::Error::msg)?;
+    let claimed = Workdir::claim(workdir, &r.profile.memory_dir, r.profile.shared_workdir)
+        .map_err(anyhow::Error::msg)?;
+    for w in &claimed.warnings {
+        eprintln!("mop: warning: {w}");
+    }
+    let views = [
+        open_dir(&r.view_dir).map_err(anyhow::Error::msg)?,
+        open_dir(&r.view_dir).map_err(anyhow::Error::msg)?,
+    ];
     let socket_dir = open_dir(&r.agent_socket_dir).map_err(anyhow::Error::msg)?;
     let env = task_env(&r.profile, &r.task_id, workdir, a)?;
-    let blocked = tiocsti_blocked();
-    let new_session = !(a.interactive && blocked);
-    if a.interactive && !blocked {
-        eprintln!(
-            "mop: note: keeping --new-session although --interactive was asked: TIOCSTI is not blocked on this host \
-             (sysctl dev.tty.legacy_tiocsti is not 0), and without it the agent could type into your terminal"
-        );
-    }
+    // The seccomp filter refuses TIOCSTI inside the sandbox, so an interactive agent may
+    // keep its controlling terminal.
+    let new_session = !a.interactive;
     let (status_read, status_write) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the status pipe")?;
-    let (block_read, block_write) =
-        nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the block pipe")?;
-    let view_fd = sys::inherit(&view)?;
+    let program = confine::seccomp_program().map_err(anyhow::Error::msg)?;
+    let (seccomp_read, gate) = confine::gate(&program).context("cannot create the seccomp pipe")?;
+    let workdir_fd = sys::inherit(&claimed.dir)?;
+    let view_fds = [sys::inherit(&views[0])?, sys::inherit(&views[1])?];
     let socket_fd = sys::inherit(&socket_dir)?;
     let status_fd = sys::inherit(&status_write)?;
-    let block_fd = sys::inherit(&block_read)?;
+    let seccomp_fd = sys::inherit(&seccomp_read)?;
     let mop_exe =
         std::env::current_exe().context("cannot find the mop binary to bind into the sandbox")?;
     let system = system_layout(&r.profile);
@@ -200,10 +206,11 @@ fn sandboxed(
         profile: &r.profile,
         system: &system,
         workdir,
-        view_fd,
+        workdir_fd,
+        view_fds,
         socket_dir_fd: socket_fd,
         status_fd,
-        block_fd: Some(block_fd),
+        seccomp_fd,
         mop_exe: &mop_exe,
         env: &env,
         new_session,
@@ -221,33 +228,59 @@ fn sandboxed(
                 "plan": plan,
                 "bwrap": bwrap,
                 "args": shown,
-                "fds": { "view": view_fd, "agent_socket_dir": socket_fd, "status": status_fd, "block": block_fd },
+                "fds": { "workdir": workdir_fd, "view": view_fds, "agent_socket_dir": socket_fd, "status": status_fd, "seccomp": seccomp_fd },
             }))?
         );
         return Ok(ExitCode::SUCCESS);
     }
+    // What the sandbox inherits from this thread: a session keyring of its own (none of
+    // the runner's keys) and, with a shared network, the Landlock scope that keeps the
+    // host's abstract Unix sockets out of reach.
+    if let Err(e) = sys::join_fresh_session_keyring()
+        && e.raw_os_error() != Some(nix::libc::ENOSYS)
+    {
+        eprintln!(
+            "mop: note: the sandbox keeps the runner's session keyring ({e}); the seccomp filter still refuses every key call"
+        );
+    }
+    if r.profile.network
+        && let AbstractSockets::Reachable(why) = confine::scope_abstract_sockets()
+    {
+        eprintln!(
+            "mop: note: this sandbox can reach the host's abstract Unix sockets ({why}); the offline profile has none, see: mop doctor"
+        );
+    }
     // Spawned from the main thread (see the module comment); tokio only reaps it.
     let mut std_cmd = Command::new(bwrap);
     std_cmd.args(&args).env_clear();
+    sys::set_limits_on_exec(&mut std_cmd, rlimits(&r.profile.limits));
     let mut child = {
         let _rt = rt.enter();
         tokio::process::Command::from(std_cmd)
             .spawn()
             .with_context(|| format!("cannot start {}", bwrap.display()))?
     };
-    // Only bwrap keeps these.
+    // Only bwrap keeps these (the working directory's locks stay with this process).
     drop(status_write);
-    drop(block_read);
-    drop(view);
+    drop(seccomp_read);
+    drop(views);
     drop(socket_dir);
     let bwrap_pid = nix::unistd::Pid::from_raw(child.id().context("bwrap exited at once")? as i32);
     // The command may start only once the view is complete.
     match ready(rt, hold, r) {
-        Ok(_) => {
-            let mut w = std::fs::File::from(block_write);
-            let _ = w.write_all(b"x");
-        }
+        Ok(_) => match gate.open() {
+            // A broken pipe: bwrap already gave up setting up the sandbox; its status
+            // and message are read below.
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                let _ = nix::sys::signal::kill(bwrap_pid, Signal::SIGKILL);
+                let _ = rt.block_on(child.wait());
+                return Err(e).context("cannot start the command (seccomp pipe)");
+            }
+            _ => {}
+        },
         Err(e) => {
+            // A cut-short filter stops bwrap by itself; the kill makes it quick.
+            drop(gate);
             let _ = nix::sys::signal::kill(bwrap_pid, Signal::SIGKILL);
             let _ = rt.block_on(child.wait());
             return Err(e);
@@ -301,6 +334,19 @@ fn sandboxed(
         return Ok(ExitCode::from(SETUP_FAILED));
     };
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// A profile's `[limits]` as resource limits for the sandbox.
+fn rlimits(l: &mop_proto::Limits) -> Vec<(nix::sys::resource::Resource, u64)> {
+    use nix::sys::resource::Resource;
+    [
+        (Resource::RLIMIT_NPROC, l.nproc),
+        (Resource::RLIMIT_AS, l.address_space_bytes),
+        (Resource::RLIMIT_NOFILE, l.open_files),
+    ]
+    .into_iter()
+    .filter_map(|(r, v)| Some((r, v?)))
+    .collect()
 }
 
 /// What a pipe holds now, without waiting for writers that may linger.

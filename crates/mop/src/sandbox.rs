@@ -1,6 +1,6 @@
 //! Turning a plan into a bubblewrap command line, and the host checks around it: which
-//! `bwrap` to trust, how the host's system directories look, the memory directory inside
-//! the working directory (never through a symlink), and the sandbox's environment.
+//! `bwrap` to trust, how the host's system directories look, and the sandbox's
+//! environment. (The working directory's own checks are in [`crate::workdir`].)
 //!
 //! [`bwrap_args`] is a pure function of its inputs, so the exact argument list is unit
 //! tested; the end-to-end tests run it against the real kernel.
@@ -11,11 +11,15 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use mop_proto::Profile;
-use nix::fcntl::{OFlag, open, openat};
-use nix::sys::stat::{FileStat, Mode, SFlag};
+use nix::fcntl::{OFlag, open};
+use nix::sys::stat::Mode;
 
 /// Where the agent socket's directory appears inside the sandbox.
 pub const AGENT_DIR: &str = "/run/mop/agent";
+/// Where the task's memory view appears inside the sandbox, in its own `/run`: no writer of
+/// the working directory can replace it there. (It is also at the profile's `memory_dir`
+/// inside the working directory, where agents look by habit.)
+pub const MEMORY_DIR: &str = "/run/mop/memory";
 /// Where `mop` itself appears inside the sandbox (first on PATH).
 pub const BIN_DIR: &str = "/run/mop/bin";
 
@@ -120,14 +124,18 @@ pub struct Spec<'a> {
     pub system: &'a [SystemEntry],
     /// Working directory (absolute, canonical), bound read-write at the same place.
     pub workdir: &'a Path,
-    /// O_PATH descriptor of the task's view.
-    pub view_fd: RawFd,
+    /// O_PATH descriptor of the working directory that was checked (`--bind-fd`).
+    pub workdir_fd: RawFd,
+    /// O_PATH descriptors of the task's view: one for [`MEMORY_DIR`], one for the
+    /// profile's memory dir inside the working directory (bwrap closes each after use).
+    pub view_fds: [RawFd; 2],
     /// O_PATH descriptor of the agent socket's directory.
     pub socket_dir_fd: RawFd,
     /// Write end of the status pipe (`--json-status-fd`).
     pub status_fd: RawFd,
-    /// Read end of the block pipe (`--block-fd`): the command starts once a byte arrives.
-    pub block_fd: Option<RawFd>,
+    /// Read end of the seccomp pipe (`--seccomp`): the filter, completed by `mop run` once
+    /// the plan arrived (see [`crate::confine`]).
+    pub seccomp_fd: RawFd,
     /// This `mop` binary, bound in as `/run/mop/bin/mop`.
     pub mop_exe: &'a Path,
     /// The sandbox environment (complete: bwrap starts from `--clearenv`).
@@ -186,19 +194,16 @@ pub fn bwrap_args(s: &Spec<'_>) -> Vec<OsString> {
         push(&[&flag, &b.source, dest]);
     }
     let memory = s.workdir.join(&s.profile.memory_dir);
-    let view_fd = s.view_fd.to_string();
-    let socket_fd = s.socket_dir_fd.to_string();
-    let status_fd = s.status_fd.to_string();
+    let fd = |n: RawFd| n.to_string();
     let mop_in = Path::new(BIN_DIR).join("mop");
-    push(&[&"--bind", &s.workdir, &s.workdir]);
-    push(&[&"--ro-bind-fd", &view_fd, &memory]);
-    push(&[&"--ro-bind-fd", &socket_fd, &AGENT_DIR]);
+    push(&[&"--bind-fd", &fd(s.workdir_fd), &s.workdir]);
+    push(&[&"--ro-bind-fd", &fd(s.view_fds[0]), &MEMORY_DIR]);
+    push(&[&"--ro-bind-fd", &fd(s.view_fds[1]), &memory]);
+    push(&[&"--ro-bind-fd", &fd(s.socket_dir_fd), &AGENT_DIR]);
     push(&[&"--ro-bind", &s.mop_exe, &mop_in]);
     push(&[&"--chdir", &s.workdir]);
-    push(&[&"--json-status-fd", &status_fd]);
-    if let Some(fd) = s.block_fd {
-        push(&[&"--block-fd", &fd.to_string()]);
-    }
+    push(&[&"--json-status-fd", &fd(s.status_fd)]);
+    push(&[&"--seccomp", &fd(s.seccomp_fd)]);
     push(&[&"--"]);
     for c in s.command {
         push(&[c]);
@@ -245,10 +250,7 @@ pub fn sandbox_env(
     set("MOP_AGENT_SOCKET", format!("{AGENT_DIR}/agent.sock"));
     set("MOP_TASK_ID", task_id.to_owned());
     set("MOP_WORKDIR", workdir.display().to_string());
-    set(
-        "MOP_MEMORY_DIR",
-        workdir.join(&profile.memory_dir).display().to_string(),
-    );
+    set("MOP_MEMORY_DIR", MEMORY_DIR.to_owned());
     Ok(env)
 }
 
@@ -272,56 +274,6 @@ pub fn open_dir(path: &Path) -> Result<OwnedFd, String> {
             path.display()
         )
     })
-}
-
-fn is(st: &FileStat, kind: SFlag) -> bool {
-    SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == kind
-}
-
-/// Makes sure `<workdir>/<memory_dir>` is a chain of real directories (creating missing
-/// ones) and refuses any symlink along it: a symlinked `.claude` could otherwise point the
-/// read-only view's mount somewhere else.
-pub fn prepare_memory_dir(workdir: &Path, memory_dir: &str) -> Result<(), String> {
-    let mut dir = open_dir(workdir)?;
-    let mut shown = workdir.to_owned();
-    for comp in Path::new(memory_dir).components() {
-        let name = comp.as_os_str();
-        shown.push(name);
-        match nix::sys::stat::fstatat(&dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(st) if is(&st, SFlag::S_IFLNK) => {
-                return Err(format!(
-                    "refusing {}: it is a symlink; the memory directory must be a real directory inside the working directory",
-                    shown.display()
-                ));
-            }
-            Ok(st) if !is(&st, SFlag::S_IFDIR) => {
-                return Err(format!(
-                    "refusing {}: it is not a directory",
-                    shown.display()
-                ));
-            }
-            Ok(_) => {}
-            Err(nix::errno::Errno::ENOENT) => {
-                nix::sys::stat::mkdirat(&dir, name, Mode::from_bits_truncate(0o755))
-                    .map_err(|e| format!("cannot create {}: {e}", shown.display()))?;
-            }
-            Err(e) => return Err(format!("cannot inspect {}: {e}", shown.display())),
-        }
-        dir = openat(
-            &dir,
-            name,
-            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| format!("cannot open {}: {e}", shown.display()))?;
-    }
-    Ok(())
-}
-
-/// True when TIOCSTI is blocked host-wide (`dev.tty.legacy_tiocsti = 0`), which lets an
-/// interactive agent keep its controlling terminal.
-pub fn tiocsti_blocked() -> bool {
-    std::fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti").is_ok_and(|v| v.trim() == "0")
 }
 
 #[cfg(test)]
@@ -350,10 +302,11 @@ mod tests {
             profile: p,
             system: &system,
             workdir: Path::new("/w"),
-            view_fd: 5,
+            workdir_fd: 4,
+            view_fds: [5, 9],
             socket_dir_fd: 6,
             status_fd: 7,
-            block_fd: Some(8),
+            seccomp_fd: 8,
             mop_exe: Path::new("/usr/bin/mop"),
             env: &env,
             new_session,
@@ -372,9 +325,10 @@ mod tests {
             "--unshare-user --unshare-pid --unshare-ipc --unshare-uts --unshare-cgroup-try \
              --die-with-parent --new-session --cap-drop ALL --disable-userns --clearenv \
              --setenv PATH /run/mop/bin:/usr/bin --proc /proc --dev /dev --tmpfs /tmp --tmpfs /run \
-             --ro-bind /usr /usr --symlink usr/bin /bin --bind /w /w --ro-bind-fd 5 /w/.claude/memory \
-             --ro-bind-fd 6 /run/mop/agent --ro-bind /usr/bin/mop /run/mop/bin/mop --chdir /w \
-             --json-status-fd 7 --block-fd 8 -- /bin/true --x"
+             --ro-bind /usr /usr --symlink usr/bin /bin --bind-fd 4 /w --ro-bind-fd 5 /run/mop/memory \
+             --ro-bind-fd 9 /w/.claude/memory --ro-bind-fd 6 /run/mop/agent \
+             --ro-bind /usr/bin/mop /run/mop/bin/mop --chdir /w --json-status-fd 7 --seccomp 8 \
+             -- /bin/true --x"
         );
     }
 
@@ -427,24 +381,5 @@ mod tests {
             "/run/mop/bin:/usr/bin"
         );
         assert!(sandbox_env(&p, &runner, &["A B".into()], "t", Path::new("/w")).is_err());
-    }
-
-    #[test]
-    fn memory_dir_symlinks_are_refused() {
-        let w = tempfile::tempdir().unwrap();
-        prepare_memory_dir(w.path(), ".claude/memory").unwrap();
-        assert!(w.path().join(".claude/memory").is_dir());
-        let w2 = tempfile::tempdir().unwrap();
-        std::os::unix::fs::symlink("/tmp", w2.path().join(".claude")).unwrap();
-        let err = prepare_memory_dir(w2.path(), ".claude/memory").unwrap_err();
-        assert!(err.contains("symlink"), "{err}");
-        let w3 = tempfile::tempdir().unwrap();
-        std::fs::create_dir(w3.path().join(".claude")).unwrap();
-        std::os::unix::fs::symlink("/etc", w3.path().join(".claude/memory")).unwrap();
-        assert!(
-            prepare_memory_dir(w3.path(), ".claude/memory")
-                .unwrap_err()
-                .contains("symlink")
-        );
     }
 }

@@ -1,6 +1,7 @@
 //! The few system calls `mop run` needs that safe Rust does not offer, kept in one narrow
-//! module (as youki does): making every inherited descriptor close-on-exec, and passing
-//! chosen ones to bwrap. Everything else goes through `nix` and `std`.
+//! module (as youki does): making every inherited descriptor close-on-exec, passing chosen
+//! ones to bwrap, a fresh session keyring, resource limits set between fork and exec, and
+//! asking the kernel for its Landlock ABI. Everything else goes through `nix` and `std`.
 
 #![allow(unsafe_code)]
 
@@ -37,4 +38,60 @@ pub fn inherit(fd: &OwnedFd) -> std::io::Result<RawFd> {
     let flags = FdFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFD)?);
     fcntl(fd, FcntlArg::F_SETFD(flags - FdFlag::FD_CLOEXEC))?;
     Ok(fd.as_raw_fd())
+}
+
+/// Gives this thread, and every process it starts from now on, a new anonymous session
+/// keyring: the sandbox then possesses none of the runner's session keys.
+pub fn join_fresh_session_keyring() -> std::io::Result<()> {
+    const KEYCTL_JOIN_SESSION_KEYRING: nix::libc::c_long = 1;
+    // SAFETY: keyctl(JOIN_SESSION_KEYRING, NULL) takes no pointer but the NULL name.
+    let r = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_keyctl,
+            KEYCTL_JOIN_SESSION_KEYRING,
+            std::ptr::null::<nix::libc::c_char>(),
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The kernel's Landlock ABI version, or `None` without Landlock.
+pub fn landlock_abi() -> Option<i32> {
+    const LANDLOCK_CREATE_RULESET_VERSION: nix::libc::c_uint = 1;
+    // SAFETY: with a NULL attribute and size 0 this call only reports the ABI version.
+    let v = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    (v > 0).then_some(v as i32)
+}
+
+/// Sets resource limits (soft and hard) in the child between fork and exec, so they apply
+/// to bwrap and everything it starts, and not to `mop run` itself.
+pub fn set_limits_on_exec(
+    cmd: &mut std::process::Command,
+    limits: Vec<(nix::sys::resource::Resource, u64)>,
+) {
+    use std::os::unix::process::CommandExt;
+    if limits.is_empty() {
+        return;
+    }
+    // SAFETY: the closure runs in the forked child before exec; setrlimit is
+    // async-signal-safe and the closure allocates nothing (the Vec was built before).
+    unsafe {
+        cmd.pre_exec(move || {
+            for (resource, value) in &limits {
+                nix::sys::resource::setrlimit(*resource, *value, *value)
+                    .map_err(std::io::Error::from)?;
+            }
+            Ok(())
+        });
+    }
 }

@@ -268,9 +268,9 @@ async fn prepare(
         b.push(b'\n');
         bytes::Bytes::from(b)
     };
-    let _ = tx.send(line(&mop_proto::PrepareEvent::Reserved(
+    let _ = tx.send(line(&mop_proto::PrepareEvent::Reserved(Box::new(
         reserved.reservation(),
-    )));
+    ))));
     let tasks = d.tasks.clone();
     tokio::spawn(async move {
         let event = match tasks.fill(reserved).await {

@@ -229,7 +229,11 @@ impl Daemon {
 }
 
 fn start_daemon(exe: &Path, root: &Path, server: &Server) -> Result<Daemon> {
-    let token_file = root.join("node.token");
+    // The config's directory is one the sandbox must never see, so it is not the root
+    // that holds the task's working directory.
+    let etc = root.join("etc");
+    std::fs::create_dir_all(&etc)?;
+    let token_file = etc.join("node.token");
     write_private(&token_file, server.token.as_bytes())?;
     let profiles = root.join("profiles");
     std::fs::create_dir_all(&profiles)?;
@@ -249,7 +253,7 @@ fn start_daemon(exe: &Path, root: &Path, server: &Server) -> Result<Daemon> {
         state = root.join("state").display().to_string(),
         profiles = profiles.display().to_string(),
     );
-    let config_path = root.join("mopd.toml");
+    let config_path = etc.join("mopd.toml");
     std::fs::write(&config_path, config)?;
     let log = std::fs::File::create(root.join("mopd.log"))?;
     let child = Command::new(exe)

@@ -469,9 +469,22 @@ impl Tasks {
             .unwrap_or_else(|| config.tasks.default_profile.clone());
         let profile = Profile::load(&profile_name, &config.tasks.profile_dirs)
             .map_err(|e| TaskError::Invalid(e.to_string()))?;
+        let protected = config.protected_dirs(&self.shared.config_path);
         profile
-            .check(&config.protected_dirs(&self.shared.config_path))
+            .check(&protected)
             .map_err(|e| TaskError::Invalid(e.to_string()))?;
+        // The working directory is bound read-write into the sandbox: one that holds (or
+        // lies in) the pool, the state or the sockets would hand them to the agent.
+        if let Some(workdir) = &req.workdir
+            && let Some(guard) = mop_proto::exposed_by(workdir, &protected)
+        {
+            return Err(TaskError::Forbidden(format!(
+                "working directory {} would expose {}, which belongs to mopd; run the task in a \
+                 directory outside mop's cache, state, runtime and config directories",
+                workdir.display(),
+                guard.display()
+            )));
+        }
         {
             // Live tasks and reservations in progress share the id space.
             let tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());

@@ -690,10 +690,8 @@ fn sigkill_of_mop_run_releases_its_lease() {
     }
     let view = env.daemon.dir.path().join("cache/tasks/killed/view");
     assert!(view.is_dir());
-    // Control: the sandboxed command itself is running before the kill. (Matching bwrap's
-    // command line is not enough: killed while bwrap still waits on --block-fd, bwrap
-    // 0.8's inner process has no parent-death signal yet, reads EOF and starts the command
-    // as an orphan. A known limitation, see README "Security model".)
+    // Control: the sandboxed command itself is running before the kill (bwrap's command
+    // line names the task long before; kills that early are tests/sandbox.rs's).
     let deadline = Instant::now() + Duration::from_secs(10);
     while !command_started("killed") {
         assert!(

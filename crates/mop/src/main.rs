@@ -5,6 +5,7 @@
 
 mod confine;
 mod doctor;
+mod guard;
 mod memory;
 mod run;
 mod sandbox;
@@ -168,6 +169,13 @@ enum Command {
     Memory {
         #[command(subcommand)]
         command: MemoryCommand,
+    },
+    /// Started by `mop run` for itself: ends the task's sandbox if `mop run` dies.
+    #[command(name = "__guard", hide = true)]
+    Guard {
+        /// The task.
+        #[arg(long)]
+        task_id: String,
     },
 }
 
@@ -410,6 +418,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Guard { task_id } => Ok(guard::run(&task_id)),
         Command::Doctor { json } => {
             let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
             let report = doctor::probe(&cwd);

@@ -181,6 +181,10 @@ fn sandboxed(
     for w in &claimed.warnings {
         eprintln!("mop: warning: {w}");
     }
+    let mop_exe =
+        std::env::current_exe().context("cannot find the mop binary to bind into the sandbox")?;
+    // Started before any descriptor is made inheritable below, so it holds none of them.
+    let _guard = Guard::start(&mop_exe, &r.task_id)?;
     let views = [
         open_dir(&r.view_dir).map_err(anyhow::Error::msg)?,
         open_dir(&r.view_dir).map_err(anyhow::Error::msg)?,
@@ -199,8 +203,6 @@ fn sandboxed(
     let socket_fd = sys::inherit(&socket_dir)?;
     let status_fd = sys::inherit(&status_write)?;
     let seccomp_fd = sys::inherit(&seccomp_read)?;
-    let mop_exe =
-        std::env::current_exe().context("cannot find the mop binary to bind into the sandbox")?;
     let system = system_layout(&r.profile);
     let args = bwrap_args(&Spec {
         profile: &r.profile,
@@ -334,6 +336,40 @@ fn sandboxed(
         return Ok(ExitCode::from(SETUP_FAILED));
     };
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// The running guard of this `mop run` (see [`crate::guard`]): told on drop that `mop run`
+/// ends normally. Only a death that skips destructors (SIGKILL) leaves it to clean up.
+struct Guard {
+    pipe: Option<std::fs::File>,
+}
+
+impl Guard {
+    fn start(mop_exe: &Path, task_id: &str) -> Result<Guard> {
+        use std::os::unix::process::CommandExt;
+        let (read, write) =
+            nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the guard's pipe")?;
+        Command::new(mop_exe)
+            .args(["__guard", "--task-id", task_id])
+            .env_clear()
+            .stdin(std::process::Stdio::from(read))
+            .stdout(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .context("cannot start the guard process (mop __guard)")?;
+        Ok(Guard {
+            pipe: Some(std::fs::File::from(write)),
+        })
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        use std::io::Write;
+        if let Some(mut pipe) = self.pipe.take() {
+            let _ = pipe.write_all(&[crate::guard::DONE]);
+        }
+    }
 }
 
 /// A profile's `[limits]` as resource limits for the sandbox.

@@ -877,3 +877,97 @@ fn status_warns_when_the_token_would_cross_a_network_in_the_clear() {
         "{shown}\n{v}"
     );
 }
+
+/// Every file that may hold bytes of the database: the file, its WAL and shared memory.
+fn db_files_contain(server: &Server, needle: &[u8]) -> Vec<PathBuf> {
+    let db = server.db();
+    [db.clone(), db.with_extension("db-wal"), db.with_extension("db-shm")]
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(p).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle))
+        })
+        .collect()
+}
+
+fn tree_contains(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    walk(dir)
+        .into_iter()
+        .filter(|p| std::fs::read(p).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle)))
+        .collect()
+}
+
+/// A hard delete is for personal data: its text must be recoverable nowhere — not in
+/// the database file, its WAL or free pages, not in any earlier version's object, not in
+/// the daemon's pool after its next sync. Control: before the delete, the same search
+/// finds the text in each of those places.
+#[test]
+fn a_hard_delete_leaves_the_text_recoverable_nowhere() {
+    let (server, admin) = server();
+    let d = Daemon::start(&server, DaemonOptions::default());
+    d.wait_synced();
+    let marker = b"zqpersonal-5551234-alice-home-address";
+    let id = "3b0e8a9c-1d2f-4e5a-8b7c-6d5e4f3a2b1c";
+    let okf = |n: u32| {
+        format!(
+            "---\nid: {id}\ntype: fact\ntitle: Alice's contact {n}\nscope:\n  user_id: alice\n---\n{} version {n}\n",
+            String::from_utf8_lossy(marker)
+        )
+    };
+    let http = mop_tests::http();
+    let cards = format!("{}/v1/workspaces/{WS}/cards", server.url);
+    let r = http.post(&cards).bearer_auth(&admin).body(okf(1)).send().unwrap();
+    assert!(r.status().is_success(), "{}", r.text().unwrap());
+    for n in 2..=3 {
+        let r = http
+            .put(format!("{cards}/{id}"))
+            .bearer_auth(&admin)
+            .body(okf(n))
+            .send()
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.text().unwrap());
+    }
+    let history: Vec<Value> = http
+        .get(format!("{cards}/{id}/history"))
+        .bearer_auth(&admin)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let shas: Vec<String> = history
+        .iter()
+        .filter_map(|r| r["sha256_after"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(shas.len(), 3);
+    d.sync(WS);
+    // Control: the text is there, everywhere it should be.
+    assert!(!db_files_contain(&server, marker).is_empty());
+    assert!(!tree_contains(&d.pool(WS), marker).is_empty());
+    let node = server.token("node", &[WS]);
+    let object = |sha: &str| {
+        http.get(format!("{}/v1/workspaces/{WS}/objects/{sha}", server.url))
+            .bearer_auth(&node)
+            .send()
+            .unwrap()
+            .status()
+    };
+    for sha in &shas {
+        assert_eq!(object(sha), reqwest::StatusCode::OK, "version {sha} before");
+    }
+
+    let r = http
+        .delete(format!("{cards}/{id}"))
+        .bearer_auth(&admin)
+        .send()
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().unwrap());
+    // Every version's object is gone at once (not after the retention window)…
+    for sha in &shas {
+        assert_eq!(object(sha), reqwest::StatusCode::NOT_FOUND, "version {sha} after");
+    }
+    // …and no byte of the text is left in the database's files.
+    assert_eq!(db_files_contain(&server, marker), Vec::<PathBuf>::new());
+    // The daemon drops it on its next sync.
+    d.sync(WS);
+    assert_eq!(tree_contains(&d.pool(WS), marker), Vec::<PathBuf>::new());
+    assert_eq!(tree_contains(d.dir.path(), marker), Vec::<PathBuf>::new());
+}

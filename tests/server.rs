@@ -876,6 +876,27 @@ fn tokens_missing_invalid_and_revoked() {
         assert!(Instant::now() < deadline, "revocation not noticed");
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The revocation is in the audit history, once: revoking again writes nothing.
+    assert!(
+        run(&mut server.cli(&["token", "revoke", id]))
+            .status
+            .success()
+    );
+    let admin = server.token("admin", &[WS]);
+    let rows: Vec<Value> = http
+        .get(format!("{}/v1/workspaces/{WS}/history", server.url))
+        .bearer_auth(&admin)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let revokes: Vec<&Value> = rows.iter().filter(|r| r["action"] == "token_revoke").collect();
+    assert_eq!(revokes.len(), 1, "{rows:?}");
+    assert!(
+        revokes[0]["detail"].as_str().unwrap().contains(id),
+        "{:?}",
+        revokes[0]
+    );
     assert!(
         !server.log().contains(&node_token),
         "the log never shows a token"

@@ -713,7 +713,29 @@ impl Store {
                 .map_err(&e)?
                 .ok_or_else(|| not_found(ws, id))?;
             let rev = bump(tx, ws).map_err(&e)?;
+            // Every version the card ever had, not only the current one: earlier objects
+            // wait out the retention window otherwise.
+            let versions: Vec<String> = {
+                let mut stmt = tx
+                    .prepare(
+                        "SELECT sha256_before FROM history WHERE workspace = ?1 AND card_id = ?2 AND sha256_before IS NOT NULL
+                         UNION SELECT sha256_after FROM history WHERE workspace = ?1 AND card_id = ?2 AND sha256_after IS NOT NULL",
+                    )
+                    .map_err(&e)?;
+                stmt.query_map(params![ws, id.to_string()], |r| r.get(0))
+                    .map_err(&e)?
+                    .collect::<rusqlite::Result<_>>()
+                    .map_err(&e)?
+            };
             remove_card(tx, ws, id, &row.sha256, rev).map_err(&e)?;
+            for sha in &versions {
+                tx.execute(
+                    "DELETE FROM objects WHERE workspace = ?1 AND sha256 = ?2
+                       AND NOT EXISTS (SELECT 1 FROM cards WHERE workspace = ?1 AND sha256 = ?2)",
+                    params![ws, sha],
+                )
+                .map_err(&e)?;
+            }
             audit(
                 tx,
                 ws,
@@ -724,7 +746,7 @@ impl Store {
                 Some(&row.sha256),
                 None,
                 None,
-                None,
+                Some(&format!("purged {} object version(s)", versions.len().max(1))),
             )
             .map_err(&e)?;
             Ok(CardChange {
@@ -733,6 +755,14 @@ impl Store {
                 sha256: None,
                 changed: true,
             })
+        })
+        .and_then(|change| {
+            // The deleted pages are zeroed in the file (secure_delete); the WAL still
+            // holds older images of them until a checkpoint.
+            if !self.checkpoint_truncate()? {
+                tracing::warn!(workspace = ws, card = %id, "hard delete: the WAL checkpoint did not complete (busy readers); it completes at a later checkpoint");
+            }
+            Ok(change)
         })
     }
 

@@ -176,6 +176,23 @@ impl Store {
         Ok(out)
     }
 
+    /// Copies the write-ahead log into the database file and empties it, so that old
+    /// page images (which may hold deleted text) leave the WAL too. Readers in the middle
+    /// of a snapshot can hold it up; it is tried a few times. True when it completed.
+    pub(crate) fn checkpoint_truncate(&self) -> Result<bool> {
+        let conn = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        for attempt in 0..20 {
+            let busy: i64 = conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+                .map_err(self.err("checkpoint"))?;
+            if busy == 0 {
+                return Ok(true);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10 * (attempt + 1)));
+        }
+        Ok(false)
+    }
+
     /// Runs `f` in one read transaction (a consistent snapshot) on a pooled connection.
     pub(crate) fn read<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
         let pooled = self.readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
@@ -220,6 +237,9 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    // Deleted content is overwritten with zeros, so that a hard delete (personal data)
+    // leaves no copy in free pages of the file.
+    conn.pragma_update(None, "secure_delete", "ON")?;
     Ok(())
 }
 

@@ -146,14 +146,15 @@ impl Store {
         })
     }
 
-    /// Revokes a token by id. Revoking twice is not an error.
+    /// Revokes a token by id, with an audit row in each of its workspaces (in the same
+    /// transaction). Revoking twice is not an error and writes nothing.
     pub fn revoke_token(&self, id: &str) -> Result<()> {
         self.write(|tx| {
-            let found: Option<Option<String>> = tx
+            let found: Option<(Option<String>, String, String)> = tx
                 .query_row(
-                    "SELECT revoked_at FROM tokens WHERE id = ?1",
+                    "SELECT revoked_at, workspaces, role FROM tokens WHERE id = ?1",
                     params![id],
-                    |r| r.get(0),
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
                 )
                 .optional()
                 .map_err(self.err("find token"))?;
@@ -161,13 +162,16 @@ impl Store {
                 None => Err(StoreError::NotFound(format!(
                     "no token with id {id:?}; `mop-server token list` shows the ids"
                 ))),
-                Some(Some(_)) => Ok(()),
-                Some(None) => {
+                Some((Some(_), _, _)) => Ok(()),
+                Some((None, workspaces, role)) => {
                     tx.execute(
                         "UPDATE tokens SET revoked_at = ?1 WHERE id = ?2",
                         params![now(), id],
                     )
                     .map_err(self.err("revoke token"))?;
+                    let workspaces: Vec<String> =
+                        serde_json::from_str(&workspaces).unwrap_or_default();
+                    self.audit_token(tx, &workspaces, "token_revoke", &format!("token={id} role={role}"))?;
                     Ok(())
                 }
             }

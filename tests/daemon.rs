@@ -881,12 +881,14 @@ fn status_warns_when_the_token_would_cross_a_network_in_the_clear() {
 /// Every file that may hold bytes of the database: the file, its WAL and shared memory.
 fn db_files_contain(server: &Server, needle: &[u8]) -> Vec<PathBuf> {
     let db = server.db();
-    [db.clone(), db.with_extension("db-wal"), db.with_extension("db-shm")]
-        .into_iter()
-        .filter(|p| {
-            std::fs::read(p).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle))
-        })
-        .collect()
+    [
+        db.clone(),
+        db.with_extension("db-wal"),
+        db.with_extension("db-shm"),
+    ]
+    .into_iter()
+    .filter(|p| std::fs::read(p).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle)))
+    .collect()
 }
 
 fn tree_contains(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
@@ -915,7 +917,12 @@ fn a_hard_delete_leaves_the_text_recoverable_nowhere() {
     };
     let http = mop_tests::http();
     let cards = format!("{}/v1/workspaces/{WS}/cards", server.url);
-    let r = http.post(&cards).bearer_auth(&admin).body(okf(1)).send().unwrap();
+    let r = http
+        .post(&cards)
+        .bearer_auth(&admin)
+        .body(okf(1))
+        .send()
+        .unwrap();
     assert!(r.status().is_success(), "{}", r.text().unwrap());
     for n in 2..=3 {
         let r = http
@@ -962,7 +969,11 @@ fn a_hard_delete_leaves_the_text_recoverable_nowhere() {
     assert!(r.status().is_success(), "{}", r.text().unwrap());
     // Every version's object is gone at once (not after the retention window)…
     for sha in &shas {
-        assert_eq!(object(sha), reqwest::StatusCode::NOT_FOUND, "version {sha} after");
+        assert_eq!(
+            object(sha),
+            reqwest::StatusCode::NOT_FOUND,
+            "version {sha} after"
+        );
     }
     // …and no byte of the text is left in the database's files.
     assert_eq!(db_files_contain(&server, marker), Vec::<PathBuf>::new());

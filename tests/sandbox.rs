@@ -663,3 +663,67 @@ fn bwrap_starts_no_command_on_a_cut_short_seccomp_program() {
         }
     }
 }
+
+/// A task's agent socket answers its owner only: another local user who can reach the
+/// socket file (group `mop`, as every runner is) is refused before a byte is read.
+#[test]
+fn an_agent_socket_answers_its_tasks_owner_only() {
+    let Some(other) = mop_tests::procs::daemon_user() else {
+        return;
+    };
+    let Some(env) = setup() else { return };
+    let out = run(&mut as_runner(&[
+        "prepare".as_ref(),
+        "--socket".as_ref(),
+        env.daemon.socket().as_os_str(),
+        "--workspace".as_ref(),
+        WS.as_ref(),
+        "--task-id".as_ref(),
+        "owned".as_ref(),
+        "--user".as_ref(),
+        "alice".as_ref(),
+        "--title".as_ref(),
+        "ORA-01555".as_ref(),
+        "--json".as_ref(),
+    ]));
+    assert!(out.status.success(), "{}", text(&out));
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let socket = Path::new(plan["agent_socket"].as_str().unwrap());
+    // Let the other user reach the socket file, as a member of group mop could.
+    for dir in [env.daemon.dir.path(), &env.daemon.dir.path().join("run")] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    // Control: the owner's request is answered.
+    let (code, _) = mop_tests::procs::runner_socket_request(socket, "GET", "/v1/cards", None);
+    assert_eq!(code, 200);
+    // Another uid, and root too: refused at accept (curl sees the connection closed).
+    let mut as_other = Command::new("/usr/bin/setpriv");
+    as_other.args([
+        "--reuid",
+        other,
+        "--regid",
+        "mop",
+        "--init-groups",
+        "--",
+        "curl",
+    ]);
+    let (code, body) =
+        mop_tests::procs::socket_request_as(as_other, socket, "GET", "/v1/cards", None);
+    assert_eq!(
+        code,
+        0,
+        "another user was answered: {}",
+        String::from_utf8_lossy(&body)
+    );
+    let (code, _) =
+        mop_tests::procs::socket_request_as(Command::new("curl"), socket, "GET", "/v1/cards", None);
+    assert_eq!(code, 0, "root is not the task's owner either");
+    assert!(
+        env.daemon
+            .log()
+            .contains("refused an agent socket connection from another uid"),
+        "{}",
+        env.daemon.log()
+    );
+}

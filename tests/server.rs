@@ -890,7 +890,10 @@ fn tokens_missing_invalid_and_revoked() {
         .unwrap()
         .json()
         .unwrap();
-    let revokes: Vec<&Value> = rows.iter().filter(|r| r["action"] == "token_revoke").collect();
+    let revokes: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["action"] == "token_revoke")
+        .collect();
     assert_eq!(revokes.len(), 1, "{rows:?}");
     assert!(
         revokes[0]["detail"].as_str().unwrap().contains(id),

@@ -1021,6 +1021,28 @@ mod reaper_tests {
     }
 
     #[test]
+    fn leftovers_that_cannot_be_removed_are_reported_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let view = dir.path().join("view");
+        std::fs::create_dir_all(view.join("facts")).unwrap();
+        let lease = dir.path().join("t.json");
+        std::fs::write(&lease, "{}").unwrap();
+        let ok = Leftovers {
+            task_id: "t".into(),
+            paths: vec![view.clone(), lease.clone(), dir.path().join("never-was")],
+        };
+        ok.remove().unwrap();
+        assert!(!view.exists() && !lease.exists());
+        // /proc entries cannot be removed, whoever asks: the error names the path.
+        let stuck = Leftovers {
+            task_id: "t".into(),
+            paths: vec![PathBuf::from("/proc/self/status")],
+        };
+        let err = stuck.remove().unwrap_err();
+        assert!(err.to_string().contains("/proc/self/status"), "{err}");
+    }
+
+    #[test]
     fn start_times_parse_and_this_process_runs() {
         let stat = "42 (a) b) c) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 777 19";
         assert_eq!(parse_start_time(stat), Some(777));

@@ -171,7 +171,12 @@ impl Store {
                     .map_err(self.err("revoke token"))?;
                     let workspaces: Vec<String> =
                         serde_json::from_str(&workspaces).unwrap_or_default();
-                    self.audit_token(tx, &workspaces, "token_revoke", &format!("token={id} role={role}"))?;
+                    self.audit_token(
+                        tx,
+                        &workspaces,
+                        "token_revoke",
+                        &format!("token={id} role={role}"),
+                    )?;
                     Ok(())
                 }
             }

@@ -1,7 +1,7 @@
 //! `mop-bench run`: the cost `mop run` adds to starting a sandbox. In one run, alternating,
 //! `mop run -- /bin/true` (prepare against a 10k-card workspace, bwrap, release) and bare
-//! bwrap with the same flags (taken from `mop run --dry-run`, the view bound by path
-//! instead of by descriptor).
+//! bwrap with the same flags (taken from `mop run --dry-run`, the view and the working
+//! directory bound by path instead of by descriptor, and without mop's seccomp filter).
 
 use std::ffi::OsString;
 use std::process::{Command, Stdio};
@@ -145,9 +145,16 @@ pub fn run(o: &Options) -> Result<Section> {
         );
     }
     let plan: serde_json::Value = serde_json::from_slice(&prep_out.stdout)?;
-    let (view_fd, sock_fd) = (
-        dry["fds"]["view"].to_string(),
-        dry["fds"]["agent_socket_dir"].to_string(),
+    let fd = |v: &serde_json::Value| v.to_string();
+    let view_fds: Vec<String> = dry["fds"]["view"]
+        .as_array()
+        .context("fds.view")?
+        .iter()
+        .map(fd)
+        .collect();
+    let (workdir_fd, sock_fd) = (
+        fd(&dry["fds"]["workdir"]),
+        fd(&dry["fds"]["agent_socket_dir"]),
     );
     let args: Vec<String> = dry["args"]
         .as_array()
@@ -159,7 +166,15 @@ pub fn run(o: &Options) -> Result<Section> {
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
-            "--ro-bind-fd" if args[i + 1] == view_fd => {
+            "--bind-fd" if args[i + 1] == workdir_fd => {
+                baseline.extend([
+                    "--bind".into(),
+                    args[i + 2].clone().into(),
+                    args[i + 2].clone().into(),
+                ]);
+                i += 3;
+            }
+            "--ro-bind-fd" if view_fds.contains(&args[i + 1]) => {
                 baseline.extend([
                     "--ro-bind".into(),
                     plan["view_dir"].as_str().unwrap().into(),
@@ -175,7 +190,9 @@ pub fn run(o: &Options) -> Result<Section> {
                 ]);
                 i += 3;
             }
-            "--json-status-fd" | "--block-fd" => i += 2,
+            // The status pipe is mop's; the seccomp filter (and its go signal) is mop's
+            // work, so the baseline goes without it.
+            "--json-status-fd" | "--seccomp" => i += 2,
             a => {
                 baseline.push(a.into());
                 i += 1;
@@ -300,8 +317,8 @@ pub fn run(o: &Options) -> Result<Section> {
     sec.line(format!(
         "Alternating in one run, {} iterations each after 5 warm-ups: `mop run -- /bin/true` \
          (prepare against the workspace, bwrap, release) and bare bwrap with the same flags \
-         (taken from `mop run --dry-run`, the view bound by path instead of by descriptor), \
-         plus two breakdown rows. Then {} runners, each looping `mop prepare --json` + \
+         (taken from `mop run --dry-run`, the view and working directory bound by path instead \
+         of by descriptor, without mop's seccomp filter, guard and keyring), plus two breakdown rows. Then {} runners, each looping `mop prepare --json` + \
          `mop release` as separate processes for {} s.\n",
         o.iterations, o.runners, o.throughput_secs
     ));

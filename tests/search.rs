@@ -284,3 +284,63 @@ fn answers_do_not_depend_on_cards_the_task_cannot_see() {
     );
     let _ = ws;
 }
+
+/// The same property where a visible set leaves out some open cards too (the slow path:
+/// every posting looked at): the answer is that of an index of exactly the visible cards.
+#[test]
+fn any_visible_set_answers_like_an_index_of_its_cards_alone() {
+    let (ws, g) = setup();
+    let bob = task(Some("bob"), Some("db-prod-01"));
+    let full = g.catalog.visible_set(&bob);
+    // Leave out every third visible card, open or not.
+    let mut subset = mop_cards::VisibleSet::empty(g.catalog.len());
+    let mut kept = Vec::new();
+    for (i, ord) in full.without(&mop_cards::VisibleSet::empty(0)).enumerate() {
+        if i % 3 != 0 {
+            subset.insert(ord);
+            kept.push(g.catalog.entry(ord).summary.id);
+        }
+    }
+    let mut only = load_cards(
+        &example_cards_dir(),
+        "2026-11-29T00:00:00Z".parse().unwrap(),
+    );
+    only.manifest.cards.retain(|e| kept.contains(&e.summary.id));
+    only.cards.retain(|id, _| kept.contains(id));
+    let alone = build_generation(&only, &Rules::default());
+    let everything = |g: &Generation| {
+        let mut all = mop_cards::VisibleSet::empty(g.catalog.len());
+        for ord in 0..g.catalog.len() as u32 {
+            all.insert(ord);
+        }
+        Arc::new(all)
+    };
+    let subset = Arc::new(subset);
+    for query in [
+        "ledger undo retention",
+        "ORA-01555 nightly ETL",
+        "死锁 账单",
+        "deadlock",
+    ] {
+        let ours: Vec<(CardId, u32)> = g
+            .index
+            .search(query, 50, subset.clone())
+            .unwrap()
+            .iter()
+            .map(|h| (g.catalog.entry(h.ord).summary.id, h.score.to_bits()))
+            .collect();
+        let theirs: Vec<(CardId, u32)> = alone
+            .index
+            .search(query, 50, everything(&alone))
+            .unwrap()
+            .iter()
+            .map(|h| (alone.catalog.entry(h.ord).summary.id, h.score.to_bits()))
+            .collect();
+        assert_eq!(ours, theirs, "{query:?}");
+        assert!(
+            !ours.is_empty() || query == "deadlock",
+            "{query:?} found nothing"
+        );
+    }
+    let _ = ws;
+}

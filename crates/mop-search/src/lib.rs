@@ -12,10 +12,11 @@
 //! No answer depends on cards outside that set (DESIGN.md "Retrieval"): BM25's statistics
 //! (document count, average length, each term's document frequency) are computed over the
 //! visible cards only, so neither the scores nor the ranking nor the choice of query terms
-//! tell whether a word occurs in a card the task cannot see. To keep that cheap, the text
-//! of every *restricted* card (one not every task may see) is indexed a second time in a
-//! field of its own: a term's frequency among the visible cards is its whole-index
-//! frequency less the restricted cards outside the set, found in that small field.
+//! tell whether a word occurs in a card the task cannot see. To keep that cheap, the words
+//! of every *restricted* card (one not every task may see) are indexed a second time in a
+//! field of their own (document ids only): a term's frequency among the visible cards is
+//! its frequency among the open cards (two dictionary lookups) plus the visible restricted
+//! cards that hold it (a skip-list seek in that field for each of them; a task sees few).
 
 mod readonly;
 pub mod tokenize;
@@ -129,8 +130,17 @@ fn schema() -> (Schema, Fields) {
             .set_tokenizer(TOKENIZER)
             .set_index_option(IndexRecordOption::WithFreqs),
     );
-    let text = builder.add_text_field("text", options.clone());
-    let restricted = builder.add_text_field("restricted", options);
+    let text = builder.add_text_field("text", options);
+    // Only which documents hold a term: no frequencies, no lengths.
+    let restricted = builder.add_text_field(
+        "restricted",
+        TextOptions::default().set_indexing_options(
+            TextFieldIndexing::default()
+                .set_tokenizer(TOKENIZER)
+                .set_index_option(IndexRecordOption::Basic)
+                .set_fieldnorms(false),
+        ),
+    );
     let ord = builder.add_u64_field("ord", FAST);
     let open = builder.add_u64_field("open", FAST);
     (
@@ -239,6 +249,8 @@ pub struct SearchIndex {
     /// Per segment (in searcher order), the card ordinal of each document: an array
     /// lookup while collecting instead of decoding the fast field for every hit.
     ords: Arc<Vec<Vec<u32>>>,
+    /// The other way: each ordinal's (segment, document).
+    docs_of: Vec<(u32, DocId)>,
     /// The open cards' ordinals (empty in format 1 indexes).
     open: VisibleSet,
     /// Each card's length (its text's field norm), by ordinal.
@@ -307,7 +319,8 @@ impl SearchIndex {
         let mut ords = Vec::new();
         let mut open = VisibleSet::empty(docs as usize);
         let mut norms = vec![0u32; docs as usize];
-        for segment in reader.searcher().segment_readers() {
+        let mut docs_of = vec![(0u32, 0 as DocId); docs as usize];
+        for (seg_no, segment) in reader.searcher().segment_readers().iter().enumerate() {
             let column = segment.fast_fields().u64("ord").map_err(tantivy)?;
             let open_column = match restricted {
                 Some(_) => Some(segment.fast_fields().u64("open").map_err(tantivy)?),
@@ -325,6 +338,7 @@ impl SearchIndex {
                     open.insert(ord);
                 }
                 norms[ord as usize] = fieldnorms.fieldnorm(doc);
+                docs_of[ord as usize] = (seg_no as u32, doc);
                 seg.push(ord);
             }
             ords.push(seg);
@@ -339,6 +353,7 @@ impl SearchIndex {
             restricted,
             docs,
             ords: Arc::new(ords),
+            docs_of,
             open,
             norms,
             open_tokens,
@@ -403,11 +418,18 @@ impl SearchIndex {
         if stats.docs == 0 {
             return Ok(None);
         }
-        // With every open card visible (as in every task's set), the cards outside the set
-        // are all restricted ones, found in the restricted field; otherwise every posting.
-        let hidden_field = match self.restricted {
-            Some(r) if visible.covers(&self.open) => r,
-            _ => self.text,
+        // With every open card visible (as in every task's set), the visible cards are the
+        // open ones and a few restricted ones; otherwise every posting is looked at.
+        let fast = match self.restricted {
+            Some(r) if visible.covers(&self.open) => {
+                let mut own: Vec<(u32, DocId)> = visible
+                    .without(&self.open)
+                    .filter_map(|o| self.docs_of.get(o as usize).copied())
+                    .collect();
+                own.sort_unstable();
+                Some((r, own))
+            }
+            _ => None,
         };
         let mut terms = Vec::with_capacity(words.len());
         for word in words {
@@ -416,12 +438,14 @@ impl SearchIndex {
             if df == 0 {
                 continue;
             }
-            let hidden = self.count_outside(
-                searcher,
-                &Term::from_field_text(hidden_field, &word),
-                visible,
-            )?;
-            let df = df.saturating_sub(hidden);
+            let df = match &fast {
+                Some((restricted, own)) => {
+                    let term = Term::from_field_text(*restricted, &word);
+                    let in_restricted = searcher.doc_freq(&term)?;
+                    (df - in_restricted.min(df)) + self.count_among(searcher, &term, own)?
+                }
+                None => df.saturating_sub(self.count_outside(searcher, &term, visible)?),
+            };
             if df > 0 {
                 terms.push((df, word, term));
             }
@@ -464,6 +488,42 @@ impl SearchIndex {
             tokens,
             df: HashMap::new(),
         }
+    }
+
+    /// How many of `docs` (sorted (segment, document) pairs) hold `term`: one seek in the
+    /// term's postings per document.
+    fn count_among(
+        &self,
+        searcher: &tantivy::Searcher,
+        term: &Term,
+        docs: &[(u32, DocId)],
+    ) -> Result<u64, tantivy::TantivyError> {
+        let mut found = 0;
+        let readers = searcher.segment_readers();
+        let mut i = 0;
+        while i < docs.len() {
+            let segment = docs[i].0;
+            let end = i + docs[i..].iter().take_while(|d| d.0 == segment).count();
+            if let Some(reader) = readers.get(segment as usize)
+                && let Some(mut postings) = reader
+                    .inverted_index(term.field())?
+                    .read_postings(term, IndexRecordOption::Basic)?
+            {
+                for &(_, doc) in &docs[i..end] {
+                    if postings.doc() > doc {
+                        continue;
+                    }
+                    if postings.seek(doc) == TERMINATED {
+                        break;
+                    }
+                    if postings.doc() == doc {
+                        found += 1;
+                    }
+                }
+            }
+            i = end;
+        }
+        Ok(found)
     }
 
     /// How many documents with `term` (in its field) are outside `visible`.

@@ -91,6 +91,15 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         profile: a.task.profile.clone(),
         workdir: Some(workdir.clone()),
     };
+    // The guard starts now, so that its start-up overlaps the daemon's work, and before
+    // any descriptor is made inheritable, so that it holds none of them.
+    let _guard = match &bwrap {
+        Some(_) if !a.dry_run => Some(Guard::start(
+            &std::env::current_exe().context("cannot find the mop binary for the guard")?,
+            &req.task.task_id,
+        )?),
+        _ => None,
+    };
     let (code, body, hold) = rt.block_on(mop_proto::client::request_held(
         &a.socket,
         "POST",
@@ -183,8 +192,6 @@ fn sandboxed(
     }
     let mop_exe =
         std::env::current_exe().context("cannot find the mop binary to bind into the sandbox")?;
-    // Started before any descriptor is made inheritable below, so it holds none of them.
-    let _guard = Guard::start(&mop_exe, &r.task_id)?;
     let views = [
         open_dir(&r.view_dir).map_err(anyhow::Error::msg)?,
         open_dir(&r.view_dir).map_err(anyhow::Error::msg)?,

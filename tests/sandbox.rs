@@ -533,26 +533,6 @@ fn profile_limits_apply_inside_the_sandbox() {
     assert_ne!(String::from_utf8_lossy(&out.stdout), "64 512 2147483648\n");
 }
 
-/// Processes that belong to task `id`: bwrap (its command line names the task) and what
-/// it started (its environment does).
-fn task_processes(id: &str) -> Vec<u32> {
-    let env_marker = format!("MOP_TASK_ID={id}\0");
-    let arg_marker = format!("MOP_TASK_ID\0{id}\0");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
-            let read = |f: &str| std::fs::read(e.path().join(f)).unwrap_or_default();
-            let has = |hay: &[u8], needle: &str| {
-                hay.windows(needle.len()).any(|w| w == needle.as_bytes())
-            };
-            (has(&read("environ"), &env_marker) || has(&read("cmdline"), &arg_marker))
-                .then_some(pid)
-        })
-        .collect()
-}
-
 /// The fixed limitation of bwrap 0.8's `--block-fd`: a `mop run` SIGKILLed after it
 /// started bwrap and before the plan arrived left its command running. Now the go signal
 /// is the end of the seccomp program: killed at any moment before it, the command never
@@ -578,7 +558,7 @@ fn a_runner_killed_in_its_first_milliseconds_leaves_no_command_running() {
             .spawn()
             .unwrap();
         std::thread::sleep(Duration::from_micros(500 * i));
-        if !task_processes(&task).is_empty() {
+        if !mop_tests::procs::task_processes(&task).is_empty() {
             bwrap_was_up += 1;
         }
         nix::sys::signal::kill(
@@ -593,7 +573,7 @@ fn a_runner_killed_in_its_first_milliseconds_leaves_no_command_running() {
     std::thread::sleep(Duration::from_secs(2));
     let mut leftovers = Vec::new();
     for (task, _) in &dirs {
-        leftovers.extend(task_processes(task));
+        leftovers.extend(mop_tests::procs::task_processes(task));
     }
     // A command that ran past its kill would have left `ran` behind and kept sleeping.
     let started: Vec<&str> = dirs

@@ -569,30 +569,6 @@ fn a_view_is_a_snapshot_and_the_agent_socket_survives_a_daemon_restart() {
     assert!(new_text.contains("Edited after"));
 }
 
-/// Pids of processes that run as part of task `id`: bwrap (its command line names the
-/// task) and what it started (its environment does).
-fn task_processes(id: &str) -> Vec<u32> {
-    let env_marker = format!("MOP_TASK_ID={id}\0");
-    let arg_marker = format!("MOP_TASK_ID\0{id}\0");
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let read = |f: &str| std::fs::read(entry.path().join(f)).unwrap_or_default();
-        let has =
-            |hay: &[u8], needle: &str| hay.windows(needle.len()).any(|w| w == needle.as_bytes());
-        if has(&read("environ"), &env_marker) || has(&read("cmdline"), &arg_marker) {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
 /// Waits until no task is live (a `mop run` task goes when its connection closes).
 fn wait_no_tasks(env: &Env) {
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -727,11 +703,11 @@ fn sigkill_of_mop_run_releases_its_lease() {
     }
     // bwrap and the command died with mop run (--die-with-parent).
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !task_processes("killed").is_empty() {
+    while !mop_tests::procs::task_processes("killed").is_empty() {
         assert!(
             Instant::now() < deadline,
             "sandbox processes outlived mop run: {:?}",
-            task_processes("killed")
+            mop_tests::procs::task_processes("killed")
         );
         std::thread::sleep(Duration::from_millis(50));
     }

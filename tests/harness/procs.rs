@@ -784,3 +784,21 @@ pub fn socket_request_as(
         .unwrap_or(0);
     (code, text[..split].to_vec())
 }
+
+/// Pids of the processes of task `id`: bwrap (its command line names the task) and what
+/// it started in the sandbox (its environment does).
+pub fn task_processes(id: &str) -> Vec<u32> {
+    let env_marker = format!("MOP_TASK_ID={id}\0");
+    let arg_marker = format!("MOP_TASK_ID\0{id}\0");
+    let has = |hay: &[u8], needle: &str| hay.windows(needle.len()).any(|w| w == needle.as_bytes());
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let read = |f: &str| std::fs::read(e.path().join(f)).unwrap_or_default();
+            (has(&read("environ"), &env_marker) || has(&read("cmdline"), &arg_marker))
+                .then_some(pid)
+        })
+        .collect()
+}

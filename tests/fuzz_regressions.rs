@@ -59,3 +59,9 @@ fn memory_md_inputs_still_pass() {
 fn daemon_request_inputs_still_pass() {
     replay("daemon_requests", mop_fuzz::daemon_requests);
 }
+
+#[test]
+fn object_batch_inputs_still_pass() {
+    let n = replay("object_batch", mop_fuzz::object_batch);
+    assert!(n >= 5, "{n}");
+}

@@ -4,7 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use mop_cards::{CardId, Manifest, StoreOutcome, StoreResponse, decode_batch};
+use mop_cards::{CardId, Manifest};
+use mop_proto::sync::{StoreOutcome, StoreResponse, Version, decode_batch};
 use mop_tests::procs::{Server, run};
 use mop_tests::{card_files, example_cards_dir};
 use reqwest::StatusCode;
@@ -292,7 +293,7 @@ fn every_kind_of_change_bumps_the_revision_once() {
 fn deltas_and_cards_leaving_the_manifest() {
     let (_server, admin, node) = setup("");
     let (_, full) = node.manifest(WS);
-    let since = full.version().to_string();
+    let since = Version::of(&full).to_string();
     let (disabled, _) = example_card("Production change windows");
     let (superseded, _) = example_card("Backup policy");
     let (newer, _) = example_card("Point-in-time recovery");
@@ -356,7 +357,7 @@ fn deltas_and_cards_leaving_the_manifest() {
     // A delta from the current version is empty; one from another epoch is the full manifest.
     let r = node.get(&format!(
         "/v1/workspaces/{WS}/manifest?since={}",
-        now.version()
+        Version::of(&now)
     ));
     let empty: Manifest = r.json().unwrap();
     assert!(empty.cards.is_empty() && empty.removed.is_empty() && empty.since.is_some());
@@ -546,7 +547,10 @@ fn objects_single_batch_and_retention() {
         &json!({"sha256": shas}),
     );
     assert_eq!(r.status(), StatusCode::OK);
-    assert_eq!(r.headers()["content-type"], mop_cards::OBJECT_BATCH_TYPE);
+    assert_eq!(
+        r.headers()["content-type"],
+        mop_proto::sync::OBJECT_BATCH_TYPE
+    );
     let items = decode_batch(&r.bytes().unwrap(), 1 << 20).unwrap();
     assert_eq!(items.len(), shas.len());
     for (sha, body) in &items[..items.len() - 1] {

@@ -230,3 +230,41 @@ where
     assert_eq!(again, value, "a round trip changes nothing");
     Some(value)
 }
+
+/// The object-batch decoder mopd streams every fetched object through: any bytes, fed in
+/// any chunks, decode to the same items or fail with the same problem as when fed whole
+/// (the first input byte picks the chunk size); the error's offset lies within the input;
+/// and what decodes re-encodes to bytes that decode to the same items.
+pub fn object_batch(data: &[u8]) {
+    use mop_proto::sync::{BatchDecoder, CollectItems, decode_batch, encode_batch_item};
+    const MAX_ITEM: u64 = 4096;
+    let Some((&chunk, input)) = data.split_first() else {
+        return;
+    };
+    let chunk = usize::from(chunk % 64) + 1;
+    let whole = decode_batch(input, MAX_ITEM);
+    let mut decoder = BatchDecoder::new(MAX_ITEM);
+    let mut sink = CollectItems::default();
+    let chunked = input
+        .chunks(chunk)
+        .try_for_each(|c| decoder.feed(c, &mut sink))
+        .and_then(|()| decoder.finish())
+        .map(|()| sink.items);
+    match (&whole, &chunked) {
+        (Ok(a), Ok(b)) => assert_eq!(a, b, "chunks of {chunk} decode differently"),
+        (Err(a), Err(b)) => {
+            assert_eq!(a.problem, b.problem, "chunks of {chunk} fail differently");
+            for e in [a, b] {
+                assert!(e.offset <= input.len() as u64, "{e} is past the input");
+            }
+        }
+        _ => panic!("whole: {whole:?}, in chunks of {chunk}: {chunked:?}"),
+    }
+    if let Ok(items) = whole {
+        let mut again = Vec::new();
+        for (sha, body) in &items {
+            encode_batch_item(&mut again, sha, body.as_deref());
+        }
+        assert_eq!(decode_batch(&again, MAX_ITEM).unwrap(), items);
+    }
+}

@@ -104,7 +104,10 @@ pub fn run(o: &Options) -> Result<Section> {
             .send()?
             .error_for_status()?;
     }
-    let delta_url = format!("{manifest_url}?since={}", old.version());
+    let delta_url = format!(
+        "{manifest_url}?since={}",
+        mop_proto::sync::Version::of(&old)
+    );
     let delta_plain = get(&delta_url, false)?.bytes()?;
     let delta: mop_cards::Manifest = serde_json::from_slice(&delta_plain)?;
     // Changed cards that are disabled or superseded come back as removed ids.

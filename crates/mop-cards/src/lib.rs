@@ -4,8 +4,8 @@
 //!   validated with typed errors ([`CardError`]) that name the key and the rule.
 //! - [`CardType`], [`CardSummary`], [`CardId`]: the card model; a card's path follows from
 //!   its type and UUID alone, so no card can name a path outside its pillar directory.
-//! - [`Manifest`], [`ManifestEntry`], [`Version`]: the wire types shared by `mop-server`
-//!   and `mopd`.
+//! - [`Manifest`], [`ManifestEntry`]: a workspace snapshot, as the server publishes it and
+//!   the catalog is built from (the rest of the sync protocol is in `mop-proto`).
 //! - [`TaskContext`], [`CodeExtractor`]: what a task is about and the error codes in it.
 //! - [`Catalog`]: one generation's cards indexed for tier selection (L0/L1/L2) with the hard
 //!   exclusions, and the strict ranking of OKF.md; "now" is the manifest's `generated_at`.
@@ -43,8 +43,4 @@ pub use select::{
 };
 pub use task::{TaskContext, TaskError, TaskQuery};
 pub use uuid::Uuid;
-pub use wire::{
-    BatchError, BatchItem, EntryError, Manifest, ManifestEntry, NewCard, OBJECT_BATCH_TYPE,
-    ObjectBatchRequest, StoreOutcome, StoreProvenance, StoreRequest, StoreResponse, Version,
-    VersionError, decode_batch, encode_batch_item, is_epoch, is_sha256_hex, sha256_hex,
-};
+pub use wire::{EntryError, Manifest, ManifestEntry, is_epoch, is_sha256_hex, sha256_hex};

@@ -32,6 +32,46 @@ pub enum ControlError {
         /// What happened.
         message: String,
     },
+    /// The daemon answered with an error status; its message says why and what to do.
+    #[error("{message} ({status})")]
+    Answered {
+        /// The HTTP status.
+        status: u16,
+        /// The daemon's message.
+        message: String,
+    },
+    /// The daemon's answer does not parse (a daemon of another version?).
+    #[error("the daemon's answer is unreadable: {0}")]
+    Unreadable(String),
+}
+
+impl ControlError {
+    /// The error for a non-success answer: the JSON body's `message`, else its text.
+    pub fn answered(status: u16, body: &[u8]) -> ControlError {
+        let message = serde_json::from_slice::<serde_json::Value>(body)
+            .ok()
+            .and_then(|v| v["message"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| {
+                String::from_utf8_lossy(body)
+                    .trim()
+                    .chars()
+                    .take(500)
+                    .collect()
+            });
+        ControlError::Answered { status, message }
+    }
+
+    /// True when the daemon could not be reached at all (not running, not answering, or
+    /// not ours to use), as opposed to an answer it gave.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            ControlError::Missing(_)
+                | ControlError::Refused(_)
+                | ControlError::Denied(_)
+                | ControlError::Other { .. }
+        )
+    }
 }
 
 /// One request to the daemon: returns the status code and body.
@@ -145,9 +185,21 @@ pub async fn request_held(
 ) -> Result<(u16, Vec<u8>, Option<Hold>), ControlError> {
     let response = send(socket, method, path, body).await?;
     let status = response.status().as_u16();
+    let response_type = response
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let body = response.into_body();
     if !(200..300).contains(&status) {
         return Ok((status, read_all(socket, body).await?, None));
+    }
+    let content_type = response_type.as_deref().unwrap_or("none");
+    if content_type != crate::control::HELD_PREPARE_TYPE {
+        return Err(ControlError::Unreadable(format!(
+            "{method} {path}: a held answer must be {}, not {content_type}",
+            crate::control::HELD_PREPARE_TYPE
+        )));
     }
     Ok((
         status,

@@ -22,8 +22,10 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -145,7 +147,7 @@ struct Conn {
 
 impl Conn {
     fn set_wait(&self, wait: Wait) {
-        *self.wait.lock().unwrap_or_else(|p| p.into_inner()) = (wait, Instant::now());
+        *self.wait.lock() = (wait, Instant::now());
         self.changed.notify_one();
     }
 
@@ -154,7 +156,7 @@ impl Conn {
         if self.busy.load(Ordering::SeqCst) > 0 {
             return None;
         }
-        let (wait, since) = *self.wait.lock().unwrap_or_else(|p| p.into_inner());
+        let (wait, since) = *self.wait.lock();
         Some(
             since
                 + match wait {
@@ -195,7 +197,7 @@ impl Registry {
     /// Registers a new connection, first making room at the cap by evicting the oldest
     /// idle one. `None` when every open connection is busy.
     fn admit(&self, max: usize) -> Option<Arc<Conn>> {
-        let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        let mut conns = self.conns.lock();
         if conns.len() >= max {
             let oldest_idle = conns
                 .iter()
@@ -220,7 +222,7 @@ impl Registry {
 
     /// One warning per ten seconds at most while connections are being turned away.
     fn warn_at_cap(&self, max: usize, total: u64, evicted_one: bool) {
-        let mut last = self.last_warned.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = self.last_warned.lock();
         if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
             *last = Some(Instant::now());
             tracing::warn!(
@@ -233,7 +235,7 @@ impl Registry {
     }
 
     fn remove(&self, id: u64) {
-        let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        let mut conns = self.conns.lock();
         conns.remove(&id);
         if conns.is_empty() {
             self.empty.notify_waiters();
@@ -243,12 +245,7 @@ impl Registry {
     async fn drained(&self) {
         loop {
             let notified = self.empty.notified();
-            if self
-                .conns
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_empty()
-            {
+            if self.conns.lock().is_empty() {
                 return;
             }
             notified.await;
@@ -347,7 +344,7 @@ impl<Io: AsyncRead + Unpin> AsyncRead for Tracked<Io> {
         let result = Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before && self.conn.busy.load(Ordering::SeqCst) == 0 {
             let waiting_for_head = {
-                let wait = self.conn.wait.lock().unwrap_or_else(|p| p.into_inner());
+                let wait = self.conn.wait.lock();
                 wait.0 != Wait::Head
             };
             if waiting_for_head {

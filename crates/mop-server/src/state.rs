@@ -7,7 +7,9 @@
 //! SQLite's `data_version` within a second.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
 
 use bytes::Bytes;
 
@@ -76,15 +78,15 @@ impl AppState {
             .into_iter()
             .map(|(h, t)| (h, Arc::new(t)))
             .collect();
-        *self.revisions.write().unwrap_or_else(|p| p.into_inner()) = revisions;
-        *self.tokens.write().unwrap_or_else(|p| p.into_inner()) = tokens;
+        *self.revisions.write() = revisions;
+        *self.tokens.write() = tokens;
         Ok(())
     }
 
     /// Reloads the caches if another connection committed since the last look. Cheap when
     /// nothing changed (one `PRAGMA data_version`), so a cache miss can afford it.
     pub fn refresh_if_changed(&self) -> crate::store::Result<bool> {
-        let mut last = self.data_version.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = self.data_version.lock();
         let version = self.store.data_version()?;
         if *last == Some(version) {
             return Ok(false);
@@ -92,7 +94,7 @@ impl AppState {
         self.reload()?;
         tracing::debug!(
             version,
-            tokens = self.tokens.read().unwrap().len(),
+            tokens = self.tokens.read().len(),
             "caches reloaded"
         );
         *last = Some(version);
@@ -101,38 +103,30 @@ impl AppState {
 
     /// The token with this hash.
     pub fn token(&self, hash: &str) -> Option<Arc<TokenInfo>> {
-        self.tokens
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(hash)
-            .cloned()
+        self.tokens.read().get(hash).cloned()
     }
 
     /// A workspace's current revision, if it exists.
     pub fn revision(&self, ws: &str) -> Option<u64> {
-        self.revisions
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(ws)
-            .copied()
+        self.revisions.read().get(ws).copied()
     }
 
     /// Records a revision this process just committed (never moves backwards).
     pub fn note_revision(&self, ws: &str, revision: u64) {
-        let mut map = self.revisions.write().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.revisions.write();
         let slot = map.entry(ws.to_owned()).or_insert(revision);
         *slot = (*slot).max(revision);
     }
 
     /// The cached full manifest of a workspace, if it is for `revision`.
     pub fn cached_manifest(&self, ws: &str, revision: u64) -> Option<Arc<CachedManifest>> {
-        let map = self.manifests.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self.manifests.lock();
         map.get(ws).filter(|m| m.revision == revision).cloned()
     }
 
     /// The newest full manifest cached for `ws`, whatever its revision.
     pub fn latest_manifest(&self, ws: &str) -> Option<Arc<CachedManifest>> {
-        let map = self.manifests.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self.manifests.lock();
         map.get(ws).cloned()
     }
 
@@ -141,7 +135,7 @@ impl AppState {
     pub fn take_store_budget(&self, token_id: &str) -> Result<(), u64> {
         let per_minute = self.config.limits.stores_per_token_per_minute as f64;
         let now = std::time::Instant::now();
-        let mut budgets = self.store_budgets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut budgets = self.store_budgets.lock();
         let (left, at) = budgets
             .entry(token_id.to_owned())
             .or_insert((per_minute, now));
@@ -157,13 +151,13 @@ impl AppState {
 
     /// The lock a full-manifest build of `ws` holds.
     pub fn build_lock(&self, ws: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut map = self.builds.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.builds.lock();
         map.entry(ws.to_owned()).or_default().clone()
     }
 
     /// Keeps a full manifest unless a newer one is cached already.
     pub fn cache_manifest(&self, ws: &str, manifest: Arc<CachedManifest>) {
-        let mut map = self.manifests.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.manifests.lock();
         match map.get(ws) {
             Some(m) if m.revision >= manifest.revision => {}
             _ => {

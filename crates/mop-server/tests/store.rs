@@ -149,13 +149,13 @@ fn stored_times_compare_correctly_as_strings() {
     // their fractional digits differ.
     let (_dir, store) = open();
     // Each reinforcement from another task: a task counts once per card.
-    let req = |task: &str| mop_cards::StoreRequest {
-        provenance: mop_cards::StoreProvenance {
+    let req = |task: &str| mop_proto::sync::StoreRequest {
+        provenance: mop_proto::sync::StoreProvenance {
             task_id: task.into(),
             user_id: Some("u".into()),
             asset_id: None,
         },
-        card: mop_cards::NewCard {
+        card: mop_proto::sync::NewCard {
             card_type: mop_cards::CardType::Fact,
             title: "Same".into(),
             description: None,

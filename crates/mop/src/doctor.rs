@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 
 use serde::Serialize;
 
-use crate::sandbox::{SystemEntry, find_bwrap, system_layout};
+use crate::sandbox::{SystemEntry, system_layout};
 
 /// What the probe found.
 #[derive(Debug, Clone, Serialize)]
@@ -141,7 +141,7 @@ pub fn diagnose(stderr: &str, version: Option<&str>) -> (String, String) {
 /// Probes bwrap with mop's flags, and the kernel for Landlock.
 pub fn probe(workdir: &Path) -> Report {
     let landlock_abi = crate::sys::landlock_abi();
-    let bwrap = match find_bwrap(workdir) {
+    let bwrap = match mop_proto::host::find_bwrap(Some(workdir)) {
         Ok(b) => b,
         Err(problem) => {
             return Report {

@@ -77,11 +77,6 @@ fn ticks_since_boot() -> u64 {
     (secs * hz) as u64 + 1
 }
 
-fn start_time(stat: &str) -> Option<u64> {
-    let rest = stat.get(stat.rfind(')')? + 2..)?;
-    rest.split(' ').nth(19)?.parse().ok()
-}
-
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
@@ -104,7 +99,8 @@ fn task_processes(task_id: &str, cutoff: u64) -> Vec<i32> {
             }
             let dir = e.path();
             let read = |f: &str| std::fs::read(dir.join(f)).ok();
-            let started = start_time(&String::from_utf8_lossy(&read("stat")?))?;
+            let started =
+                mop_proto::host::parse_start_time(&String::from_utf8_lossy(&read("stat")?))?;
             let ours = read("cmdline").is_some_and(|c| contains(&c, in_cmdline.as_bytes()))
                 || read("environ").is_some_and(|c| contains(&c, in_environ.as_bytes()));
             (ours && started <= cutoff).then_some(pid)

@@ -15,11 +15,11 @@ mod workdir;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use mop_cards::{CardType, TaskContext};
-use mop_proto::client::request;
-use mop_proto::{LeaseRequest, Plan, PrepareRequest, RenewRequest, TaskSummary};
+use mop_proto::control::{Control, ControlError};
+use mop_proto::{LeaseRequest, Plan, PrepareRequest};
 
 #[derive(Parser)]
 #[command(
@@ -259,35 +259,34 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-pub(crate) fn message(body: &[u8]) -> String {
-    serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v["message"].as_str().map(str::to_owned))
-        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned())
+/// Turns a daemon's refusal into "<what> (<status>): <its message>"; other errors (the
+/// daemon unreachable) keep their own advice.
+pub(crate) fn refused(what: String) -> impl FnOnce(ControlError) -> anyhow::Error {
+    move |e| match e {
+        ControlError::Answered { status, message } => {
+            anyhow::anyhow!("{what} ({status}): {message}")
+        }
+        e => e.into(),
+    }
 }
 
 /// Sends a prepare to the daemon.
 pub async fn prepare(socket: &std::path::Path, req: &PrepareRequest) -> Result<Plan> {
-    let (code, body) = request(socket, "POST", "/v1/tasks", Some(serde_json::to_vec(req)?)).await?;
-    if code != 201 {
-        bail!(
-            "prepare of task {} refused ({code}): {}",
-            req.task.task_id,
-            message(&body)
-        );
-    }
-    serde_json::from_slice(&body).context("the daemon's plan is unreadable")
+    Control::new(socket)
+        .prepare(req)
+        .await
+        .map_err(refused(format!(
+            "prepare of task {} refused",
+            req.task.task_id
+        )))
 }
 
 /// Releases a task.
 pub async fn release(socket: &std::path::Path, task_id: &str) -> Result<()> {
-    let (code, body) = request(socket, "DELETE", &format!("/v1/tasks/{task_id}"), None).await?;
-    if code != 200 {
-        bail!(
-            "release of task {task_id} failed ({code}): {}",
-            message(&body)
-        );
-    }
+    Control::new(socket)
+        .release(task_id)
+        .await
+        .map_err(refused(format!("release of task {task_id} failed")))?;
     Ok(())
 }
 
@@ -379,17 +378,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             ttl,
             daemon,
         } => {
-            let body = serde_json::to_vec(&RenewRequest { ttl_secs: ttl })?;
-            let (code, out) = runtime()?.block_on(request(
-                &daemon.socket,
-                "POST",
-                &format!("/v1/tasks/{task_id}/renew"),
-                Some(body),
-            ))?;
-            if code != 200 {
-                bail!("renew of task {task_id} failed ({code}): {}", message(&out));
-            }
-            let info: mop_proto::LeaseInfo = serde_json::from_slice(&out)?;
+            let info = runtime()?
+                .block_on(Control::new(&daemon.socket).renew(&task_id, ttl))
+                .map_err(refused(format!("renew of task {task_id} failed")))?;
             println!(
                 "task {task_id} renewed until {}",
                 info.expires_at.map_or("?".into(), |t| t.to_string())
@@ -397,15 +388,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Tasks { json, daemon } => {
-            let (code, out) =
-                runtime()?.block_on(request(&daemon.socket, "GET", "/v1/tasks", None))?;
-            if code != 200 {
-                bail!("listing tasks failed ({code}): {}", message(&out));
-            }
+            let tasks = runtime()?
+                .block_on(Control::new(&daemon.socket).tasks())
+                .map_err(refused("listing tasks failed".into()))?;
             if json {
-                println!("{}", String::from_utf8_lossy(&out));
+                println!("{}", serde_json::to_string(&tasks)?);
             } else {
-                let tasks: Vec<TaskSummary> = serde_json::from_slice(&out)?;
                 if tasks.is_empty() {
                     println!("no live tasks");
                 }

@@ -5,10 +5,9 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use mop_cards::{
-    CardType, MAX_BODY_BYTES, MAX_DESCRIPTION_CHARS, MAX_TITLE_CHARS, NewCard, Scope, StoreOutcome,
-};
-use mop_proto::client::request;
+use mop_cards::{CardType, MAX_BODY_BYTES, MAX_DESCRIPTION_CHARS, MAX_TITLE_CHARS, Scope};
+use mop_proto::client::{ControlError, request};
+use mop_proto::sync::{NewCard, StoreOutcome};
 use mop_proto::{
     AgentStoreRequest, AgentStoreResponse, ListResponse, RetrieveRequest, RetrieveResponse,
 };
@@ -31,11 +30,12 @@ async fn call(method: &str, path: &str, body: Option<Vec<u8>>) -> Result<(u16, V
     })
 }
 
-fn message(body: &[u8]) -> String {
-    serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v["message"].as_str().map(str::to_owned))
-        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned())
+/// The message of an error answer.
+fn message(code: u16, body: &[u8]) -> String {
+    match ControlError::answered(code, body) {
+        ControlError::Answered { message, .. } => message,
+        e => e.to_string(),
+    }
 }
 
 /// `mop memory retrieve`.
@@ -46,7 +46,7 @@ pub async fn retrieve(query: &str, limit: Option<usize>, json: bool) -> Result<(
     })?;
     let (code, out) = call("POST", "/v1/retrieve", Some(body)).await?;
     if code != 200 {
-        bail!("retrieve failed: {}", message(&out));
+        bail!("retrieve failed: {}", message(code, &out));
     }
     if json {
         println!("{}", String::from_utf8_lossy(&out));
@@ -87,7 +87,7 @@ pub async fn get(id: &str, save: bool) -> Result<()> {
     if code != 200 {
         bail!(
             "{} (try `mop memory retrieve \"<words>\"` to find cards)",
-            message(&out)
+            message(code, &out)
         );
     }
     if save {
@@ -111,7 +111,7 @@ pub async fn get(id: &str, save: bool) -> Result<()> {
 pub async fn list(json: bool) -> Result<()> {
     let (code, out) = call("GET", "/v1/cards", None).await?;
     if code != 200 {
-        bail!("list failed: {}", message(&out));
+        bail!("list failed: {}", message(code, &out));
     }
     if json {
         println!("{}", String::from_utf8_lossy(&out));
@@ -226,7 +226,7 @@ pub async fn store(a: StoreArgs, user: Option<String>, asset: Option<String>) ->
     };
     let (code, out) = call("POST", "/v1/store", Some(serde_json::to_vec(&req)?)).await?;
     if code != 200 {
-        bail!("store refused: {}", message(&out));
+        bail!("store refused: {}", message(code, &out));
     }
     let r: AgentStoreResponse = serde_json::from_slice(&out)?;
     let what = match r.outcome {

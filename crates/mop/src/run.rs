@@ -24,15 +24,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
-use mop_proto::client::Hold;
+use mop_proto::control::{Control, HeldPrepare};
 use mop_proto::{LeaseRequest, Plan, PrepareEvent, PrepareRequest, Reservation};
 use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 
 use crate::confine::{self, AbstractSockets};
-use crate::sandbox::{Spec, bwrap_args, find_bwrap, open_dir, sandbox_env, system_layout};
+use crate::sandbox::{Spec, bwrap_args, open_dir, sandbox_env, system_layout};
 use crate::workdir::Workdir;
-use crate::{TaskArgs, doctor, message, sys};
+use crate::{TaskArgs, doctor, refused, sys};
 
 /// Exit status when the sandbox could not be set up (the command never ran).
 pub const SETUP_FAILED: u8 = 125;
@@ -77,7 +77,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         );
         None
     } else {
-        Some(find_bwrap(&workdir).map_err(anyhow::Error::msg)?)
+        Some(mop_proto::host::find_bwrap(Some(&workdir)).map_err(anyhow::Error::msg)?)
     };
     let rt = crate::runtime()?;
     let pid = std::process::id();
@@ -87,7 +87,11 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     task.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     let req = PrepareRequest {
         task,
-        lease: LeaseRequest::Run { pid, start_time: 0 },
+        lease: LeaseRequest::Run {
+            pid,
+            start_time: mop_proto::host::own_start_time()
+                .context("cannot read this process's start time from /proc/self/stat")?,
+        },
         profile: a.task.profile.clone(),
         workdir: Some(workdir.clone()),
     };
@@ -100,20 +104,12 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         )?),
         _ => None,
     };
-    let (code, body, hold) = rt.block_on(mop_proto::client::request_held(
-        &a.socket,
-        "POST",
-        "/v1/tasks",
-        Some(serde_json::to_vec(&req)?),
-    ))?;
-    let mut hold = match (code, hold) {
-        (201, Some(h)) => h,
-        _ => bail!(
-            "prepare of task {} refused ({code}): {}",
-            req.task.task_id,
-            message(&body)
-        ),
-    };
+    let mut hold = rt
+        .block_on(Control::new(&a.socket).prepare_held(&req))
+        .map_err(refused(format!(
+            "prepare of task {} refused",
+            req.task.task_id
+        )))?;
     let reservation = match next_event(&rt, &mut hold)? {
         PrepareEvent::Reserved(r) => *r,
         PrepareEvent::Failed { message } => {
@@ -134,15 +130,13 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     result
 }
 
-fn next_event(rt: &tokio::runtime::Runtime, hold: &mut Hold) -> Result<PrepareEvent> {
-    let line = rt
-        .block_on(hold.next())?
-        .context("the daemon ended the prepare answer early (is it shutting down?)")?;
-    serde_json::from_slice(&line).context("the daemon's prepare answer is unreadable")
+fn next_event(rt: &tokio::runtime::Runtime, hold: &mut HeldPrepare) -> Result<PrepareEvent> {
+    rt.block_on(hold.next())?
+        .context("the daemon ended the prepare answer early (is it shutting down?)")
 }
 
 /// Waits for the plan (the view is complete).
-fn ready(rt: &tokio::runtime::Runtime, hold: &mut Hold, r: &Reservation) -> Result<Plan> {
+fn ready(rt: &tokio::runtime::Runtime, hold: &mut HeldPrepare, r: &Reservation) -> Result<Plan> {
     match next_event(rt, hold)? {
         PrepareEvent::Ready(plan) => Ok(*plan),
         PrepareEvent::Failed { message } => {
@@ -181,7 +175,7 @@ fn sandboxed(
     rt: &tokio::runtime::Runtime,
     bwrap: &Path,
     r: &Reservation,
-    hold: &mut Hold,
+    hold: &mut HeldPrepare,
     workdir: &Path,
     a: &RunArgs,
 ) -> Result<ExitCode> {

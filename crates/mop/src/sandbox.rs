@@ -7,7 +7,6 @@
 
 use std::ffi::OsString;
 use std::os::fd::{OwnedFd, RawFd};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use mop_proto::Profile;
@@ -22,56 +21,6 @@ pub const AGENT_DIR: &str = "/run/mop/agent";
 pub const MEMORY_DIR: &str = "/run/mop/memory";
 /// Where `mop` itself appears inside the sandbox (first on PATH).
 pub const BIN_DIR: &str = "/run/mop/bin";
-
-/// Finds a `bwrap` that can be trusted: absolute, not inside the working directory, owned
-/// by root and writable by nobody else. `MOP_BWRAP` names one explicitly.
-pub fn find_bwrap(workdir: &Path) -> Result<PathBuf, String> {
-    let mut refused = Vec::new();
-    let candidates: Vec<PathBuf> = match std::env::var_os("MOP_BWRAP") {
-        Some(p) => vec![PathBuf::from(p)],
-        None => std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).map(|d| d.join("bwrap")).collect())
-            .unwrap_or_default(),
-    };
-    for c in candidates {
-        if !c.is_absolute() {
-            refused.push(format!(
-                "{}: relative PATH entries are ignored",
-                c.display()
-            ));
-            continue;
-        }
-        let Ok(real) = std::fs::canonicalize(&c) else {
-            continue;
-        };
-        if real.starts_with(workdir) || c.starts_with(workdir) {
-            refused.push(format!("{}: inside the working directory", c.display()));
-            continue;
-        }
-        let Ok(meta) = std::fs::metadata(&real) else {
-            continue;
-        };
-        if !meta.is_file() {
-            continue;
-        }
-        if meta.uid() != 0 || meta.mode() & 0o022 != 0 {
-            refused.push(format!(
-                "{}: not owned by root, or writable by others",
-                c.display()
-            ));
-            continue;
-        }
-        return Ok(real);
-    }
-    if refused.is_empty() {
-        Err("bwrap is not installed (not found on PATH) → apt-get install bubblewrap (or dnf install bubblewrap), then: mop doctor".into())
-    } else {
-        Err(format!(
-            "no trustworthy bwrap: refused {} → install bubblewrap system-wide (apt-get install bubblewrap)",
-            refused.join("; ")
-        ))
-    }
-}
 
 /// How one host system path appears in the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,24 +1,22 @@
-//! The daemon's side of the protocol: conditional and delta manifest requests, and objects
-//! by sha256 (one by one, or in batches on a cold sync) verified while they stream.
+//! The daemon's side of the protocol over HTTP: conditional and delta manifest requests,
+//! stores from tasks, and object bodies (one by one, or a batch) handed over as they
+//! stream. It knows nothing of the pool: where object bytes go is the fetcher's business
+//! (`crate::sync::fetch`).
 //!
 //! Anything unexpected is refused with a reason: an HTML page where a manifest should be
-//! (a captive portal), an ETag that does not match the manifest, a truncated body, an
-//! object whose bytes do not hash to its name.
+//! (a captive portal), an ETag that does not match the manifest, a truncated body.
 
 use std::path::Path;
 use std::time::Duration;
 
-use mop_cards::{Manifest, OBJECT_BATCH_TYPE, ObjectBatchRequest, Version, is_sha256_hex};
+use bytes::Bytes;
+use mop_proto::sync::{
+    Manifest, OBJECT_BATCH_TYPE, ObjectBatchRequest, StoreRequest, StoreResponse, Version,
+};
 use reqwest::{StatusCode, header};
-
-use crate::pool::{ObjectWriter, Pool, PoolError};
 
 /// Largest manifest accepted, in bytes (uncompressed).
 const MAX_MANIFEST_BYTES: usize = 512 * 1024 * 1024;
-/// Objects per batch request.
-const BATCH: usize = 500;
-/// Below this many missing objects, fetch them one by one.
-const BATCH_THRESHOLD: usize = 4;
 
 /// Why talking to the server failed.
 #[derive(Debug, thiserror::Error)]
@@ -37,9 +35,6 @@ pub enum ClientError {
     /// The answer is not what the protocol promises.
     #[error("bad response: {0}")]
     BadResponse(String),
-    /// An object could not be stored.
-    #[error(transparent)]
-    Pool(#[from] PoolError),
 }
 
 impl ClientError {
@@ -182,21 +177,17 @@ impl ServerClient {
         let body = read_limited(response, MAX_MANIFEST_BYTES).await?;
         let manifest: Manifest = serde_json::from_slice(&body)
             .map_err(|e| ClientError::BadResponse(format!("manifest is not valid JSON: {e}")))?;
-        if etag != manifest.version().etag() {
+        let version = Version::of(&manifest);
+        if etag != version.etag() {
             return Err(ClientError::BadResponse(format!(
-                "ETag {etag} does not match the manifest's version {}",
-                manifest.version()
+                "ETag {etag} does not match the manifest's version {version}"
             )));
         }
         Ok(ManifestFetch::Manifest(Box::new(manifest)))
     }
 
     /// Forwards a store from a task.
-    pub async fn store(
-        &self,
-        ws: &str,
-        req: &mop_cards::StoreRequest,
-    ) -> Result<mop_cards::StoreResponse, ClientError> {
+    pub async fn store(&self, ws: &str, req: &StoreRequest) -> Result<StoreResponse, ClientError> {
         let response = self
             .http
             .post(self.url(ws, "memories"))
@@ -213,37 +204,11 @@ impl ServerClient {
         })
     }
 
-    /// Fetches objects into the pool, each verified while it streams. Returns the bytes
-    /// received.
-    pub async fn fetch_objects(
-        &self,
-        ws: &str,
-        pool: &Pool,
-        wanted: &[(String, u64)],
-    ) -> Result<u64, ClientError> {
-        let mut received = 0;
-        if wanted.len() < BATCH_THRESHOLD {
-            for (sha, size) in wanted {
-                received += self.fetch_one(ws, pool, sha, *size).await?;
-            }
-            return Ok(received);
-        }
-        for chunk in wanted.chunks(BATCH) {
-            received += self.fetch_batch(ws, pool, chunk).await?;
-        }
-        Ok(received)
-    }
-
-    async fn fetch_one(
-        &self,
-        ws: &str,
-        pool: &Pool,
-        sha: &str,
-        size: u64,
-    ) -> Result<u64, ClientError> {
-        let mut response = self
+    /// One object's body, to be read as it arrives.
+    pub async fn object(&self, ws: &str, sha256: &str) -> Result<Body, ClientError> {
+        let response = self
             .http
-            .get(self.url(ws, &format!("objects/{sha}")))
+            .get(self.url(ws, &format!("objects/{sha256}")))
             .bearer_auth(&self.token)
             .send()
             .await
@@ -251,30 +216,16 @@ impl ServerClient {
         if response.status() != StatusCode::OK {
             return Err(Self::error_status(response).await);
         }
-        let mut writer = pool.new_object(sha, size)?;
-        let mut received = 0;
-        while let Some(chunk) = response.chunk().await.map_err(transport)? {
-            received += chunk.len() as u64;
-            writer.write(&chunk)?;
-        }
-        writer.finish()?;
-        Ok(received)
+        Ok(Body(response))
     }
 
-    async fn fetch_batch(
-        &self,
-        ws: &str,
-        pool: &Pool,
-        wanted: &[(String, u64)],
-    ) -> Result<u64, ClientError> {
-        let req = ObjectBatchRequest {
-            sha256: wanted.iter().map(|(s, _)| s.clone()).collect(),
-        };
-        let mut response = self
+    /// A batch answer for `sha256` (in that order), to be decoded as it arrives.
+    pub async fn object_batch(&self, ws: &str, sha256: Vec<String>) -> Result<Body, ClientError> {
+        let response = self
             .http
             .post(self.url(ws, "objects/batch"))
             .bearer_auth(&self.token)
-            .json(&req)
+            .json(&ObjectBatchRequest { sha256 })
             .send()
             .await
             .map_err(transport)?;
@@ -291,14 +242,17 @@ impl ServerClient {
                 "expected {OBJECT_BATCH_TYPE}, got {ct:?}"
             )));
         }
-        let mut parser = BatchParser::new(pool, wanted);
-        let mut received = 0;
-        while let Some(chunk) = response.chunk().await.map_err(transport)? {
-            received += chunk.len() as u64;
-            parser.feed(&chunk)?;
-        }
-        parser.end()?;
-        Ok(received)
+        Ok(Body(response))
+    }
+}
+
+/// A response body, chunk by chunk as the network delivers it.
+pub struct Body(reqwest::Response);
+
+impl Body {
+    /// The next chunk, or `None` at the end.
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, ClientError> {
+        self.0.chunk().await.map_err(transport)
     }
 }
 
@@ -318,127 +272,4 @@ async fn read_limited(
         body.extend_from_slice(&chunk);
     }
     Ok(body)
-}
-
-/// Incremental decoder of the batch framing (`<sha> <size>\n<bytes>\n` or
-/// `<sha> missing\n`), writing each item through an [`ObjectWriter`].
-struct BatchParser<'a> {
-    pool: &'a Pool,
-    wanted: &'a [(String, u64)],
-    next: usize,
-    header: Vec<u8>,
-    body: Option<(ObjectWriter, u64)>,
-    expect_newline: bool,
-}
-
-impl<'a> BatchParser<'a> {
-    fn new(pool: &'a Pool, wanted: &'a [(String, u64)]) -> Self {
-        BatchParser {
-            pool,
-            wanted,
-            next: 0,
-            header: Vec::new(),
-            body: None,
-            expect_newline: false,
-        }
-    }
-
-    fn feed(&mut self, mut data: &[u8]) -> Result<(), ClientError> {
-        let bad = |m: String| ClientError::BadResponse(format!("object batch: {m}"));
-        while !data.is_empty() {
-            if self.expect_newline {
-                if data[0] != b'\n' {
-                    return Err(bad("an object is not followed by a newline".into()));
-                }
-                self.expect_newline = false;
-                data = &data[1..];
-                continue;
-            }
-            if let Some((writer, remaining)) = &mut self.body {
-                let take = (*remaining as usize).min(data.len());
-                writer.write(&data[..take])?;
-                *remaining -= take as u64;
-                data = &data[take..];
-                if *remaining == 0 {
-                    let (writer, _) = self.body.take().expect("body in progress");
-                    writer.finish()?;
-                    self.expect_newline = true;
-                }
-                continue;
-            }
-            match data.iter().position(|b| *b == b'\n') {
-                None => {
-                    self.header.extend_from_slice(data);
-                    if self.header.len() > 200 {
-                        return Err(bad("header line too long".into()));
-                    }
-                    return Ok(());
-                }
-                Some(i) => {
-                    self.header.extend_from_slice(&data[..i]);
-                    data = &data[i + 1..];
-                    let line = String::from_utf8(std::mem::take(&mut self.header))
-                        .map_err(|_| bad("header is not UTF-8".into()))?;
-                    self.start_item(&line)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn start_item(&mut self, line: &str) -> Result<(), ClientError> {
-        let bad = |m: String| ClientError::BadResponse(format!("object batch: {m}"));
-        let (sha, rest) = line
-            .split_once(' ')
-            .ok_or_else(|| bad("header has no size".into()))?;
-        let Some((want_sha, want_size)) = self.wanted.get(self.next) else {
-            return Err(bad("more objects than requested".into()));
-        };
-        if !is_sha256_hex(sha) || sha != want_sha {
-            return Err(bad(format!(
-                "expected object {want_sha}, got {:?}",
-                sha.chars().take(70).collect::<String>()
-            )));
-        }
-        self.next += 1;
-        if rest == "missing" {
-            return Err(ClientError::Status {
-                status: 404,
-                message: format!(
-                    "object {sha} is no longer on the server; the manifest will be fetched again"
-                ),
-            });
-        }
-        let size: u64 = rest
-            .parse()
-            .map_err(|_| bad(format!("bad size {rest:?}")))?;
-        if size != *want_size {
-            return Err(bad(format!(
-                "object {sha} has {size} bytes, the manifest says {want_size}"
-            )));
-        }
-        let writer = self.pool.new_object(sha, size)?;
-        if size == 0 {
-            writer.finish()?;
-            self.expect_newline = true;
-        } else {
-            self.body = Some((writer, size));
-        }
-        Ok(())
-    }
-
-    fn end(self) -> Result<(), ClientError> {
-        if self.body.is_some()
-            || self.expect_newline
-            || !self.header.is_empty()
-            || self.next != self.wanted.len()
-        {
-            return Err(ClientError::BadResponse(format!(
-                "object batch cut short after {} of {} objects",
-                self.next,
-                self.wanted.len()
-            )));
-        }
-        Ok(())
-    }
 }

@@ -293,7 +293,7 @@ impl MopdConfig {
 
     /// The control socket.
     pub fn socket_path(&self) -> PathBuf {
-        self.paths.runtime_dir.join("mopd.sock")
+        crate::paths::Paths::new(&self.paths).control_socket()
     }
 
     /// Directories a sandbox must never see: mop's cache, state, runtime and config.

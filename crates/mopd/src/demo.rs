@@ -1,9 +1,9 @@
 //! `mopd demo`: the whole system on one machine in one command, for a first look.
 //!
 //! It needs no configuration and leaves nothing behind: everything lives in one temporary
-//! directory. An embedded card server on loopback is seeded with the example cards built
-//! into this binary, a real `mopd run` child process syncs them, and `mop run` (found next
-//! to this executable) starts an example task in a bubblewrap sandbox that prints its
+//! directory. A `mop-server` (found next to this executable, like `mop`) on loopback is
+//! seeded with the example cards built into this binary, a real `mopd run` child process
+//! syncs them, and `mop run` starts an example task in a bubblewrap sandbox that prints its
 //! `MEMORY.md` and tries to write into its memory directory. Then `mopd status` is shown
 //! and everything is stopped and removed. Without bubblewrap the sandbox step is replaced
 //! by `mop prepare`, with a hint on how to install it.
@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use include_dir::{Dir, include_dir};
+use mop_proto::control::Control;
 
 /// The example workspace (`config/examples/cards`), built in so the demo needs no checkout.
 static EXAMPLE_CARDS: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/../../config/examples/cards");
@@ -44,12 +45,15 @@ pub struct DemoOptions {
 /// Runs the demo; returns whether every step worked.
 pub fn run(opts: &DemoOptions) -> Result<bool> {
     let exe = std::env::current_exe().context("cannot find this executable's path")?;
-    let mop = exe.with_file_name("mop");
-    if !mop.is_file() {
-        bail!(
-            "the demo runs `mop`, expected next to mopd at {}; build both: cargo build --release -p mopd -p mop",
-            mop.display()
-        );
+    let (mop, server_exe) = (exe.with_file_name("mop"), exe.with_file_name("mop-server"));
+    for needed in [&mop, &server_exe] {
+        if !needed.is_file() {
+            bail!(
+                "the demo runs `mop` and `mop-server`, expected next to mopd at {}; build all \
+                 three: cargo build --release -p mopd -p mop -p mop-server",
+                needed.display()
+            );
+        }
     }
     let dir = tempfile::Builder::new()
         .prefix("mop-demo-")
@@ -61,13 +65,11 @@ pub fn run(opts: &DemoOptions) -> Result<bool> {
         root.display()
     );
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = start_server(&rt, &root, stop_rx)?;
+    let mut server = start_server(&server_exe, &root)?;
 
     let mut daemon = None;
     let outcome = (|| -> Result<bool> {
@@ -94,8 +96,7 @@ pub fn run(opts: &DemoOptions) -> Result<bool> {
     if let Some(mut d) = daemon {
         d.stop();
     }
-    let _ = stop_tx.send(());
-    rt.shutdown_timeout(Duration::from_secs(5));
+    terminate(&mut server.child, "card server");
     if opts.keep {
         let kept = dir.keep();
         println!("  kept {}", kept.display());
@@ -120,74 +121,123 @@ fn step(n: u32, what: &str) {
     println!("\n[{n}/6] {what}");
 }
 
-/// The embedded server: its URL and the node token for the daemon.
+/// The card server child (`mop-server serve`): its URL and the node token for the
+/// daemon. Stopped with SIGTERM, like the daemon.
 struct Server {
+    child: Child,
     url: String,
     token: String,
 }
 
-fn start_server(
-    rt: &tokio::runtime::Runtime,
-    root: &Path,
-    stop: tokio::sync::oneshot::Receiver<()>,
-) -> Result<Server> {
-    step(1, "card server: embedded mop-server on loopback");
+/// Runs one `mop-server` command to completion; its stdout, or an error with its stderr.
+fn server_command(server: &Path, config: &Path, args: &[&std::ffi::OsStr]) -> Result<String> {
+    let out = Command::new(server)
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run {}", server.display()))?;
+    if !out.status.success() {
+        bail!(
+            "mop-server {} failed ({}): {}",
+            args.first().map_or("".into(), |a| a.to_string_lossy()),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+fn start_server(server: &Path, root: &Path) -> Result<Server> {
+    step(1, "card server: mop-server on loopback");
     let cards_dir = root.join("cards");
     write_dir(&EXAMPLE_CARDS, &cards_dir)?;
     let db = root.join("server.db");
-    let store = mop_server::store::Store::open(&db)
-        .with_context(|| format!("cannot create the demo database {}", db.display()))?;
-    let (files, skipped) = mop_server::transfer::read_card_dir(&cards_dir, |_| {})?;
-    if !skipped.is_empty() {
-        bail!("{} built-in example cards were unreadable", skipped.len());
-    }
-    let report = store.import(WORKSPACE, files, "demo:import")?;
-    if !report.rejected.is_empty() {
-        bail!(
-            "{} built-in example cards were rejected",
-            report.rejected.len()
-        );
-    }
-    let (_, token) = store.create_token(
-        mop_server::store::Role::Node,
-        &[WORKSPACE.to_owned()],
-        Some("mopd demo"),
+    let config = root.join("server.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ndb = {:?}\nlisten = \"127.0.0.1:0\"\n",
+            db.display().to_string()
+        ),
     )?;
-    drop(store);
-
-    let mut config = mop_server::config::ServerConfig::default();
-    config.server.db = db;
-    config.server.listen = "127.0.0.1:0".parse().expect("valid address");
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let serving = rt.spawn(mop_server::server::serve_until(
-        config,
-        move |addr| {
-            let _ = addr_tx.send(addr);
-        },
-        async move {
-            let _ = stop.await;
-        },
-    ));
-    let addr = match addr_rx.recv_timeout(Duration::from_secs(10)) {
-        Ok(addr) => addr,
-        Err(_) => {
-            let why = rt
-                .block_on(serving)
-                .map_err(anyhow::Error::from)
-                .and_then(|r| r)
-                .err()
-                .map_or_else(|| "no address within 10 s".to_owned(), |e| format!("{e:#}"));
-            bail!("the embedded card server did not start: {why}");
-        }
+    let imported = server_command(
+        server,
+        &config,
+        &[
+            "import".as_ref(),
+            cards_dir.as_os_str(),
+            "--workspace".as_ref(),
+            WORKSPACE.as_ref(),
+        ],
+    )?;
+    let token = server_command(
+        server,
+        &config,
+        &[
+            "token".as_ref(),
+            "create".as_ref(),
+            "--role".as_ref(),
+            "node".as_ref(),
+            "--workspace".as_ref(),
+            WORKSPACE.as_ref(),
+            "--note".as_ref(),
+            "mopd demo".as_ref(),
+        ],
+    )?;
+    let log = std::fs::File::create(root.join("server.log"))?;
+    let mut child = Command::new(server)
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("cannot start {} serve", server.display()))?;
+    // Its first line names the address it listens on (port 0 picks a free one).
+    let stdout = child.stdout.take().expect("piped above");
+    let (line_tx, line_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
+        let _ = line_tx.send(line);
+    });
+    let line = line_rx
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap_or_default();
+    let Some(url) = line.trim().strip_prefix("mop-server listening on ") else {
+        let _ = child.kill();
+        let _ = child.wait();
+        bail!(
+            "the card server did not start within 10 s; its log is {}",
+            root.join("server.log").display()
+        );
     };
-    println!(
-        "  http://{addr}, workspace {WORKSPACE}: {} example cards imported (revision {}), one node token",
-        report.created, report.revision
-    );
+    println!("  {url}, workspace {WORKSPACE}: {imported}; one node token");
     Ok(Server {
-        url: format!("http://{addr}"),
+        child,
+        url: url.to_owned(),
         token,
     })
+}
+
+/// Stops a child with SIGTERM (as systemd does), killing it after 10 s.
+fn terminate(child: &mut Child, what: &str) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            println!("  {what} stopped");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    println!("  {what} did not stop within 10 s; killed");
 }
 
 /// Writes the built-in cards out as an OKF directory.
@@ -212,19 +262,7 @@ struct Daemon {
 
 impl Daemon {
     fn stop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                println!("  daemon stopped");
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        println!("  daemon did not stop within 10 s; killed");
+        terminate(&mut self.child, "daemon");
     }
 }
 
@@ -298,14 +336,11 @@ fn wait_for_sync(rt: &tokio::runtime::Runtime, socket: &Path, d: &mut Daemon) ->
                     .unwrap_or_default()
             );
         }
-        if let Ok((200, body)) =
-            rt.block_on(crate::control::request(socket, "GET", "/v1/status", None))
+        if let Ok(report) = rt.block_on(Control::new(socket).status())
+            && let Some(ws) = report.workspaces.first()
+            && ws.revision.is_some()
         {
-            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-            let ws = &v["workspaces"][0];
-            if ws["revision"].is_u64() {
-                return Ok(ws["cards"].as_u64().unwrap_or(0));
-            }
+            return Ok(ws.cards as u64);
         }
         if Instant::now() > deadline {
             bail!("the daemon did not complete its first sync within 30 s");
@@ -341,10 +376,7 @@ fn run_task(mop: &Path, root: &Path, socket: &Path) -> Result<bool> {
     println!(
         "  mopd selects L0 (workspace baseline), L1 (alice's own) and L2 (db-prod-01, ORA-01555, text)"
     );
-    let bwrap = std::env::var_os("MOP_BWRAP")
-        .map(PathBuf::from)
-        .or_else(|| crate::status::find_bwrap().map(PathBuf::from));
-    let Some(bwrap) = bwrap.filter(|b| b.is_file()) else {
+    let Ok(bwrap) = mop_proto::host::find_bwrap(Some(&workdir)) else {
         step(4, "sandbox: SKIPPED, bubblewrap (bwrap) is not installed");
         println!(
             "  install it to see the task run sandboxed:\n    Debian/Ubuntu: sudo apt-get install bubblewrap\n    Fedora/RHEL:   sudo dnf install bubblewrap\n  meanwhile the same task, prepared without a sandbox (mop prepare):"

@@ -1,29 +1,31 @@
-//! The mop host daemon.
+//! The mop host daemon. Data flows one way: server → [`sync`] → [`pool`] → [`tasks`]
+//! (views) → the sandbox; see ARCHITECTURE.md for the picture.
 //!
-//! - [`config`]: `mopd.toml`, validated, reloadable.
-//! - [`pool`]: one workspace's verified cache pool: objects, generations, the atomic
-//!   `current` swap, garbage collection, re-hashing.
-//! - [`client`]: the protocol's client side (conditional and delta manifests, objects
-//!   verified while they stream).
-//! - [`sync`]: the per-workspace sync loop with backoff, rollback refusal and epoch checks.
-//! - [`status`]: the versioned status report and its rendering for `mopd status`.
-//! - [`control`]: the control socket (server and client); [`http`]: what it shares with
-//!   the agent sockets (JSON errors, the request size limit).
-//! - [`tasks`]: task projection: views, leases, pins; [`agent`]: each task's agent socket.
-//! - [`sys`]: pidfds, the only system calls safe Rust lacks here.
-//! - [`daemon`]: `mopd run`.
-//! - [`demo`]: `mopd demo`, the whole system in a temporary directory.
+//! - [`config`]: `mopd.toml`, validated, reloadable; [`paths`]: every path under the
+//!   cache, state and runtime directories; [`state`]: the one daemon state.
+//! - [`client`]: the card server's protocol, client side (conditional and delta
+//!   manifests, object streams); it knows nothing of the pool.
+//! - [`sync`]: per workspace, a pure plan (manifest + pool → what to fetch and publish)
+//!   and a fetcher writing through the pool's object sink; [`workspaces`]: the sync loops.
+//! - [`pool`]: one workspace's verified cache: objects, generations, collection.
+//! - [`tasks`]: task projection: leases, views, the reaper.
+//! - [`sockets`]: the control socket and each task's agent socket over one checked
+//!   listener.
+//! - [`status`]: the status report, assembled, judged and rendered.
+//! - [`sys`]: pidfds and allocator calls, the only system calls safe Rust lacks here.
+//! - [`daemon`]: `mopd run`, orchestration only; [`demo`]: `mopd demo`, the whole system
+//!   in a temporary directory with a `mop-server` started beside it.
 
-pub mod agent;
 pub mod client;
 pub mod config;
-pub mod control;
 pub mod daemon;
 pub mod demo;
-pub mod http;
+pub mod paths;
 pub mod pool;
-pub mod shared;
+pub mod sockets;
+pub mod state;
 pub mod status;
 pub mod sync;
 pub mod sys;
 pub mod tasks;
+pub mod workspaces;

@@ -2,14 +2,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use mop_proto::control::{Control, ControlError, VerifyReply};
+use mop_proto::status::SyncResult;
 use mopd::config::{DEFAULT_CONFIG, MopdConfig};
-use mopd::control::{ControlError, request};
-use mopd::pool::{Pool, VerifyReport};
-use mopd::status::StatusReport;
+use mopd::pool::Pool;
+use parking_lot::Mutex;
 
 #[derive(Parser)]
 #[command(
@@ -125,7 +126,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Run { config } => {
-            mopd::pool::limit_malloc_arenas();
+            mopd::sys::limit_malloc_arenas();
             mop_log::init("info");
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -146,15 +147,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             socket,
             config,
         } => {
-            let socket = socket_for(socket, &config);
-            let answer = runtime()?.block_on(request(&socket, "GET", "/v1/status", None));
-            let body = match answer {
-                Ok((200, body)) => body,
-                Ok((code, body)) => {
-                    eprintln!(
-                        "mopd: the daemon answered {code}: {}",
-                        String::from_utf8_lossy(&body)
-                    );
+            let control = Control::new(socket_for(socket, &config));
+            let report = match runtime()?.block_on(control.status()) {
+                Ok(r) => r,
+                Err(e @ (ControlError::Answered { .. } | ControlError::Unreadable(_))) => {
+                    eprintln!("mopd: {e}");
                     return Ok(ExitCode::from(2));
                 }
                 Err(e) => {
@@ -163,11 +160,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                             ControlError::Missing(_) => "socket_missing",
                             ControlError::Refused(_) => "socket_refusing",
                             ControlError::Denied(_) => "permission_denied",
-                            ControlError::Other { .. } => "error",
+                            _ => "error",
                         };
                         println!(
                             "{}",
-                            serde_json::json!({ "schema": mopd::status::STATUS_SCHEMA, "reachable": false, "reason": kind, "message": e.to_string() })
+                            serde_json::json!({ "schema": mop_proto::status::STATUS_SCHEMA, "reachable": false, "reason": kind, "message": e.to_string() })
                         );
                     } else {
                         println!("mopd: UNREACHABLE — {e}");
@@ -175,14 +172,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     return Ok(ExitCode::from(2));
                 }
             };
-            let report: StatusReport = serde_json::from_slice(&body)
-                .context("the daemon's status report is unreadable")?;
             if json {
-                println!("{}", String::from_utf8_lossy(&body));
+                println!("{}", serde_json::to_string(&report)?);
             } else {
-                print!("{}", report.render(jiff::Timestamp::now()));
+                print!(
+                    "{}",
+                    mopd::status::render::render(&report, jiff::Timestamp::now())
+                );
             }
-            Ok(ExitCode::from(report.exit_code() as u8))
+            Ok(ExitCode::from(
+                mopd::status::render::exit_code(&report) as u8
+            ))
         }
         Command::Sync {
             workspaces,
@@ -194,28 +194,30 @@ fn run(cli: Cli) -> Result<ExitCode> {
             } else {
                 workspaces
             };
-            let socket = socket_for(socket, &config);
+            let control = Control::new(socket_for(socket, &config));
             let rt = runtime()?;
             let mut failed = false;
             for ws in wanted {
-                let (code, body) = rt.block_on(request(
-                    &socket,
-                    "POST",
-                    &format!("/v1/workspaces/{ws}/sync"),
-                    None,
-                ))?;
-                let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-                if code != 200 {
-                    failed = true;
-                    println!("{ws}: {}", v["message"].as_str().unwrap_or("failed"));
-                } else if v["result"] == "failed" {
-                    failed = true;
-                    println!("{ws}: sync failed: {}", v["message"].as_str().unwrap_or(""));
-                } else {
-                    println!(
+                match rt.block_on(control.sync(&ws)) {
+                    Ok(reply) if reply.result == SyncResult::Failed => {
+                        failed = true;
+                        println!(
+                            "{ws}: sync failed: {}",
+                            reply.message.as_deref().unwrap_or("")
+                        );
+                    }
+                    Ok(reply) => println!(
                         "{ws}: {}",
-                        v["result"].as_str().unwrap_or("?").replace('_', " ")
-                    );
+                        match reply.result {
+                            SyncResult::Modified => "modified",
+                            _ => "not modified",
+                        }
+                    ),
+                    Err(ControlError::Answered { message, .. }) => {
+                        failed = true;
+                        println!("{ws}: {message}");
+                    }
+                    Err(e) => return Err(e.into()),
                 }
             }
             Ok(if failed {
@@ -229,19 +231,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
             socket,
             config,
         } => {
-            let socket = socket_for(socket, &config);
-            let (code, body) = runtime()?.block_on(request(
-                &socket,
-                "POST",
-                &format!("/v1/workspaces/{workspace}/ack-epoch"),
-                None,
-            ))?;
-            if code == 200 {
-                println!("{workspace}: new server epoch acknowledged");
-                Ok(ExitCode::SUCCESS)
-            } else {
-                eprintln!("mopd: {}", String::from_utf8_lossy(&body));
-                Ok(ExitCode::FAILURE)
+            let control = Control::new(socket_for(socket, &config));
+            match runtime()?.block_on(control.ack_epoch(&workspace)) {
+                Ok(_) => {
+                    println!("{workspace}: new server epoch acknowledged");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(ControlError::Answered { message, .. }) => {
+                    eprintln!("mopd: {message}");
+                    Ok(ExitCode::FAILURE)
+                }
+                Err(e) => Err(e.into()),
             }
         }
         Command::Verify {
@@ -264,31 +264,16 @@ fn verify(config_path: &Path, repair: bool, only: Option<String>, json: bool) ->
         None => config.sync.workspaces.clone(),
     };
     let rt = runtime()?;
-    let body = serde_json::to_vec(&serde_json::json!({ "repair": repair }))?;
-    let mut results: Vec<(String, VerifyReport, Option<String>)> = Vec::new();
-    let daemon_up = rt
-        .block_on(request(&config.socket_path(), "GET", "/v1/status", None))
-        .is_ok();
+    let control = Control::new(config.socket_path());
+    let mut results: Vec<VerifyReply> = Vec::new();
+    let daemon_up = rt.block_on(control.status()).is_ok();
     for ws in &workspaces {
         if daemon_up {
             // The daemon knows which generations tasks pin: let it do the work.
-            let (code, answer) = rt.block_on(request(
-                &config.socket_path(),
-                "POST",
-                &format!("/v1/workspaces/{ws}/verify"),
-                Some(body.clone()),
-            ))?;
-            let v: serde_json::Value = serde_json::from_slice(&answer).unwrap_or_default();
-            if code != 200 {
-                anyhow::bail!("{ws}: {}", v["message"].as_str().unwrap_or("verify failed"));
-            }
-            let report: VerifyReport =
-                serde_json::from_value(v["report"].clone()).context("unreadable verify report")?;
-            results.push((
-                ws.clone(),
-                report,
-                v["repaired_generation"].as_str().map(str::to_owned),
-            ));
+            let reply = rt
+                .block_on(control.verify(ws, repair))
+                .with_context(|| format!("{ws}: verify failed"))?;
+            results.push(reply);
         } else {
             let token = if repair {
                 mopd::client::read_token(&config.server.token_file).map_err(anyhow::Error::msg)?
@@ -301,25 +286,31 @@ fn verify(config_path: &Path, repair: bool, only: Option<String>, json: bool) ->
                 std::time::Duration::from_secs(config.server.timeout_secs),
             )
             .map_err(anyhow::Error::msg)?;
-            let shared = Arc::new(mopd::shared::Shared::new(
+            let state = Arc::new(mopd::state::State::new(
                 config.clone(),
                 client,
                 config_path.to_owned(),
             ));
-            let pool = Pool::open(&config.paths.cache_dir, ws)?;
-            let status = Arc::new(Mutex::new(mopd::sync::load_status(
-                &config.paths.state_dir,
-                ws,
-            )));
-            let syncer = mopd::sync::Syncer::new(ws.clone(), pool, status, shared);
-            let (report, repaired) = rt
+            let pool = Pool::open(state.paths(), ws)?;
+            let status = Arc::new(Mutex::new(mopd::status::load(state.paths(), ws)));
+            let syncer = mopd::sync::Syncer::new(ws.clone(), pool, status, state);
+            let (report, repaired_generation) = rt
                 .block_on(syncer.verify(repair))
                 .map_err(|f| anyhow::anyhow!("{ws}: {}", f.message))?;
-            results.push((ws.clone(), report, repaired));
+            results.push(VerifyReply {
+                workspace: ws.clone(),
+                report,
+                repaired_generation,
+            });
         }
     }
     let mut damage_left = false;
-    for (ws, report, repaired) in &results {
+    for VerifyReply {
+        workspace: ws,
+        report,
+        repaired_generation: repaired,
+    } in &results
+    {
         let fixed = repaired.is_some();
         if !report.is_clean() && !fixed {
             damage_left = true;
@@ -353,11 +344,7 @@ fn verify(config_path: &Path, repair: bool, only: Option<String>, json: bool) ->
         }
     }
     if json {
-        let out: Vec<_> = results
-            .iter()
-            .map(|(ws, r, g)| serde_json::json!({ "workspace": ws, "report": r, "repaired_generation": g }))
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        println!("{}", serde_json::to_string_pretty(&results)?);
     }
     Ok(if damage_left {
         ExitCode::FAILURE

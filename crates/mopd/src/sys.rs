@@ -1,7 +1,7 @@
 //! The few system calls mopd needs that safe Rust does not offer, kept in one narrow
 //! module: a pidfd of a Unix socket's peer, and whether the process behind a pidfd has
-//! exited. A pidfd names one process for good, so a peer's pid cannot be recycled under a
-//! check of `/proc/<pid>` without the check noticing.
+//! exited (a pidfd names one process for good, so a peer's pid cannot be recycled under a
+//! check of `/proc/<pid>` without the check noticing); and glibc's allocator tuning.
 
 #![allow(unsafe_code)]
 
@@ -58,6 +58,33 @@ pub fn pidfd_exited(pidfd: &impl AsFd) -> bool {
     // SAFETY: one valid pollfd, zero timeout.
     let r = unsafe { libc::poll(&mut poll, 1, 0) };
     r != 0 && poll.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
+}
+
+/// Hands freed memory back to the OS: after a build (tantivy's queue and arena, the
+/// bodies) and after a new generation is loaded for prepares (its manifest JSON). glibc
+/// keeps freed memory of its per-thread arenas for reuse, so without this the daemon's RSS
+/// stays at the peak of its largest build (measured: 144 MiB instead of a fraction of it at
+/// 10k cards).
+pub fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free pages of the allocator's own arenas.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Caps glibc's malloc arenas at two, once at start. By default glibc gives busy threads
+/// arenas of their own (up to eight per core), and memory freed in one arena is not reused
+/// by threads of another; the daemon's builds and loads run on tokio's blocking threads,
+/// so a long-running daemon held freed memory in many arenas. Measured with
+/// `mop-bench memory` (5 × 10k cards, 100 prepares): VmRSS 146 MiB before, 105 MiB with
+/// two arenas. The daemon allocates little in parallel, so contention is not a concern.
+pub fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator tuning; called before any worker thread.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use mop_cards::{StoreOutcome, StoreRequest, StoreResponse};
+use mop_proto::sync::{StoreOutcome, StoreRequest, StoreResponse};
 
 use super::{ApiError, Caller, blocking, json, read_body};
 use crate::state::AppState;

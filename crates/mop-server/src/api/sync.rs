@@ -8,7 +8,8 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use mop_cards::{OBJECT_BATCH_TYPE, ObjectBatchRequest, Version, encode_batch_item, is_sha256_hex};
+use mop_cards::is_sha256_hex;
+use mop_proto::sync::{OBJECT_BATCH_TYPE, ObjectBatchRequest, Version, encode_batch_item};
 use serde::Deserialize;
 
 use super::{ApiError, Caller, Conditional, accepts_gzip, blocking, gzip, json, read_body};
@@ -103,7 +104,7 @@ pub(crate) async fn manifest(
         if let Some(built) = blocking(move || store.delta(&ws2, since, max_changed)).await? {
             let body = serde_json::to_vec(&built.manifest).map_err(ApiError::internal)?;
             return Ok(respond(
-                &built.manifest.version(),
+                &Version::of(&built.manifest),
                 Bytes::from(body),
                 None,
                 gzip_ok,

@@ -16,9 +16,10 @@
 
 use jiff::Timestamp;
 use mop_cards::{
-    Card, CardId, CardSummary, Counters, Extra, Provenance, StoreOutcome, StoreRequest,
-    StoreResponse, Trust, is_scope_id, is_task_id, parse_card, render_card,
+    Card, CardId, CardSummary, Counters, Extra, Provenance, Trust, is_scope_id, is_task_id,
+    parse_card, render_card,
 };
+use mop_proto::sync::{StoreOutcome, StoreRequest, StoreResponse};
 use rusqlite::params;
 
 use super::cards::{Kept, audit, current_revision, load_object, title_key, write_card};

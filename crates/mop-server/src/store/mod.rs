@@ -14,8 +14,8 @@ mod schema;
 mod sync;
 mod tokens;
 
+use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use jiff::Timestamp;
 use rusqlite::{
@@ -167,7 +167,7 @@ impl Store {
 
     /// Runs `f` in one immediate (write) transaction, committed only if `f` succeeds.
     pub(crate) fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
-        let mut conn = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut conn = self.writer.lock();
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(self.err("begin write"))?;
@@ -180,7 +180,7 @@ impl Store {
     /// page images (which may hold deleted text) leave the WAL too. Readers in the middle
     /// of a snapshot can hold it up; it is tried a few times. True when it completed.
     pub(crate) fn checkpoint_truncate(&self) -> Result<bool> {
-        let conn = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let conn = self.writer.lock();
         for attempt in 0..20 {
             let busy: i64 = conn
                 .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
@@ -195,7 +195,7 @@ impl Store {
 
     /// Runs `f` in one read transaction (a consistent snapshot) on a pooled connection.
     pub(crate) fn read<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
-        let pooled = self.readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let pooled = self.readers.lock().pop();
         let mut conn = match pooled {
             Some(c) => c,
             None => {
@@ -216,7 +216,7 @@ impl Store {
             tx.finish().map_err(self.err("end read"))?;
             Ok(out)
         })();
-        let mut pool = self.readers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pool = self.readers.lock();
         if pool.len() < READER_POOL {
             pool.push(conn);
         }
@@ -226,7 +226,7 @@ impl Store {
     /// SQLite's `data_version`: changes when another connection (another process, or this
     /// process's writer) commits. Used to notice token and card changes made by the CLI.
     pub fn data_version(&self) -> Result<i64> {
-        let conn = self.watcher.lock().unwrap_or_else(|p| p.into_inner());
+        let conn = self.watcher.lock();
         conn.query_row("PRAGMA data_version", [], |r| r.get(0))
             .map_err(self.err("data_version"))
     }

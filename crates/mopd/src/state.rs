@@ -1,20 +1,29 @@
-//! State shared by the daemon's tasks: the config and server client in force (swapped on
-//! reload), the workspaces' statuses, and the generations pinned by live tasks.
+//! The daemon's one state: the config and server client in force (swapped on reload), the
+//! directory layout (fixed at start), each workspace's status, the generations pinned by
+//! live tasks, and the news of published generations.
+//!
+//! Every other module reads and updates the daemon through this; none of them holds a
+//! copy of the config. Must not do I/O itself.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
 
 use jiff::Timestamp;
 
+use mop_proto::status::WorkspaceStatus;
+
 use crate::client::ServerClient;
 use crate::config::MopdConfig;
-use crate::status::WorkspaceStatus;
+use crate::paths::Paths;
 
 /// Daemon-wide state.
-pub struct Shared {
+pub struct State {
     config: RwLock<Arc<MopdConfig>>,
     client: RwLock<Arc<ServerClient>>,
+    paths: Paths,
     /// The config file.
     pub config_path: PathBuf,
     /// When the daemon started.
@@ -26,10 +35,11 @@ pub struct Shared {
     pub published: tokio::sync::broadcast::Sender<(String, String)>,
 }
 
-impl Shared {
+impl State {
     /// New state.
-    pub fn new(config: MopdConfig, client: ServerClient, config_path: PathBuf) -> Shared {
-        Shared {
+    pub fn new(config: MopdConfig, client: ServerClient, config_path: PathBuf) -> State {
+        State {
+            paths: Paths::new(&config.paths),
             config: RwLock::new(Arc::new(config)),
             client: RwLock::new(Arc::new(client)),
             config_path,
@@ -42,29 +52,28 @@ impl Shared {
 
     /// The config in force.
     pub fn config(&self) -> Arc<MopdConfig> {
-        self.config
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.config.read().clone()
+    }
+
+    /// The directory layout (a change of `[paths]` needs a restart).
+    pub fn paths(&self) -> &Paths {
+        &self.paths
     }
 
     /// The server client in force.
     pub fn client(&self) -> Arc<ServerClient> {
-        self.client
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.client.read().clone()
     }
 
     /// Swaps in a new config and client (reload).
     pub fn replace(&self, config: MopdConfig, client: ServerClient) {
-        *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
-        *self.client.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(client);
+        *self.config.write() = Arc::new(config);
+        *self.client.write() = Arc::new(client);
     }
 
     /// Registers (or forgets, with `None`) a workspace's status.
     pub fn set_status(&self, ws: &str, status: Option<Arc<Mutex<WorkspaceStatus>>>) {
-        let mut map = self.statuses.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.statuses.lock();
         match status {
             Some(s) => map.insert(ws.to_owned(), s),
             None => map.remove(ws),
@@ -73,21 +82,14 @@ impl Shared {
 
     /// Snapshots of every workspace's status, by name.
     pub fn statuses(&self) -> Vec<WorkspaceStatus> {
-        let map = self.statuses.lock().unwrap_or_else(|p| p.into_inner());
-        map.values()
-            .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).clone())
-            .collect()
+        let map = self.statuses.lock();
+        map.values().map(|s| s.lock().clone()).collect()
     }
 
     /// Whether `ws` has had a generation since the daemon started (its status names one).
     pub fn has_published(&self, ws: &str) -> bool {
-        let map = self.statuses.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(ws).is_some_and(|s| {
-            s.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .generation
-                .is_some()
-        })
+        let map = self.statuses.lock();
+        map.get(ws).is_some_and(|s| s.lock().generation.is_some())
     }
 
     /// Bytes all pools use, as last measured.
@@ -97,7 +99,7 @@ impl Shared {
 
     /// Generations of `ws` pinned by live tasks.
     pub fn pinned(&self, ws: &str) -> BTreeSet<String> {
-        let pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        let pins = self.pins.lock();
         pins.get(ws)
             .map(|m| m.keys().cloned().collect())
             .unwrap_or_default()
@@ -105,7 +107,7 @@ impl Shared {
 
     /// Pins a generation for a task.
     pub fn pin(&self, ws: &str, generation: &str) {
-        let mut pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pins = self.pins.lock();
         *pins
             .entry(ws.to_owned())
             .or_default()
@@ -115,7 +117,7 @@ impl Shared {
 
     /// Releases one pin.
     pub fn unpin(&self, ws: &str, generation: &str) {
-        let mut pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pins = self.pins.lock();
         if let Some(m) = pins.get_mut(ws)
             && let Some(n) = m.get_mut(generation)
         {

@@ -10,6 +10,8 @@
 //! connections from the task owner's uid only (the sandboxed agent runs as its runner), and
 //! at most `sockets.agent_max_connections` of them: an agent that opens thousands only
 //! closes its own idle ones.
+//!
+//! Must not decide what a task may see: the catalog's visibility rules do.
 
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
@@ -21,56 +23,63 @@ use axum::extract::{Path as UrlPath, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use mop_cards::{CardId, StoreProvenance, StoreRequest, Trust};
+use mop_cards::{CardId, Trust};
+use mop_proto::sync::{StoreProvenance, StoreRequest};
 use mop_proto::{AgentCard, AgentStoreRequest, ListResponse, RetrieveRequest, RetrieveResponse};
 use tokio::net::UnixListener;
-use tokio::sync::watch;
 
-use crate::http::error;
+use super::{Admit, CheckedListener, error, guarded, json_required};
+use crate::paths::AGENT_SOCKET;
 use crate::pool::make_dir;
-use crate::tasks::{AGENT_SOCKET, Task, Tasks};
+use crate::tasks::{AgentSockets, Task, Tasks};
+
+/// Opens and serves the agent sockets of tasks.
+#[derive(Clone)]
+pub struct AgentServer {
+    tasks: Arc<Tasks>,
+}
+
+impl AgentServer {
+    /// Serves the sockets of `tasks`' tasks.
+    pub fn new(tasks: Arc<Tasks>) -> AgentServer {
+        AgentServer { tasks }
+    }
+}
+
+impl AgentSockets for AgentServer {
+    fn open(&self, task: Arc<Task>) -> std::io::Result<()> {
+        let lease = task.lease();
+        make_dir(&lease.socket_dir).map_err(std::io::Error::other)?;
+        let path = lease.socket_dir.join(AGENT_SOCKET);
+        let _ = std::fs::remove_file(&path);
+        let listener =
+            CheckedListener::new(UnixListener::bind(&path)?, Admit::Owner(lease.owner_uid));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))?;
+        let limits = self.tasks.state().config().socket_limits(true);
+        let mut stop = task.stopped();
+        let app = guarded(
+            Router::new()
+                .route("/v1/cards", get(list))
+                .route("/v1/cards/{id}", get(card))
+                .route("/v1/retrieve", post(retrieve))
+                .route("/v1/store", post(store))
+                .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") }),
+        )
+        .with_state(AgentState {
+            tasks: self.tasks.clone(),
+            task,
+        });
+        tokio::spawn(mop_serve::serve(listener, app, limits, async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }));
+        Ok(())
+    }
+}
 
 #[derive(Clone)]
 struct AgentState {
     tasks: Arc<Tasks>,
     task: Arc<Task>,
-}
-
-/// Opens the task's agent socket and serves it until `stop`.
-pub async fn serve(
-    tasks: Arc<Tasks>,
-    task: Arc<Task>,
-    mut stop: watch::Receiver<bool>,
-) -> std::io::Result<()> {
-    let lease = task.lease();
-    make_dir(&lease.socket_dir).map_err(std::io::Error::other)?;
-    let path = lease.socket_dir.join(AGENT_SOCKET);
-    let _ = std::fs::remove_file(&path);
-    let listener = crate::http::OwnerListener::new(UnixListener::bind(&path)?, lease.owner_uid);
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))?;
-    let limits = tasks.socket_limits();
-    let app = crate::http::guarded(
-        Router::new()
-            .route("/v1/cards", get(list))
-            .route("/v1/cards/{id}", get(card))
-            .route("/v1/retrieve", post(retrieve))
-            .route("/v1/store", post(store))
-            .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") }),
-    )
-    .with_state(AgentState { tasks, task });
-    tokio::spawn(mop_serve::serve(listener, app, limits, async move {
-        let _ = stop.changed().await;
-    }));
-    Ok(())
-}
-
-fn json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Box<Response>> {
-    serde_json::from_slice(body).map_err(|e| {
-        Box::new(error(
-            StatusCode::BAD_REQUEST,
-            format!("invalid request: {e}"),
-        ))
-    })
 }
 
 async fn list(State(s): State<AgentState>) -> Response {
@@ -140,9 +149,9 @@ async fn card(State(s): State<AgentState>, UrlPath(id): UrlPath<String>) -> Resp
 }
 
 async fn retrieve(State(s): State<AgentState>, body: Bytes) -> Response {
-    let req: RetrieveRequest = match json(&body) {
+    let req: RetrieveRequest = match json_required(&body) {
         Ok(r) => r,
-        Err(e) => return *e,
+        Err(e) => return e,
     };
     if req.query.trim().is_empty() || req.query.len() > 4096 {
         return error(
@@ -204,9 +213,9 @@ async fn retrieve(State(s): State<AgentState>, body: Bytes) -> Response {
 }
 
 async fn store(State(s): State<AgentState>, body: Bytes) -> Response {
-    let req: AgentStoreRequest = match json(&body) {
+    let req: AgentStoreRequest = match json_required(&body) {
         Ok(r) => r,
-        Err(e) => return *e,
+        Err(e) => return e,
     };
     let lease = s.task.lease();
     if lease.task.origin_user_id.is_none() {
@@ -240,7 +249,7 @@ async fn store(State(s): State<AgentState>, body: Bytes) -> Response {
             "a task may bind a card only to its own asset",
         );
     }
-    let client = s.tasks.client();
+    let client = s.tasks.state().client();
     match client
         .store(
             &lease.task.workspace,

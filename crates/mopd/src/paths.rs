@@ -1,0 +1,324 @@
+//! Every path under the daemon's cache, state and runtime directories, built here and
+//! nowhere else, and the name of a generation (`<epoch>-<revision>[~n]`), formatted and
+//! parsed here and nowhere else.
+//!
+//! ```text
+//! <cache_dir>/pools/<ws>/                     one workspace's pool (see crate::pool)
+//!   objects/ab/<sha256>  gens/<name>/{tree,manifest.json,index}  current  lock  tmp/  quarantine/
+//! <cache_dir>/tasks/<task>/view/              a task's view (MEMORY.md + hardlinks)
+//! <state_dir>/leases/<task>.json              a task's lease
+//! <state_dir>/workspaces/<ws>/status.json     a workspace's last sync status
+//! <runtime_dir>/mopd.sock                     the control socket
+//! <runtime_dir>/t/<task>/agent.sock           a task's agent socket
+//! ```
+//!
+//! Must not touch the file system: it only names things.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use crate::config::PathsSection;
+
+/// The agent socket's file name inside its directory.
+pub const AGENT_SOCKET: &str = "agent.sock";
+
+/// The task's index file at the top of its view.
+pub const MEMORY_MD: &str = "MEMORY.md";
+
+/// The daemon's three directories.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paths {
+    cache: PathBuf,
+    state: PathBuf,
+    runtime: PathBuf,
+}
+
+impl Paths {
+    /// The layout of a config's `[paths]`.
+    pub fn new(p: &PathsSection) -> Paths {
+        Paths {
+            cache: p.cache_dir.clone(),
+            state: p.state_dir.clone(),
+            runtime: p.runtime_dir.clone(),
+        }
+    }
+
+    /// The cache directory.
+    pub fn cache_dir(&self) -> &Path {
+        &self.cache
+    }
+
+    /// The state directory.
+    pub fn state_dir(&self) -> &Path {
+        &self.state
+    }
+
+    /// The runtime directory.
+    pub fn runtime_dir(&self) -> &Path {
+        &self.runtime
+    }
+
+    /// Where the pools are, one directory per workspace.
+    pub fn pools(&self) -> PathBuf {
+        self.cache.join("pools")
+    }
+
+    /// One workspace's pool.
+    pub fn pool(&self, ws: &str) -> PoolPaths {
+        PoolPaths {
+            root: self.pools().join(ws),
+        }
+    }
+
+    /// Where task views are, one directory per task.
+    pub fn tasks(&self) -> PathBuf {
+        self.cache.join("tasks")
+    }
+
+    /// A task's directory (its view is inside).
+    pub fn task(&self, id: &str) -> PathBuf {
+        self.tasks().join(id)
+    }
+
+    /// A task's view.
+    pub fn view(&self, id: &str) -> PathBuf {
+        self.task(id).join("view")
+    }
+
+    /// Where leases are persisted.
+    pub fn leases(&self) -> PathBuf {
+        self.state.join("leases")
+    }
+
+    /// A task's persisted lease.
+    pub fn lease(&self, id: &str) -> PathBuf {
+        self.leases().join(format!("{id}.json"))
+    }
+
+    /// A workspace's state directory.
+    pub fn workspace_state(&self, ws: &str) -> PathBuf {
+        self.state.join("workspaces").join(ws)
+    }
+
+    /// A workspace's persisted sync status.
+    pub fn status_file(&self, ws: &str) -> PathBuf {
+        self.workspace_state(ws).join("status.json")
+    }
+
+    /// The control socket.
+    pub fn control_socket(&self) -> PathBuf {
+        self.runtime.join("mopd.sock")
+    }
+
+    /// A task's agent socket directory (bound into its sandbox).
+    pub fn agent_dir(&self, id: &str) -> PathBuf {
+        self.runtime.join("t").join(id)
+    }
+
+    /// A task's agent socket.
+    pub fn agent_socket(&self, id: &str) -> PathBuf {
+        self.agent_dir(id).join(AGENT_SOCKET)
+    }
+}
+
+/// The paths of one workspace's pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolPaths {
+    root: PathBuf,
+}
+
+impl PoolPaths {
+    /// The pool directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Verified objects, fanned out by their first two hex digits.
+    pub fn objects(&self) -> PathBuf {
+        self.root.join("objects")
+    }
+
+    /// Where an object lives.
+    pub fn object(&self, sha256: &str) -> PathBuf {
+        self.objects().join(&sha256[..2]).join(sha256)
+    }
+
+    /// The generations.
+    pub fn gens(&self) -> PathBuf {
+        self.root.join("gens")
+    }
+
+    /// One generation.
+    pub fn generation(&self, name: &str) -> GenerationPaths {
+        GenerationPaths {
+            dir: self.gens().join(name),
+        }
+    }
+
+    /// The link naming the current generation.
+    pub fn current(&self) -> PathBuf {
+        self.root.join("current")
+    }
+
+    /// The lock file.
+    pub fn lock(&self) -> PathBuf {
+        self.root.join("lock")
+    }
+
+    /// Downloads in progress and the next `current` link.
+    pub fn tmp(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+
+    /// Objects that failed a re-hash.
+    pub fn quarantine(&self) -> PathBuf {
+        self.root.join("quarantine")
+    }
+}
+
+/// The paths inside one generation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GenerationPaths {
+    dir: PathBuf,
+}
+
+impl GenerationPaths {
+    /// The generation directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The card tree (hardlinks of objects at OKF paths).
+    pub fn tree(&self) -> PathBuf {
+        self.dir.join("tree")
+    }
+
+    /// Its manifest.
+    pub fn manifest(&self) -> PathBuf {
+        self.dir.join("manifest.json")
+    }
+
+    /// Its search index.
+    pub fn index(&self) -> PathBuf {
+        self.dir.join("index")
+    }
+}
+
+/// A generation's directory name: the version it holds, and a counter when a version was
+/// built more than once (a repair): `<epoch>-<revision>` or `<epoch>-<revision>~<n>`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GenerationName {
+    /// The server epoch (a UUID).
+    pub epoch: String,
+    /// The revision.
+    pub revision: u64,
+    /// 0 for the first build of this version.
+    pub rebuild: u32,
+}
+
+impl GenerationName {
+    /// The first name for a version.
+    pub fn new(epoch: &str, revision: u64) -> GenerationName {
+        GenerationName {
+            epoch: epoch.to_owned(),
+            revision,
+            rebuild: 0,
+        }
+    }
+
+    /// The same version's next rebuild.
+    pub fn next(&self) -> GenerationName {
+        GenerationName {
+            rebuild: self.rebuild + 1,
+            ..self.clone()
+        }
+    }
+}
+
+impl fmt::Display for GenerationName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.epoch, self.revision)?;
+        if self.rebuild > 0 {
+            write!(f, "~{}", self.rebuild)?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a directory name is not a generation's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a generation name (<epoch>-<revision>[~n])")]
+pub struct GenerationNameError(String);
+
+impl FromStr for GenerationName {
+    type Err = GenerationNameError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || GenerationNameError(s.chars().take(100).collect());
+        let (version, rebuild) = match s.split_once('~') {
+            Some((v, n)) => (v, n.parse::<u32>().map_err(|_| bad())?),
+            None => (s, 0),
+        };
+        let (epoch, revision) = version.rsplit_once('-').ok_or_else(bad)?;
+        if !mop_cards::is_epoch(epoch) || !revision.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        Ok(GenerationName {
+            epoch: epoch.to_owned(),
+            revision: revision.parse().map_err(|_| bad())?,
+            rebuild,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EPOCH: &str = "0b6c1f3e-8d7a-4f43-9c1e-1f2a3b4c5d6e";
+
+    #[test]
+    fn generation_names_round_trip() {
+        let first = GenerationName::new(EPOCH, 42);
+        assert_eq!(first.to_string(), format!("{EPOCH}-42"));
+        assert_eq!(first.next().to_string(), format!("{EPOCH}-42~1"));
+        for name in [first.clone(), first.next(), first.next().next()] {
+            assert_eq!(name.to_string().parse::<GenerationName>().unwrap(), name);
+        }
+        for bad in [
+            "",
+            "42",
+            "../../x-1",
+            &format!("{EPOCH}-"),
+            &format!("{EPOCH}-4x"),
+            &format!("{EPOCH}-4~x"),
+        ] {
+            assert!(bad.parse::<GenerationName>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_layout() {
+        let p = Paths::new(&PathsSection {
+            cache_dir: "/c".into(),
+            runtime_dir: "/r".into(),
+            state_dir: "/s".into(),
+        });
+        assert_eq!(
+            p.pool("acme").object(&"ab".repeat(32)),
+            Path::new("/c/pools/acme/objects/ab").join("ab".repeat(32))
+        );
+        assert_eq!(
+            p.pool("acme").generation("g").tree(),
+            Path::new("/c/pools/acme/gens/g/tree")
+        );
+        assert_eq!(p.view("t-1"), Path::new("/c/tasks/t-1/view"));
+        assert_eq!(p.lease("t-1"), Path::new("/s/leases/t-1.json"));
+        assert_eq!(p.agent_socket("t-1"), Path::new("/r/t/t-1/agent.sock"));
+        assert_eq!(p.control_socket(), Path::new("/r/mopd.sock"));
+        assert_eq!(
+            p.status_file("acme"),
+            Path::new("/s/workspaces/acme/status.json")
+        );
+    }
+}

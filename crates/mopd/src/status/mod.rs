@@ -1,0 +1,219 @@
+//! What `mopd status` shows. The report's model is in `mop_proto::status` (it crosses the
+//! control socket); here it is assembled ([`assemble`]), judged ([`judge`]) and rendered
+//! ([`render`]), and each workspace's status is persisted so a restart shows the last sync
+//! at once.
+//!
+//! Must not change anything: it only reads the daemon's state.
+
+pub mod judge;
+pub mod render;
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+pub use mop_proto::status::*;
+
+use crate::config::MopdConfig;
+use crate::paths::Paths;
+
+/// Loads a workspace's persisted status (or a fresh one); counters start again at zero.
+pub fn load(paths: &Paths, ws: &str) -> WorkspaceStatus {
+    std::fs::read(paths.status_file(ws))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<WorkspaceStatus>(&b).ok())
+        .map(|mut s| {
+            s.stats = Default::default();
+            s
+        })
+        .unwrap_or_else(|| WorkspaceStatus {
+            workspace: ws.to_owned(),
+            ..Default::default()
+        })
+}
+
+/// Persists a workspace's status (beside, then renamed into place); a failure is logged.
+pub fn save(paths: &Paths, status: &WorkspaceStatus) {
+    let path = paths.status_file(&status.workspace);
+    let result = (|| -> std::io::Result<()> {
+        let dir = path.parent().expect("status files have a directory");
+        crate::pool::make_dir(dir).map_err(std::io::Error::other)?;
+        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+        std::io::Write::write_all(
+            &mut tmp,
+            &serde_json::to_vec_pretty(status).expect("status serializes"),
+        )?;
+        tmp.persist(&path).map_err(|e| e.error)?;
+        Ok(())
+    })();
+    if let Err(e) = result {
+        tracing::warn!(workspace = %status.workspace, path = %path.display(), error = %e, "cannot save sync status");
+    }
+}
+
+/// What the report is made of, gathered by the daemon.
+pub struct Facts<'a> {
+    /// The config in force.
+    pub config: &'a MopdConfig,
+    /// The config file.
+    pub config_path: &'a std::path::Path,
+    /// When the daemon started.
+    pub started_at: Timestamp,
+    /// Every workspace's status.
+    pub workspaces: Vec<WorkspaceStatus>,
+    /// The live tasks.
+    pub tasks: Vec<mop_proto::TaskSummary>,
+    /// The `bwrap` `mop run` would use.
+    pub bwrap: Option<String>,
+}
+
+/// Assembles the report: judges the workspaces and writes the summary line.
+pub fn assemble(f: Facts<'_>, now: Timestamp) -> StatusReport {
+    let config = f.config;
+    let stale_after = Duration::from_secs(
+        3 * config
+            .sync
+            .interval_secs
+            .max(config.sync.offline_recheck_secs)
+            + 60,
+    );
+    let (problems, warnings) = judge::judge(
+        &f.workspaces,
+        now,
+        stale_after,
+        &config.server.url,
+        &config.server.token_file.display().to_string(),
+    );
+    let healthy = problems.is_empty();
+    let tasks: Vec<TaskInfo> = f
+        .tasks
+        .into_iter()
+        .map(|t| TaskInfo {
+            lease: match (&t.lease.pid, &t.lease.expires_at) {
+                (Some(pid), _) => format!("lives with mop run pid {pid}"),
+                (_, Some(at)) => format!("expires {at}"),
+                _ => t.lease.kind.clone(),
+            },
+            task_id: t.task_id,
+            workspace: t.workspace,
+            generation: t.generation,
+        })
+        .collect();
+    let failing: std::collections::BTreeSet<&String> = problems
+        .iter()
+        .filter_map(|p| p.workspace.as_ref())
+        .collect();
+    let in_sync = f.workspaces.len() - failing.len();
+    let summary = if healthy {
+        format!(
+            "{} workspace(s) in sync, {} active task(s)",
+            f.workspaces.len(),
+            tasks.len()
+        )
+    } else {
+        format!(
+            "{in_sync} of {} workspace(s) in sync, {} problem(s)",
+            f.workspaces.len(),
+            problems.len()
+        )
+    };
+    StatusReport {
+        schema: STATUS_SCHEMA,
+        healthy,
+        summary,
+        daemon: DaemonInfo {
+            version: env!("CARGO_PKG_VERSION").into(),
+            pid: std::process::id(),
+            started_at: f.started_at,
+            uptime_secs: (now.as_second() - f.started_at.as_second()).max(0) as u64,
+            config_path: f.config_path.display().to_string(),
+            server_url: config.server.url.clone(),
+        },
+        workspaces: f.workspaces,
+        tasks,
+        sandbox: SandboxInfo { bwrap: f.bwrap },
+        problems,
+        warnings,
+    }
+}
+
+/// The daemon's report now.
+pub fn report(state: &crate::state::State, tasks: &crate::tasks::Tasks) -> StatusReport {
+    let config = state.config();
+    assemble(
+        Facts {
+            config: &config,
+            config_path: &state.config_path,
+            started_at: state.started_at,
+            workspaces: state.statuses(),
+            tasks: tasks.list(),
+            bwrap: mop_proto::host::find_bwrap(None)
+                .ok()
+                .map(|p| p.display().to_string()),
+        },
+        Timestamp::now(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> MopdConfig {
+        toml::from_str("[server]\nurl = \"http://127.0.0.1:1\"\n[sync]\nworkspaces = [\"acme\"]\n")
+            .unwrap()
+    }
+
+    fn task(id: &str) -> mop_proto::TaskSummary {
+        mop_proto::TaskSummary {
+            task_id: id.into(),
+            workspace: "acme".into(),
+            generation: "g".into(),
+            revision: 1,
+            lease: mop_proto::LeaseInfo {
+                kind: "run".into(),
+                pid: Some(42),
+                expires_at: None,
+            },
+            created_at: "2026-11-29T10:00:00Z".parse().unwrap(),
+            owner_uid: 1000,
+        }
+    }
+
+    #[test]
+    fn the_healthy_summary_counts_the_live_tasks() {
+        let now: Timestamp = "2026-11-29T10:00:30Z".parse().unwrap();
+        let ws = WorkspaceStatus {
+            workspace: "acme".into(),
+            generation: Some("g".into()),
+            last_sync: Some(SyncRecord {
+                at: now,
+                result: SyncResult::NotModified,
+                http_status: Some(304),
+            }),
+            last_reached: Some(now),
+            ..Default::default()
+        };
+        let config = config();
+        let report = |tasks: Vec<mop_proto::TaskSummary>| {
+            assemble(
+                Facts {
+                    config: &config,
+                    config_path: std::path::Path::new("/etc/mopd/mopd.toml"),
+                    started_at: now,
+                    workspaces: vec![ws.clone()],
+                    tasks,
+                    bwrap: None,
+                },
+                now,
+            )
+        };
+        assert_eq!(
+            report(vec![]).summary,
+            "1 workspace(s) in sync, 0 active task(s)"
+        );
+        let two = report(vec![task("a"), task("b")]);
+        assert!(two.healthy);
+        assert_eq!(two.summary, "1 workspace(s) in sync, 2 active task(s)");
+        assert_eq!(two.tasks[0].lease, "lives with mop run pid 42");
+    }
+}

@@ -1,0 +1,264 @@
+//! Sync planning: from the manifest the server sent and the manifest the pool holds, what
+//! to do — nothing, or fetch these objects and publish this full manifest — or why the
+//! answer is refused. Pure: no I/O, so every rule is unit-tested here.
+//!
+//! The rules (DESIGN.md "Cache pool rules"): the epoch must be a UUID (it names a
+//! directory); every entry must be well-formed; a delta must start at the held version;
+//! no card twice; within one epoch a lower revision is a rollback and refused, the same
+//! revision is nothing new; a new epoch is accepted (the caller warns).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use mop_proto::sync::{Manifest, ManifestEntry, Version};
+
+/// What a sync should do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Plan {
+    /// The version is already held.
+    Unchanged,
+    /// Fetch `missing`, then build and publish `manifest` (full, cards sorted by id).
+    Publish {
+        /// The full manifest.
+        manifest: Manifest,
+        /// Objects the pool lacks, each once: (sha256, size).
+        missing: Vec<(String, u64)>,
+        /// The epoch this replaces, when the server's epoch changed.
+        replaces_epoch: Option<String>,
+    },
+}
+
+/// Why a manifest is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// A lower revision than the one held, within the same epoch.
+    pub rollback: bool,
+    /// What is wrong.
+    pub message: String,
+}
+
+fn bad(message: String) -> Refused {
+    Refused {
+        rollback: false,
+        message,
+    }
+}
+
+/// Plans a sync of `incoming` over `held` (the current generation's manifest).
+pub fn plan(
+    incoming: Manifest,
+    held: Option<&Manifest>,
+    has_object: impl Fn(&str, u64) -> bool,
+) -> Result<Plan, Refused> {
+    if !mop_cards::is_epoch(&incoming.epoch) {
+        return Err(bad(format!(
+            "manifest refused: its epoch {:?} is not a UUID",
+            incoming.epoch.chars().take(80).collect::<String>()
+        )));
+    }
+    for e in &incoming.cards {
+        e.validate()
+            .map_err(|err| bad(format!("manifest entry refused: {err}")))?;
+    }
+    let mut full = match (incoming.since, held) {
+        (None, _) => incoming,
+        (Some(since), Some(cur)) if cur.epoch == incoming.epoch && cur.revision == since => {
+            apply_delta(cur, incoming)
+        }
+        (Some(since), _) => {
+            return Err(bad(format!(
+                "delta from revision {since} does not apply to the held version {}",
+                held.map_or_else(|| "(none)".into(), |m| Version::of(m).to_string())
+            )));
+        }
+    };
+    full.cards.sort_by_key(|c| c.summary.id);
+    if let Some(w) = full
+        .cards
+        .windows(2)
+        .find(|w| w[0].summary.id == w[1].summary.id)
+    {
+        return Err(bad(format!(
+            "manifest lists card {} twice",
+            w[0].summary.id
+        )));
+    }
+    let mut replaces_epoch = None;
+    if let Some(cur) = held {
+        if cur.epoch == full.epoch {
+            if full.revision < cur.revision {
+                return Err(Refused {
+                    rollback: true,
+                    message: format!(
+                        "refused revision {} of epoch {}: revision {} is already held (rollback)",
+                        full.revision, full.epoch, cur.revision
+                    ),
+                });
+            }
+            if full.revision == cur.revision {
+                return Ok(Plan::Unchanged);
+            }
+        } else {
+            replaces_epoch = Some(cur.epoch.clone());
+        }
+    }
+    let missing = missing_objects(&full, has_object);
+    Ok(Plan::Publish {
+        manifest: full,
+        missing,
+        replaces_epoch,
+    })
+}
+
+/// The objects of `manifest` the pool lacks, each once.
+pub fn missing_objects(
+    manifest: &Manifest,
+    has_object: impl Fn(&str, u64) -> bool,
+) -> Vec<(String, u64)> {
+    let mut seen = BTreeSet::new();
+    manifest
+        .cards
+        .iter()
+        .filter(|e| seen.insert(e.sha256.as_str()) && !has_object(&e.sha256, e.size))
+        .map(|e| (e.sha256.clone(), e.size))
+        .collect()
+}
+
+/// Applies a delta to the manifest it was computed from.
+fn apply_delta(base: &Manifest, delta: Manifest) -> Manifest {
+    let mut by_id: BTreeMap<_, ManifestEntry> = base
+        .cards
+        .iter()
+        .map(|c| (c.summary.id, c.clone()))
+        .collect();
+    for id in &delta.removed {
+        by_id.remove(id);
+    }
+    for c in delta.cards {
+        by_id.insert(c.summary.id, c);
+    }
+    Manifest {
+        epoch: delta.epoch,
+        revision: delta.revision,
+        generated_at: delta.generated_at,
+        since: None,
+        cards: by_id.into_values().collect(),
+        removed: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mop_cards::parse_card;
+
+    const EPOCH: &str = "0b6c1f3e-8d7a-4f43-9c1e-1f2a3b4c5d6e";
+
+    fn entry(n: u32, body: &str) -> ManifestEntry {
+        let raw = format!(
+            "---\nid: 00000000-0000-4000-8000-{n:012}\ntype: fact\ntitle: Card {n}\n---\n{body}\n"
+        );
+        ManifestEntry::for_card(&parse_card(raw.as_bytes()).unwrap(), raw.as_bytes())
+    }
+
+    fn manifest(epoch: &str, revision: u64, cards: Vec<ManifestEntry>) -> Manifest {
+        Manifest {
+            epoch: epoch.into(),
+            revision,
+            generated_at: "2026-11-29T00:00:00Z".parse().unwrap(),
+            since: None,
+            cards,
+            removed: vec![],
+        }
+    }
+
+    fn nothing_held(_: &str, _: u64) -> bool {
+        false
+    }
+
+    #[test]
+    fn a_first_manifest_fetches_each_object_once() {
+        let m = manifest(EPOCH, 1, vec![entry(2, "b"), entry(1, "a"), entry(3, "a")]);
+        let Plan::Publish {
+            manifest,
+            missing,
+            replaces_epoch,
+        } = plan(m, None, nothing_held).unwrap()
+        else {
+            panic!("publish expected");
+        };
+        let ids: Vec<String> = manifest
+            .cards
+            .iter()
+            .map(|c| c.summary.title.clone())
+            .collect();
+        assert_eq!(ids, ["Card 1", "Card 2", "Card 3"], "sorted by id");
+        assert_eq!(missing.len(), 3);
+        assert_eq!(replaces_epoch, None);
+        let held: BTreeSet<String> = [manifest.cards[0].sha256.clone()].into();
+        let again = missing_objects(&manifest, |s, _| held.contains(s));
+        assert_eq!(again.len(), 2);
+    }
+
+    #[test]
+    fn deltas_apply_to_the_held_version_only() {
+        let held = manifest(EPOCH, 5, vec![entry(1, "a"), entry(2, "b")]);
+        let mut delta = manifest(EPOCH, 6, vec![entry(3, "c"), entry(2, "b2")]);
+        delta.since = Some(5);
+        delta.removed = vec![entry(1, "a").summary.id];
+        let Plan::Publish { manifest, .. } =
+            plan(delta.clone(), Some(&held), nothing_held).unwrap()
+        else {
+            panic!("publish expected");
+        };
+        let bodies: Vec<&str> = manifest
+            .cards
+            .iter()
+            .map(|c| c.summary.title.as_str())
+            .collect();
+        assert_eq!(bodies, ["Card 2", "Card 3"]);
+        assert_eq!(manifest.since, None);
+        delta.since = Some(4);
+        let err = plan(delta, Some(&held), nothing_held).unwrap_err();
+        assert!(err.message.contains("does not apply"), "{err:?}");
+    }
+
+    #[test]
+    fn rollbacks_are_refused_and_new_epochs_accepted() {
+        let held = manifest(EPOCH, 5, vec![entry(1, "a")]);
+        let err = plan(manifest(EPOCH, 4, vec![]), Some(&held), nothing_held).unwrap_err();
+        assert!(err.rollback && err.message.contains("rollback"), "{err:?}");
+        assert_eq!(
+            plan(
+                manifest(EPOCH, 5, vec![entry(1, "a")]),
+                Some(&held),
+                nothing_held
+            )
+            .unwrap(),
+            Plan::Unchanged
+        );
+        let other = "1b6c1f3e-8d7a-4f43-9c1e-1f2a3b4c5d6e";
+        let Plan::Publish { replaces_epoch, .. } =
+            plan(manifest(other, 1, vec![]), Some(&held), nothing_held).unwrap()
+        else {
+            panic!("a new epoch publishes");
+        };
+        assert_eq!(replaces_epoch.as_deref(), Some(EPOCH));
+    }
+
+    #[test]
+    fn malformed_answers_are_refused() {
+        let err = plan(manifest("../../x", 1, vec![]), None, nothing_held).unwrap_err();
+        assert!(err.message.contains("not a UUID") && !err.rollback);
+        let err = plan(
+            manifest(EPOCH, 1, vec![entry(1, "a"), entry(1, "b")]),
+            None,
+            nothing_held,
+        )
+        .unwrap_err();
+        assert!(err.message.contains("twice"), "{err:?}");
+        let mut bad_path = entry(1, "a");
+        bad_path.path = "../../etc/passwd".into();
+        let err = plan(manifest(EPOCH, 1, vec![bad_path]), None, nothing_held).unwrap_err();
+        assert!(err.message.contains("path"), "{err:?}");
+    }
+}

@@ -1,0 +1,118 @@
+//! Task views and the generations they are cut from: [`Loaded`] (a generation's catalog
+//! and open search index, cached while a task pins it or it is current) and
+//! [`build_view`], which fills a task's view with hardlinks of its selected cards and its
+//! MEMORY.md.
+//!
+//! Reads the pool's generations, never changes them; a view, once built, is never touched
+//! again until its task is released.
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use mop_cards::{Catalog, Rules, Selected};
+use mop_search::SearchIndex;
+use parking_lot::Mutex;
+
+use super::{TaskError, internal};
+use crate::paths::MEMORY_MD;
+use crate::pool::objects::Linker;
+use crate::pool::{Pool, PoolError, io_err};
+use crate::state::State;
+
+/// A generation loaded for selection and retrieval: catalog and open index.
+pub struct Loaded {
+    /// The generation's card tree.
+    pub tree: PathBuf,
+    /// Its catalog, which owns the manifest (one copy: at 10k cards it is ~10 MiB).
+    pub catalog: Catalog,
+    /// Its search index.
+    pub index: SearchIndex,
+    /// The selection rules it was loaded with.
+    pub rules: Rules,
+}
+
+/// The loaded generations, by (workspace, generation).
+pub struct LoadedGenerations {
+    state: Arc<State>,
+    map: Mutex<HashMap<(String, String), Arc<Loaded>>>,
+}
+
+impl LoadedGenerations {
+    /// None loaded yet.
+    pub fn new(state: Arc<State>) -> LoadedGenerations {
+        LoadedGenerations {
+            state,
+            map: Mutex::default(),
+        }
+    }
+
+    /// A generation, loaded once (off the async workers) and then shared.
+    pub async fn load(&self, ws: &str, generation: &str) -> Result<Arc<Loaded>, TaskError> {
+        let key = (ws.to_owned(), generation.to_owned());
+        if let Some(l) = self.map.lock().get(&key) {
+            return Ok(l.clone());
+        }
+        let pool = Pool::open(self.state.paths(), ws).map_err(internal)?;
+        let name = generation.to_owned();
+        let selection = self.state.config().selection.clone();
+        let loaded = tokio::task::spawn_blocking(move || -> Result<Loaded, TaskError> {
+            let g = pool.generation(&name).map_err(internal)?;
+            let rules = Rules::new(selection).map_err(internal)?;
+            let index = SearchIndex::open(&g.paths.index()).map_err(internal)?;
+            let tree = g.tree();
+            let catalog = Catalog::new(g.manifest, &rules).map_err(internal)?;
+            Ok(Loaded {
+                tree,
+                catalog,
+                index,
+                rules,
+            })
+        })
+        .await
+        .map_err(internal)??;
+        let loaded = Arc::new(loaded);
+        self.map.lock().insert(key, loaded.clone());
+        Ok(loaded)
+    }
+
+    /// Forgets generations no task pins and that are not current.
+    pub fn prune(&self) {
+        let paths = self.state.paths();
+        self.map.lock().retain(|(ws, g), _| {
+            let current = Pool::existing(paths, ws).current_name();
+            current.as_deref() == Some(g.as_str()) || self.state.pinned(ws).contains(g)
+        });
+    }
+
+    /// How many are loaded.
+    pub fn len(&self) -> usize {
+        self.map.lock().len()
+    }
+
+    /// True when none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Fills a task's (reserved, empty) view: hardlinks of the selected cards from the
+/// generation's tree at their OKF paths, and the task's MEMORY.md, all read-only.
+pub fn build_view(
+    view: &Path,
+    tree: &Path,
+    catalog: &Catalog,
+    cards: &[Selected],
+    memory_md: &str,
+) -> Result<(), PoolError> {
+    let mut linker = Linker::new(view);
+    for s in cards {
+        let rel = catalog.entry(s.ord).summary.path();
+        linker.link(&tree.join(&rel), &rel)?;
+    }
+    let md_path = view.join(MEMORY_MD);
+    std::fs::write(&md_path, memory_md)
+        .and_then(|_| std::fs::set_permissions(&md_path, std::fs::Permissions::from_mode(0o440)))
+        .map_err(io_err(&md_path))
+}

@@ -1,0 +1,163 @@
+//! The configured workspaces, each with its sync loop: started and stopped to match the
+//! config in force ([`Workspaces::reconcile`]), forced to sync, verified, told to accept a
+//! new epoch. A workspace that leaves the config loses its pool and its state.
+//!
+//! Owns the sync loops' handles. Syncing itself is [`crate::sync`]'s; the pool's files are
+//! [`crate::pool`]'s.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::Context;
+use mop_proto::status::SyncResult;
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::pool::Pool;
+use crate::state::State;
+use crate::sync::{self, Failure, Syncer, Trigger};
+
+struct Handle {
+    syncer: Syncer,
+    trigger: mpsc::Sender<Trigger>,
+    stop: watch::Sender<bool>,
+    ready: watch::Receiver<bool>,
+    task: JoinHandle<()>,
+}
+
+/// The running workspaces.
+pub struct Workspaces {
+    state: Arc<State>,
+    handles: Mutex<BTreeMap<String, Handle>>,
+}
+
+impl Workspaces {
+    /// None running yet.
+    pub fn new(state: Arc<State>) -> Workspaces {
+        Workspaces {
+            state,
+            handles: Mutex::default(),
+        }
+    }
+
+    fn start(&self, ws: &str) -> anyhow::Result<()> {
+        let paths = self.state.paths();
+        let pool = Pool::open(paths, ws)
+            .with_context(|| format!("cannot open the pool of workspace {ws}"))?;
+        // Leftovers of an interrupted run: partial generations, downloads in tmp/.
+        if let Err(e) = pool.collect(&self.state.pinned(ws)) {
+            tracing::warn!(workspace = ws, error = %e, "cannot collect leftovers");
+        }
+        let status = Arc::new(Mutex::new(crate::status::load(paths, ws)));
+        self.state.set_status(ws, Some(status.clone()));
+        let syncer = Syncer::new(ws.to_owned(), pool, status, self.state.clone());
+        let (trigger, triggers) = mpsc::channel(16);
+        let (stop, stop_rx) = watch::channel(false);
+        let (ready_tx, ready) = watch::channel(false);
+        let task = tokio::spawn(sync::run(syncer.clone(), triggers, stop_rx, ready_tx));
+        self.handles.lock().insert(
+            ws.to_owned(),
+            Handle {
+                syncer,
+                trigger,
+                stop,
+                ready,
+                task,
+            },
+        );
+        tracing::info!(workspace = ws, "workspace sync started");
+        Ok(())
+    }
+
+    /// Stops a workspace's sync loop (waiting for it), and removes its pool and state
+    /// when it left the config.
+    pub async fn stop(&self, ws: &str, remove_pool: bool) {
+        let handle = self.handles.lock().remove(ws);
+        if let Some(h) = handle {
+            let _ = h.stop.send(true);
+            let _ = h.task.await;
+        }
+        self.state.set_status(ws, None);
+        if remove_pool {
+            let paths = self.state.paths();
+            match Pool::remove(paths, ws) {
+                Ok(()) => tracing::info!(
+                    workspace = ws,
+                    "workspace left the config; its pool was removed"
+                ),
+                Err(e) => tracing::warn!(workspace = ws, error = %e, "cannot remove the pool"),
+            }
+            let _ = std::fs::remove_dir_all(paths.workspace_state(ws));
+        }
+    }
+
+    /// Stops every sync loop, keeping the pools (the daemon is stopping).
+    pub async fn stop_all(&self) {
+        let names: Vec<String> = self.handles.lock().keys().cloned().collect();
+        for ws in names {
+            self.stop(&ws, false).await;
+        }
+    }
+
+    /// Starts and stops workspaces to match the config in force; pools of workspaces no
+    /// longer configured are removed (also those left by an earlier run).
+    pub async fn reconcile(&self) {
+        let wanted = self.state.config().sync.workspaces.clone();
+        let running: Vec<String> = self.handles.lock().keys().cloned().collect();
+        for ws in &running {
+            if !wanted.contains(ws) {
+                self.stop(ws, true).await;
+            }
+        }
+        for ws in &wanted {
+            if !running.contains(ws)
+                && let Err(e) = self.start(ws)
+            {
+                tracing::error!(workspace = %ws, error = %format!("{e:#}"), "cannot start workspace");
+            }
+        }
+        let pools = self.state.paths().pools();
+        for e in std::fs::read_dir(&pools).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !wanted.contains(&name) {
+                self.stop(&name, true).await;
+            }
+        }
+    }
+
+    /// Syncs a workspace now and waits for the result; `None` when it is not configured.
+    pub async fn trigger(&self, ws: &str) -> Option<Result<SyncResult, Failure>> {
+        let sender = self.handles.lock().get(ws).map(|h| h.trigger.clone())?;
+        let (tx, rx) = oneshot::channel();
+        sender.send(tx).await.ok()?;
+        rx.await.ok()
+    }
+
+    /// Clears a workspace's new-epoch warning; false when it is not configured.
+    pub fn ack_epoch(&self, ws: &str) -> bool {
+        let map = self.handles.lock();
+        let Some(h) = map.get(ws) else { return false };
+        h.syncer.status.lock().epoch_warning = None;
+        true
+    }
+
+    /// True once every workspace has a usable pool or finished its first attempt.
+    pub fn all_ready(&self) -> bool {
+        self.handles.lock().values().all(|h| *h.ready.borrow())
+    }
+
+    /// The syncer of one workspace.
+    pub fn syncer(&self, ws: &str) -> Option<Syncer> {
+        self.handles.lock().get(ws).map(|h| h.syncer.clone())
+    }
+
+    /// Every workspace's syncer.
+    pub fn syncers(&self) -> Vec<Syncer> {
+        self.handles
+            .lock()
+            .values()
+            .map(|h| h.syncer.clone())
+            .collect()
+    }
+}

@@ -791,13 +791,85 @@ fn prepare_renew_release_and_leases_across_restarts() {
     cmd.env("MOP_AGENT_SOCKET", p["agent_socket"].as_str().unwrap());
     let out = run(&mut cmd);
     assert!(out.status.success(), "{}", text(&out));
-    let (_, status) = env.daemon.status();
+    let status = env.daemon.wait_synced();
     assert_eq!(status["tasks"][0]["task_id"], "ttl-task");
+    // The healthy summary counts the live tasks (it always said 0).
+    assert_eq!(
+        status["summary"], "1 workspace(s) in sync, 1 active task(s)",
+        "{status:#}"
+    );
     // Only its owner (or root) may release it.
     let out = env.mop("release", &["--task-id", "ttl-task"]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(env.tasks().is_empty());
     assert!(!PathBuf::from(p["view_dir"].as_str().unwrap()).exists());
+    let (_, status) = env.daemon.status();
+    assert_eq!(
+        status["summary"],
+        "1 workspace(s) in sync, 0 active task(s)"
+    );
+}
+
+#[test]
+fn a_run_lease_names_its_runners_start_time_and_is_held_as_ndjson() {
+    use mop_proto::control::{Control, ControlError};
+    use mop_proto::{LeaseRequest, PrepareEvent, PrepareRequest};
+    let Some(env) = setup() else { return };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // This test process is the runner: the daemon sees its pid on the connection.
+    let control = Control::new(env.daemon.socket());
+    let request = |task_id: &str, start_time: u64| PrepareRequest {
+        task: mop_cards::TaskContext {
+            task_id: task_id.into(),
+            workspace: WS.into(),
+            origin_user_id: Some("alice".into()),
+            asset_id: None,
+            title: "start time".into(),
+            description: String::new(),
+            labels: vec![],
+        },
+        lease: LeaseRequest::Run {
+            pid: std::process::id(),
+            start_time,
+        },
+        profile: None,
+        workdir: None,
+    };
+    let own = mop_proto::host::own_start_time().unwrap();
+    // Probe: the right pid with another start time (what a recycled pid looks like, and
+    // what every `mop run` sent before: 0) is refused, naming the start time.
+    for wrong in [0, own + 1] {
+        match rt.block_on(control.prepare_held(&request("st-wrong", wrong))) {
+            Err(ControlError::Answered { status, message }) => {
+                assert_eq!(status, 400, "{message}");
+                assert!(message.contains("start time"), "{message}");
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("a run lease with start time {wrong} was granted"),
+        }
+    }
+    assert!(env.tasks().is_empty());
+    // Control: the real start time is granted. `prepare_held` also checks that the held
+    // answer is labelled as what it is, newline-delimited JSON (it said json-seq).
+    let mut held = rt
+        .block_on(control.prepare_held(&request("st-right", own)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(
+        rt.block_on(held.next()).unwrap(),
+        Some(PrepareEvent::Reserved(_))
+    ));
+    match rt.block_on(held.next()).unwrap() {
+        Some(PrepareEvent::Ready(plan)) => assert_eq!(plan.lease.pid, Some(std::process::id())),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(env.tasks().len(), 1);
+    // The lease lives with the held answer (its connection is driven by the runtime).
+    drop(held);
+    drop(rt);
+    wait_no_tasks(&env);
 }
 
 #[test]

@@ -276,13 +276,25 @@ pub(crate) async fn read_body(
         return Err(too_large());
     }
     axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let text = e.to_string();
-        if text.contains("length limit") {
+        if is_length_limit(&e) {
             too_large()
         } else {
-            ApiError::bad_request(format!("could not read the request body: {text}"))
+            ApiError::bad_request(format!("could not read the request body: {e}"))
         }
     })
+}
+
+/// Whether a body read failed because the body went over its limit (a chunked body has
+/// no Content-Length to refuse it by beforehand).
+fn is_length_limit(e: &axum::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// Decodes a JSON body; unknown fields and wrong types are errors naming the field.
@@ -321,4 +333,23 @@ pub(crate) fn gzip(data: &[u8]) -> Bytes {
     );
     enc.write_all(data).expect("writing to a Vec cannot fail");
     Bytes::from(enc.finish().expect("writing to a Vec cannot fail"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_oversized_body_is_told_from_a_broken_one_by_type() {
+        let over = axum::body::to_bytes(Body::from(vec![0u8; 100]), 10)
+            .await
+            .unwrap_err();
+        assert!(is_length_limit(&over));
+        let broken = Body::from_stream(futures_util::stream::iter([
+            Ok::<_, std::io::Error>(Bytes::from_static(b"abc")),
+            Err(std::io::Error::other("connection reset")),
+        ]));
+        let broken = axum::body::to_bytes(broken, 1000).await.unwrap_err();
+        assert!(!is_length_limit(&broken));
+    }
 }

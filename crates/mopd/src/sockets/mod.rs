@@ -178,16 +178,17 @@ impl CheckedListener {
     /// Why `stream`'s peer is refused, if it is.
     fn refusal(&self, stream: &UnixStream) -> Option<(Option<Peer>, &'static str)> {
         let Ok(cred) = stream.peer_cred() else {
-            return Some((None, "peer credentials unreadable"));
+            return Some((None, "a connection whose peer credentials are unreadable"));
         };
         let peer = Peer {
             uid: cred.uid(),
             pid: cred.pid(),
         };
         match &self.admit {
-            Admit::Owner(uid) => {
-                (peer.uid != *uid).then_some((Some(peer), "another uid than the task's owner"))
-            }
+            Admit::Owner(uid) => (peer.uid != *uid).then_some((
+                Some(peer),
+                "an agent socket connection from another uid than the task's owner",
+            )),
             Admit::Host(own) => host_refusal(own, stream, peer).map(|why| (Some(peer), why)),
         }
     }
@@ -196,7 +197,7 @@ impl CheckedListener {
 /// Whether a peer runs on the host as the daemon does (see [`Admit::Host`]).
 fn host_refusal(own: &HostIdentity, stream: &UnixStream, peer: Peer) -> Option<&'static str> {
     let Some(pid) = peer.pid else {
-        return Some("no peer pid");
+        return Some("a control connection without a peer pid");
     };
     // Hold the peer while /proc/<pid> is read. SO_PEERPIDFD names the very process that
     // connected; before Linux 6.5 a pidfd opened now at least fixes which process the
@@ -206,11 +207,13 @@ fn host_refusal(own: &HostIdentity, stream: &UnixStream, peer: Peer) -> Option<&
         Err(e) if e.raw_os_error() == Some(libc::ENOPROTOOPT) => {
             match crate::sys::pidfd_open(pid) {
                 Ok(fd) => fd,
-                Err(_) => return Some("the peer exited"),
+                Err(_) => {
+                    return Some("a control connection whose process exited before it was checked");
+                }
             }
         }
         // ESRCH: the peer is gone already; its pid may belong to anyone now.
-        Err(_) => return Some("the peer exited"),
+        Err(_) => return Some("a control connection whose process exited before it was checked"),
     };
     let pid_s = pid.to_string();
     // The user namespace: its inode when we may read it (root, or the same user), else the
@@ -224,11 +227,11 @@ fn host_refusal(own: &HostIdentity, stream: &UnixStream, peer: Peer) -> Option<&
     };
     let pidns_ok = pid_ns_depth(&pid_s).is_ok_and(|d| d == own.pid_depth);
     if crate::sys::pidfd_exited(&pidfd) {
-        Some("its process exited while it was checked")
+        Some("a control connection whose process exited while it was checked")
     } else if !userns_ok {
-        Some("another user namespace")
+        Some("a control connection from another user namespace")
     } else if !pidns_ok {
-        Some("a nested pid namespace (a sandbox)")
+        Some("a control connection from a nested pid namespace (a sandbox)")
     } else {
         None
     }
@@ -256,7 +259,7 @@ impl axum::serve::Listener for CheckedListener {
                                 peer_uid = ?peer.map(|p| p.uid),
                                 peer_pid = ?peer.and_then(|p| p.pid),
                                 refused = self.refused + 1,
-                                "refused a connection from {why}"
+                                "refused {why}"
                             );
                         }
                         self.refused += 1;

@@ -1,7 +1,7 @@
 //! The daemon's side of the protocol over HTTP: conditional and delta manifest requests,
 //! stores from tasks, and object bodies (one by one, or a batch) handed over as they
 //! stream. It knows nothing of the pool: where object bytes go is the fetcher's business
-//! (`crate::sync::fetch`).
+//! (the sync module's fetcher).
 //!
 //! Anything unexpected is refused with a reason: an HTML page where a manifest should be
 //! (a captive portal), an ETag that does not match the manifest, a truncated body.

@@ -291,9 +291,15 @@ impl MopdConfig {
         Ok(())
     }
 
+    /// The directory layout under `[paths]`.
+    pub fn layout(&self) -> crate::paths::Paths {
+        let p = &self.paths;
+        crate::paths::Paths::new(&p.cache_dir, &p.state_dir, &p.runtime_dir)
+    }
+
     /// The control socket.
     pub fn socket_path(&self) -> PathBuf {
-        crate::paths::Paths::new(&self.paths).control_socket()
+        self.layout().control_socket()
     }
 
     /// Directories a sandbox must never see: mop's cache, state, runtime and config.

@@ -22,23 +22,13 @@ use crate::state::State;
 use crate::tasks::Tasks;
 use crate::workspaces::Workspaces;
 
-/// Sets group `mop` on a path when that group exists (best effort: it needs root or
-/// membership, which the packaged service has).
-pub fn chgrp_mop(path: &Path) {
-    if let Ok(Some(group)) = nix::unistd::Group::from_name("mop")
-        && let Err(e) = nix::unistd::chown(path, None, Some(group.gid))
-    {
-        tracing::warn!(path = %path.display(), error = %e, "cannot set group mop");
-    }
-}
-
 /// Creates the cache, state and runtime directories (0750). With a group `mop`, they get
 /// that group and the setgid bit, so everything below (objects, views, agent sockets) is
 /// readable by runners in group `mop` whatever the daemon's own primary group is.
 fn prepare_dirs(config: &MopdConfig) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let mop = nix::unistd::Group::from_name("mop").ok().flatten();
-    let paths = crate::paths::Paths::new(&config.paths);
+    let paths = config.layout();
     for dir in [paths.cache_dir(), paths.state_dir(), paths.runtime_dir()] {
         make_dir(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         if let Some(group) = &mop {

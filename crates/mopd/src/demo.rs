@@ -305,7 +305,8 @@ fn start_daemon(exe: &Path, root: &Path, server: &Server) -> Result<Daemon> {
         .context("cannot start mopd run")?;
     Ok(Daemon {
         child,
-        socket: runtime_dir.join("mopd.sock"),
+        socket: crate::paths::Paths::new(&root.join("cache"), &root.join("state"), &runtime_dir)
+            .control_socket(),
     })
 }
 

@@ -3,7 +3,7 @@
 //! parsed here and nowhere else.
 //!
 //! ```text
-//! <cache_dir>/pools/<ws>/                     one workspace's pool (see crate::pool)
+//! <cache_dir>/pools/<ws>/                     one workspace's pool (the pool module)
 //!   objects/ab/<sha256>  gens/<name>/{tree,manifest.json,index}  current  lock  tmp/  quarantine/
 //! <cache_dir>/tasks/<task>/view/              a task's view (MEMORY.md + hardlinks)
 //! <state_dir>/leases/<task>.json              a task's lease
@@ -17,8 +17,6 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-
-use crate::config::PathsSection;
 
 /// The agent socket's file name inside its directory.
 pub const AGENT_SOCKET: &str = "agent.sock";
@@ -35,13 +33,19 @@ pub struct Paths {
 }
 
 impl Paths {
-    /// The layout of a config's `[paths]`.
-    pub fn new(p: &PathsSection) -> Paths {
+    /// The layout under these three directories (a config's `[paths]`).
+    pub fn new(cache: &Path, state: &Path, runtime: &Path) -> Paths {
         Paths {
-            cache: p.cache_dir.clone(),
-            state: p.state_dir.clone(),
-            runtime: p.runtime_dir.clone(),
+            cache: cache.to_owned(),
+            state: state.to_owned(),
+            runtime: runtime.to_owned(),
         }
+    }
+
+    /// The layout under one directory (`cache/`, `state/`, `run/`), for tests.
+    #[cfg(test)]
+    pub fn under(dir: &Path) -> Paths {
+        Paths::new(&dir.join("cache"), &dir.join("state"), &dir.join("run"))
     }
 
     /// The cache directory.
@@ -159,6 +163,12 @@ impl PoolPaths {
     /// The link naming the current generation.
     pub fn current(&self) -> PathBuf {
         self.root.join("current")
+    }
+
+    /// What the `current` link holds for generation `name`: a path relative to the pool,
+    /// so the pool can be moved or bound elsewhere whole.
+    pub fn current_target(name: &str) -> PathBuf {
+        Path::new("gens").join(name)
     }
 
     /// The lock file.
@@ -299,11 +309,7 @@ mod tests {
 
     #[test]
     fn the_layout() {
-        let p = Paths::new(&PathsSection {
-            cache_dir: "/c".into(),
-            runtime_dir: "/r".into(),
-            state_dir: "/s".into(),
-        });
+        let p = Paths::new(Path::new("/c"), Path::new("/s"), Path::new("/r"));
         assert_eq!(
             p.pool("acme").object(&"ab".repeat(32)),
             Path::new("/c/pools/acme/objects/ab").join("ab".repeat(32))

@@ -39,7 +39,7 @@ impl State {
     /// New state.
     pub fn new(config: MopdConfig, client: ServerClient, config_path: PathBuf) -> State {
         State {
-            paths: Paths::new(&config.paths),
+            paths: config.layout(),
             config: RwLock::new(Arc::new(config)),
             client: RwLock::new(Arc::new(client)),
             config_path,

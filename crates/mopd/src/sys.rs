@@ -1,7 +1,8 @@
 //! The few system calls mopd needs that safe Rust does not offer, kept in one narrow
 //! module: a pidfd of a Unix socket's peer, and whether the process behind a pidfd has
 //! exited (a pidfd names one process for good, so a peer's pid cannot be recycled under a
-//! check of `/proc/<pid>` without the check noticing); and glibc's allocator tuning.
+//! check of `/proc/<pid>` without the check noticing); glibc's allocator tuning; and the
+//! group `mop` on the files runners must reach.
 
 #![allow(unsafe_code)]
 
@@ -84,6 +85,16 @@ pub fn limit_malloc_arenas() {
     // SAFETY: mallopt only changes allocator tuning; called before any worker thread.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
+/// Sets group `mop` on a path when that group exists (best effort: it needs root or
+/// membership, which the packaged service has).
+pub fn chgrp_mop(path: &std::path::Path) {
+    if let Ok(Some(group)) = nix::unistd::Group::from_name("mop")
+        && let Err(e) = nix::unistd::chown(path, None, Some(group.gid))
+    {
+        tracing::warn!(path = %path.display(), error = %e, "cannot set group mop");
     }
 }
 

@@ -6,14 +6,13 @@
 use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 
 use mop_cards::{Manifest, card_body, card_path};
 use mop_search::{IndexDoc, build_index};
 
 use super::objects::Linker;
 use super::{Pool, PoolError, io_err, make_dir};
-use crate::paths::GenerationPaths;
+use crate::paths::{GenerationPaths, PoolPaths};
 
 /// A published (or pinned) generation.
 #[derive(Debug, Clone)]
@@ -136,7 +135,7 @@ impl Pool {
             .tmp()
             .join(format!("current.{}", std::process::id()));
         let _ = fs::remove_file(&tmp_link);
-        std::os::unix::fs::symlink(Path::new("gens").join(name), &tmp_link)
+        std::os::unix::fs::symlink(PoolPaths::current_target(name), &tmp_link)
             .map_err(io_err(&tmp_link))?;
         let current = self.paths().current();
         fs::rename(&tmp_link, &current).map_err(io_err(&current))?;

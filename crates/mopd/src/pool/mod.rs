@@ -224,14 +224,9 @@ impl Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::PathsSection;
 
     pub(crate) fn paths(dir: &Path) -> Paths {
-        Paths::new(&PathsSection {
-            cache_dir: dir.join("cache"),
-            runtime_dir: dir.join("run"),
-            state_dir: dir.join("state"),
-        })
+        Paths::under(dir)
     }
 
     #[test]

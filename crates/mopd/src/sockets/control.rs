@@ -63,7 +63,7 @@ pub async fn bind(path: &Path) -> anyhow::Result<CheckedListener> {
     let inner = UnixListener::bind(path)
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
-    crate::daemon::chgrp_mop(path);
+    crate::sys::chgrp_mop(path);
     Ok(CheckedListener::new(
         inner,
         Admit::Host(HostIdentity::own()?),

@@ -157,8 +157,7 @@ fn nspid_depth(status: &str) -> Option<usize> {
 }
 
 /// A Unix listener that admits peers by their credentials ([`Admit`]); the others are
-/// closed at once. Refusals are logged once per hundred, so a flood cannot flood the
-/// journal.
+/// closed at once, before they can send a byte.
 pub struct CheckedListener {
     inner: UnixListener,
     admit: Admit,
@@ -175,21 +174,23 @@ impl CheckedListener {
         }
     }
 
-    /// Why `stream`'s peer is refused, if it is.
-    fn refusal(&self, stream: &UnixStream) -> Option<(Option<Peer>, &'static str)> {
+    /// The peer of `stream` if it is admitted, else why not.
+    fn check(&self, stream: &UnixStream) -> Result<Peer, (Option<Peer>, &'static str)> {
         let Ok(cred) = stream.peer_cred() else {
-            return Some((None, "a connection whose peer credentials are unreadable"));
+            return Err((None, "a connection whose peer credentials are unreadable"));
         };
         let peer = Peer {
             uid: cred.uid(),
             pid: cred.pid(),
         };
-        match &self.admit {
-            Admit::Owner(uid) => (peer.uid != *uid).then_some((
-                Some(peer),
-                "an agent socket connection from another uid than the task's owner",
-            )),
-            Admit::Host(own) => host_refusal(own, stream, peer).map(|why| (Some(peer), why)),
+        let refusal = match &self.admit {
+            Admit::Owner(uid) => (peer.uid != *uid)
+                .then_some("an agent socket connection from another uid than the task's owner"),
+            Admit::Host(own) => host_refusal(own, stream, peer),
+        };
+        match refusal {
+            None => Ok(peer),
+            Some(why) => Err((Some(peer), why)),
         }
     }
 }
@@ -244,17 +245,14 @@ impl axum::serve::Listener for CheckedListener {
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         loop {
             match self.inner.accept().await {
-                Ok((stream, _)) => match self.refusal(&stream) {
-                    None => {
-                        let cred = stream.peer_cred().expect("checked above");
-                        let peer = Peer {
-                            uid: cred.uid(),
-                            pid: cred.pid(),
-                        };
-                        return (stream, peer);
-                    }
-                    Some((peer, why)) => {
-                        if self.refused.is_multiple_of(100) {
+                Ok((stream, _)) => match self.check(&stream) {
+                    Ok(peer) => return (stream, peer),
+                    Err((peer, why)) => {
+                        // An agent flooding its own socket is logged once per hundred, so
+                        // it cannot flood the journal; every refusal at the control socket
+                        // (a sandbox escape attempt) is logged.
+                        let owner_only = matches!(self.admit, Admit::Owner(_));
+                        if !owner_only || self.refused.is_multiple_of(100) {
                             tracing::warn!(
                                 peer_uid = ?peer.map(|p| p.uid),
                                 peer_pid = ?peer.and_then(|p| p.pid),

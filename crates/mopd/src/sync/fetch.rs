@@ -151,15 +151,7 @@ mod tests {
     use mop_proto::sync::encode_batch_item;
 
     fn pool(dir: &std::path::Path) -> Pool {
-        Pool::open(
-            &crate::paths::Paths::new(&crate::config::PathsSection {
-                cache_dir: dir.join("cache"),
-                runtime_dir: dir.join("run"),
-                state_dir: dir.join("state"),
-            }),
-            "acme",
-        )
-        .unwrap()
+        Pool::open(&crate::paths::Paths::under(dir), "acme").unwrap()
     }
 
     fn decode_into(pool: &Pool, wanted: &[(String, u64)], answer: &[u8]) -> Result<(), FetchError> {

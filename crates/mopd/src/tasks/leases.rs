@@ -124,8 +124,9 @@ pub fn save(paths: &Paths, lease: &Lease) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Every persisted lease; unreadable files are removed (and logged).
-pub fn load_all(paths: &Paths) -> Vec<Lease> {
+/// Every persisted lease, with the file it was read from; unreadable files are removed
+/// (and logged).
+pub fn load_all(paths: &Paths) -> Vec<(PathBuf, Lease)> {
     let dir = paths.leases();
     let _ = crate::pool::make_dir(&dir);
     let mut out = Vec::new();
@@ -134,8 +135,10 @@ pub fn load_all(paths: &Paths) -> Vec<Lease> {
         match std::fs::read(&path)
             .ok()
             .and_then(|b| serde_json::from_slice::<Lease>(&b).ok())
+            // Its task id names directories to remove: only a valid one is taken back.
+            .filter(|l| l.task.validate().is_ok())
         {
-            Some(l) => out.push(l),
+            Some(l) => out.push((path, l)),
             None => {
                 tracing::warn!(path = %path.display(), "unreadable lease removed");
                 let _ = std::fs::remove_file(&path);
@@ -215,11 +218,7 @@ mod tests {
     #[test]
     fn leases_persist_and_unreadable_ones_are_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        let paths = crate::paths::Paths::new(&crate::config::PathsSection {
-            cache_dir: dir.path().join("cache"),
-            runtime_dir: dir.path().join("run"),
-            state_dir: dir.path().join("state"),
-        });
+        let paths = Paths::under(dir.path());
         let lease = Lease {
             task: TaskContext {
                 task_id: "t-1".into(),
@@ -247,10 +246,20 @@ mod tests {
         };
         save(&paths, &lease).unwrap();
         std::fs::write(paths.leases().join("junk.json"), "not json").unwrap();
+        // A lease whose task id would name a directory elsewhere is dropped too.
+        let mut evil = lease.clone();
+        evil.task.task_id = "../../etc".into();
+        std::fs::write(
+            paths.leases().join("evil.json"),
+            serde_json::to_vec(&evil).unwrap(),
+        )
+        .unwrap();
         let loaded = load_all(&paths);
         assert_eq!(loaded.len(), 1);
-        assert_eq!(loaded[0].plan(), lease.plan());
+        assert_eq!(loaded[0].0, paths.lease("t-1"));
+        assert_eq!(loaded[0].1.plan(), lease.plan());
         assert!(!paths.leases().join("junk.json").exists());
+        assert!(!paths.leases().join("evil.json").exists());
         assert!(expiry(u64::MAX).is_err());
     }
 }

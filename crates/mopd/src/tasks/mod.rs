@@ -463,7 +463,7 @@ impl Tasks {
         let entry = Task::new(lease.clone(), Some(loaded));
         sockets.open(entry.clone()).map_err(internal)?;
         if let Err(e) = leases::save(paths, &lease) {
-            let _ = entry.stop_agent.send(true);
+            let _ = entry.stop_agent.send_replace(true);
             return Err(internal(e));
         }
         self.tasks.lock().insert(lease.task.task_id.clone(), entry);
@@ -489,7 +489,7 @@ impl Tasks {
             tasks.remove(id).expect("present")
         };
         let lease = task.lease();
-        let _ = task.stop_agent.send(true);
+        let _ = task.stop_agent.send_replace(true);
         let leftovers = Leftovers::of(self.state.paths(), id, &lease.socket_dir);
         self.state.unpin(&lease.task.workspace, &lease.generation);
         self.loaded.prune();
@@ -578,7 +578,7 @@ impl Tasks {
         let config = self.state.config();
         let paths = self.state.paths();
         let mut live = Vec::new();
-        for lease in leases::load_all(paths) {
+        for (file, lease) in leases::load_all(paths) {
             let id = lease.task.task_id.clone();
             let ws = &lease.task.workspace;
             if !paths.pool(ws).generation(&lease.generation).dir().is_dir()
@@ -586,8 +586,9 @@ impl Tasks {
                 || !config.sync.workspaces.contains(ws)
             {
                 tracing::warn!(task = %id, "lease lost its generation or view; dropped");
-                let _ = std::fs::remove_file(paths.lease(&id));
+                let _ = std::fs::remove_file(&file);
                 let _ = std::fs::remove_dir_all(paths.task(&id));
+                let _ = std::fs::remove_dir_all(paths.agent_dir(&id));
                 continue;
             }
             self.state.pin(ws, &lease.generation);

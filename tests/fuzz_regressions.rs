@@ -65,3 +65,9 @@ fn object_batch_inputs_still_pass() {
     let n = replay("object_batch", mop_fuzz::object_batch);
     assert!(n >= 5, "{n}");
 }
+
+#[test]
+fn mcp_jsonrpc_inputs_still_pass() {
+    let n = replay("mcp_jsonrpc", mop_fuzz::mcp_jsonrpc);
+    assert!(n >= 7, "{n}");
+}

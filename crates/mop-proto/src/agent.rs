@@ -1,9 +1,13 @@
-//! Agent ↔ daemon over a task's agent socket: retrieve, get, list and store, as
-//! `mop memory` (and later `mop mcp`) speaks them.
+//! Agent ↔ daemon over a task's agent socket: retrieve, get, list and store, and the
+//! typed [`Agent`] client that `mop memory` and `mop mcp` both speak them through.
+
+use std::path::{Path, PathBuf};
 
 use mop_cards::{CardId, CardType};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::client::{ControlError, request};
 use crate::sync::{NewCard, StoreResponse};
 
 /// `POST /v1/retrieve` on an agent socket.
@@ -72,3 +76,69 @@ pub struct AgentStoreRequest {
 
 /// The answer to a store, as the agent sees it.
 pub type AgentStoreResponse = StoreResponse;
+
+/// A task's agent socket, as seen from inside its sandbox.
+#[derive(Debug, Clone)]
+pub struct Agent {
+    socket: PathBuf,
+}
+
+impl Agent {
+    /// A client of the agent socket at `socket`.
+    pub fn new(socket: impl Into<PathBuf>) -> Agent {
+        Agent {
+            socket: socket.into(),
+        }
+    }
+
+    /// The socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    async fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<Vec<u8>, ControlError> {
+        let (code, answer) = request(&self.socket, method, path, body).await?;
+        if !(200..300).contains(&code) {
+            return Err(ControlError::answered(code, &answer));
+        }
+        Ok(answer)
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<T, ControlError> {
+        let answer = self.raw(method, path, body).await?;
+        serde_json::from_slice(&answer)
+            .map_err(|e| ControlError::Unreadable(format!("{method} {path}: {e}")))
+    }
+
+    /// Searches every card the task may see.
+    pub async fn retrieve(&self, req: &RetrieveRequest) -> Result<RetrieveResponse, ControlError> {
+        let body = serde_json::to_vec(req).expect("requests serialize");
+        self.call("POST", "/v1/retrieve", Some(body)).await
+    }
+
+    /// One card's file (front matter and body), as Markdown bytes.
+    pub async fn get(&self, id: &CardId) -> Result<Vec<u8>, ControlError> {
+        self.raw("GET", &format!("/v1/cards/{id}"), None).await
+    }
+
+    /// The mounted cards, and how many the task may see.
+    pub async fn list(&self) -> Result<ListResponse, ControlError> {
+        self.call("GET", "/v1/cards", None).await
+    }
+
+    /// Proposes a card; the daemon adds the task's provenance.
+    pub async fn store(&self, req: &AgentStoreRequest) -> Result<AgentStoreResponse, ControlError> {
+        let body = serde_json::to_vec(req).expect("requests serialize");
+        self.call("POST", "/v1/store", Some(body)).await
+    }
+}

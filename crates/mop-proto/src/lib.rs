@@ -11,17 +11,19 @@
 //! - [`profile`]: sandbox profiles, loaded and checked by the daemon (which knows the
 //!   directories a profile must never expose) and applied by the runner.
 //! - [`host`]: the host facts both sides must agree on (which `bwrap` to trust).
+//! - [`inside`]: where things appear inside a task's sandbox.
 //! - [`client`]: the small Unix-socket HTTP client under [`control::Control`].
 
 pub mod agent;
 pub mod client;
 pub mod control;
 pub mod host;
+pub mod inside;
 pub mod profile;
 pub mod status;
 pub mod sync;
 pub mod tasks;
 
 pub use agent::*;
-pub use profile::{Bind, Limits, Profile, ProfileError, exposed_by};
+pub use profile::{AgentKind, Bind, Limits, Profile, ProfileError, exposed_by};
 pub use tasks::*;

@@ -63,6 +63,56 @@ pub struct Profile {
     /// Resource limits applied inside the sandbox.
     #[serde(default)]
     pub limits: Limits,
+    /// The agent CLI tasks of this profile run, so that `mop run` writes the files it
+    /// loads (`mop run --agent` overrides it).
+    #[serde(default)]
+    pub agent: AgentKind,
+}
+
+/// Which agent CLI a task runs: it decides what `mop run` writes into the sandbox's
+/// private home for the agent to load (see `mop-agent`'s `prime`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentKind {
+    /// Any program: `MOP_MEMORY_MD` in the environment, nothing written; `mop prime`
+    /// prints the instructions for a runner that builds its own prompt.
+    #[default]
+    Generic,
+    /// Claude Code: a user-level `CLAUDE.md` importing the task's `MEMORY.md`, and
+    /// `mop mcp` in its MCP configuration.
+    Claude,
+    /// Codex CLI: `AGENTS.md`, and `mop mcp` in its `config.toml`.
+    Codex,
+}
+
+impl AgentKind {
+    /// Every kind, as profiles and `--agent` spell them.
+    pub const NAMES: [&'static str; 3] = ["generic", "claude", "codex"];
+
+    /// The kind's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            AgentKind::Generic => "generic",
+            AgentKind::Claude => "claude",
+            AgentKind::Codex => "codex",
+        }
+    }
+}
+
+impl std::str::FromStr for AgentKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<AgentKind, String> {
+        match s {
+            "generic" => Ok(AgentKind::Generic),
+            "claude" => Ok(AgentKind::Claude),
+            "codex" => Ok(AgentKind::Codex),
+            _ => Err(format!(
+                "unknown agent {s:?}: expected one of {}",
+                AgentKind::NAMES.join(", ")
+            )),
+        }
+    }
 }
 
 /// `[limits]` of a profile: resource limits set (soft and hard) on the sandbox's

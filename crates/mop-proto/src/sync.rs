@@ -142,6 +142,30 @@ pub enum StoreOutcome {
     Unchanged,
 }
 
+impl StoreOutcome {
+    /// The outcome as one word, as the wire spells it.
+    pub fn word(self) -> &'static str {
+        match self {
+            StoreOutcome::Created => "created",
+            StoreOutcome::Reinforced => "reinforced",
+            StoreOutcome::Extended => "extended",
+            StoreOutcome::Unchanged => "unchanged",
+        }
+    }
+
+    /// What it means for the agent that stored.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            StoreOutcome::Created => "created a new unverified card",
+            StoreOutcome::Reinforced => "reinforced an equal card (counters only)",
+            StoreOutcome::Extended => "extended your unverified card with the new text",
+            StoreOutcome::Unchanged => {
+                "this task already reinforced an equal card; a task counts once per card, nothing changed"
+            }
+        }
+    }
+}
+
 /// The answer to a store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoreResponse {

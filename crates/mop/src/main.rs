@@ -1,7 +1,8 @@
 //! `mop`: the command line of mop.
 //!
 //! For runners: `mop prepare`, `mop run`, `mop release`, `mop renew`, `mop tasks`,
-//! `mop doctor`. For agents inside a sandbox: `mop memory retrieve|get|list|store`.
+//! `mop doctor`, `mop prime`. For agents inside a sandbox: `mop memory
+//! retrieve|get|list|store`, and `mop mcp` for agent CLIs that take tools over MCP.
 
 mod confine;
 mod doctor;
@@ -19,7 +20,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use mop_cards::{CardType, TaskContext};
 use mop_proto::control::{Control, ControlError};
-use mop_proto::{LeaseRequest, Plan, PrepareRequest};
+use mop_proto::{AgentKind, LeaseRequest, Plan, PrepareRequest};
 
 #[derive(Parser)]
 #[command(
@@ -30,7 +31,10 @@ use mop_proto::{LeaseRequest, Plan, PrepareRequest};
                   memory view (the cards it may see, and a MEMORY.md index), runs CMD in a bubblewrap sandbox \
                   where the view is mounted read-only, and releases the view when CMD exits. `mop doctor` checks \
                   that bubblewrap works for you.\n\nAgents (inside the sandbox): `mop memory retrieve`, `get`, \
-                  `list`, `store`."
+                  `list`, `store`, or the same as MCP tools with `mop mcp`.\n\nAgent CLIs: `mop run --agent claude -- claude` \
+                  (or codex) writes what the CLI loads (its instruction file importing the task's MEMORY.md, and \
+                  `mop mcp` as its MCP server) into a sandbox-private home; `mop prime` prints the instructions \
+                  for runners that build their own prompt."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -116,10 +120,16 @@ enum Command {
         /// Pass an environment variable: NAME (from this environment) or NAME=VALUE.
         #[arg(long = "env")]
         envs: Vec<String>,
-        /// The agent needs its controlling terminal: drop --new-session, which is allowed only
-        /// when TIOCSTI is blocked host-wide (dev.tty.legacy_tiocsti = 0).
+        /// The agent needs its controlling terminal (a terminal UI): keep the runner's session
+        /// instead of --new-session. TIOCSTI stays blocked by the sandbox's seccomp filter.
+        /// On by default for `--agent claude|codex` when stdin is a terminal.
         #[arg(long)]
         interactive: bool,
+        /// The agent CLI the task runs: claude or codex get their instruction file and `mop
+        /// mcp` as MCP server in a sandbox-private HOME; generic gets only MOP_MEMORY_MD
+        /// [default: the profile's `agent`, else generic].
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(AgentKind::NAMES))]
+        agent: Option<String>,
         /// Run without any sandbox (development only; warns every time).
         #[arg(long)]
         no_sandbox_dev_only: bool,
@@ -165,6 +175,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the instructions an agent follows with its memory (the same text `mop run
+    /// --agent` writes), for runners that build their own system prompt.
+    Prime {
+        /// The agent: claude and codex have the MCP tools, generic uses `mop memory` in a shell.
+        #[arg(long, default_value = "generic", value_parser = clap::builder::PossibleValuesParser::new(AgentKind::NAMES))]
+        agent: String,
+    },
+    /// Inside a task's sandbox: serve the task's memory over MCP on stdin/stdout (tools
+    /// memory_retrieve, memory_get, memory_list, memory_store; resources MEMORY.md and the
+    /// mounted cards). Agent CLIs start it themselves once `mop run --agent` configured it.
+    Mcp,
     /// Inside a task's sandbox: search, read and propose memory.
     Memory {
         #[command(subcommand)]
@@ -354,6 +375,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             workdir,
             envs,
             interactive,
+            agent,
             no_sandbox_dev_only,
             dry_run,
             daemon,
@@ -363,6 +385,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             workdir,
             envs,
             interactive,
+            agent: agent.map(|a| a.parse().expect("clap checked the name")),
             no_sandbox: no_sandbox_dev_only,
             dry_run,
             socket: daemon.socket,
@@ -435,6 +458,31 @@ fn run(cli: Cli) -> Result<ExitCode> {
             } else {
                 ExitCode::FAILURE
             })
+        }
+        Command::Prime { agent } => {
+            let agent: AgentKind = agent.parse().map_err(anyhow::Error::msg)?;
+            print!(
+                "{}",
+                mop_agent::prime::contract(agent != AgentKind::Generic)
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Mcp => {
+            let (user, asset) = memory::task_scope_from_env();
+            let var = |k: &str, default: &str| {
+                std::env::var_os(k).map_or_else(|| PathBuf::from(default), PathBuf::from)
+            };
+            let memory = mop_agent::mcp::SandboxMemory::new(
+                var("MOP_AGENT_SOCKET", mop_proto::inside::AGENT_SOCKET),
+                var("MOP_MEMORY_DIR", mop_proto::inside::MEMORY_DIR),
+            );
+            runtime()?
+                .block_on(mop_agent::mcp::serve_stdio(
+                    memory,
+                    mop_agent::mcp::TaskScope { user, asset },
+                ))
+                .map_err(|e| anyhow::anyhow!("mop mcp: {e}"))?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Memory { command } => {
             let rt = runtime()?;

@@ -5,54 +5,47 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use mop_cards::{CardType, MAX_BODY_BYTES, MAX_DESCRIPTION_CHARS, MAX_TITLE_CHARS, Scope};
-use mop_proto::client::{ControlError, request};
-use mop_proto::sync::{NewCard, StoreOutcome};
-use mop_proto::{
-    AgentStoreRequest, AgentStoreResponse, ListResponse, RetrieveRequest, RetrieveResponse,
-};
+use mop_cards::{CardId, CardType, MAX_BODY_BYTES, MAX_DESCRIPTION_CHARS, MAX_TITLE_CHARS, Scope};
+use mop_proto::client::ControlError;
+use mop_proto::sync::NewCard;
+use mop_proto::{Agent, AgentStoreRequest, RetrieveRequest};
 
-fn socket() -> Result<PathBuf> {
+/// The task's agent socket, from `MOP_AGENT_SOCKET` (which `mop run` sets).
+pub fn agent() -> Result<Agent> {
     std::env::var_os("MOP_AGENT_SOCKET")
-        .map(PathBuf::from)
+        .map(Agent::new)
         .context(
             "MOP_AGENT_SOCKET is not set: `mop memory` works inside a task started by `mop run`",
         )
 }
 
-async fn call(method: &str, path: &str, body: Option<Vec<u8>>) -> Result<(u16, Vec<u8>)> {
-    let s = socket()?;
-    request(&s, method, path, body).await.map_err(|e| {
-        anyhow::anyhow!(
-            "cannot reach the task's memory service at {}: {e}",
-            s.display()
-        )
-    })
-}
-
-/// The message of an error answer.
-fn message(code: u16, body: &[u8]) -> String {
-    match ControlError::answered(code, body) {
+/// What a failed call says: the daemon's own message when it answered, else why the
+/// socket could not be reached.
+fn failed(agent: &Agent, e: ControlError) -> String {
+    match e {
         ControlError::Answered { message, .. } => message,
-        e => e.to_string(),
+        e => format!(
+            "cannot reach the task's memory service at {}: {e}",
+            agent.socket().display()
+        ),
     }
 }
 
 /// `mop memory retrieve`.
 pub async fn retrieve(query: &str, limit: Option<usize>, json: bool) -> Result<()> {
-    let body = serde_json::to_vec(&RetrieveRequest {
+    let agent = agent()?;
+    let req = RetrieveRequest {
         query: query.to_owned(),
         limit,
-    })?;
-    let (code, out) = call("POST", "/v1/retrieve", Some(body)).await?;
-    if code != 200 {
-        bail!("retrieve failed: {}", message(code, &out));
-    }
+    };
+    let r = agent
+        .retrieve(&req)
+        .await
+        .map_err(|e| anyhow::anyhow!("retrieve failed: {}", failed(&agent, e)))?;
     if json {
-        println!("{}", String::from_utf8_lossy(&out));
+        println!("{}", serde_json::to_string(&r)?);
         return Ok(());
     }
-    let r: RetrieveResponse = serde_json::from_slice(&out)?;
     for h in &r.hits {
         let marks = [
             h.unverified.then_some("unverified"),
@@ -83,13 +76,18 @@ pub async fn retrieve(query: &str, limit: Option<usize>, json: bool) -> Result<(
 
 /// `mop memory get`.
 pub async fn get(id: &str, save: bool) -> Result<()> {
-    let (code, out) = call("GET", &format!("/v1/cards/{id}"), None).await?;
-    if code != 200 {
+    let agent = agent()?;
+    let hint = "try `mop memory retrieve \"<words>\"` to find cards";
+    let Ok(card) = CardId::parse(id) else {
         bail!(
-            "{} (try `mop memory retrieve \"<words>\"` to find cards)",
-            message(code, &out)
+            "{:?} is not a card id (a UUID); {hint}",
+            id.chars().take(80).collect::<String>()
         );
-    }
+    };
+    let out = agent
+        .get(&card)
+        .await
+        .map_err(|e| anyhow::anyhow!("{} ({hint})", failed(&agent, e)))?;
     if save {
         let workdir = std::env::var_os("MOP_WORKDIR")
             .map(PathBuf::from)
@@ -109,15 +107,15 @@ pub async fn get(id: &str, save: bool) -> Result<()> {
 
 /// `mop memory list`.
 pub async fn list(json: bool) -> Result<()> {
-    let (code, out) = call("GET", "/v1/cards", None).await?;
-    if code != 200 {
-        bail!("list failed: {}", message(code, &out));
-    }
+    let agent = agent()?;
+    let r = agent
+        .list()
+        .await
+        .map_err(|e| anyhow::anyhow!("list failed: {}", failed(&agent, e)))?;
     if json {
-        println!("{}", String::from_utf8_lossy(&out));
+        println!("{}", serde_json::to_string(&r)?);
         return Ok(());
     }
-    let r: ListResponse = serde_json::from_slice(&out)?;
     for c in &r.cards {
         println!(
             "{}  {}  {}{}  {}",
@@ -224,39 +222,16 @@ pub async fn store(a: StoreArgs, user: Option<String>, asset: Option<String>) ->
             body,
         },
     };
-    let (code, out) = call("POST", "/v1/store", Some(serde_json::to_vec(&req)?)).await?;
-    if code != 200 {
-        bail!("store refused: {}", message(code, &out));
-    }
-    let r: AgentStoreResponse = serde_json::from_slice(&out)?;
-    let what = match r.outcome {
-        StoreOutcome::Created => "created a new unverified card",
-        StoreOutcome::Reinforced => "reinforced an equal card (counters only)",
-        StoreOutcome::Extended => "extended your unverified card with the new text",
-        StoreOutcome::Unchanged => {
-            "this task already reinforced an equal card; a task counts once per card, nothing changed"
-        }
-    };
-    println!("{}: {what} ({})", r.outcome_word(), r.id);
+    let agent = agent()?;
+    let r = agent
+        .store(&req)
+        .await
+        .map_err(|e| anyhow::anyhow!("store refused: {}", failed(&agent, e)))?;
+    println!("{}: {} ({})", r.outcome.word(), r.outcome.meaning(), r.id);
     if !r.audience.is_empty() {
         println!("who sees it: {}", r.audience);
     }
     Ok(())
-}
-
-trait OutcomeWord {
-    fn outcome_word(&self) -> &'static str;
-}
-
-impl OutcomeWord for AgentStoreResponse {
-    fn outcome_word(&self) -> &'static str {
-        match self.outcome {
-            StoreOutcome::Created => "created",
-            StoreOutcome::Reinforced => "reinforced",
-            StoreOutcome::Extended => "extended",
-            StoreOutcome::Unchanged => "unchanged",
-        }
-    }
 }
 
 /// The task's user and asset, which the agent socket knows; `store --personal/--asset`

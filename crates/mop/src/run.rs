@@ -13,7 +13,9 @@
 //! Before anything else every inherited descriptor is marked close-on-exec; bwrap gets
 //! exactly six: the checked working directory (`--bind-fd`), the view twice and the agent
 //! socket directory (O_PATH, for `--ro-bind-fd`), the status pipe (`--json-status-fd`,
-//! which tells a started command from a setup failure) and the seccomp pipe. bwrap is
+//! which tells a started command from a setup failure) and the seccomp pipe, plus, with
+//! `--agent claude|codex`, one read-only pipe per priming file (`--file`, copied into the
+//! sandbox's private home; see `mop_agent::prime`). bwrap is
 //! spawned from the main thread, which lives until it exits, so `--die-with-parent`
 //! follows the right thread; that thread also enters the Landlock domain and the fresh
 //! session keyring the sandbox inherits.
@@ -24,8 +26,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
+use mop_agent::prime::{Primed, TaskFacts, prime};
 use mop_proto::control::{Control, HeldPrepare};
-use mop_proto::{LeaseRequest, Plan, PrepareEvent, PrepareRequest, Reservation};
+use mop_proto::{AgentKind, LeaseRequest, Plan, PrepareEvent, PrepareRequest, Reservation};
 use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 
@@ -47,6 +50,8 @@ pub struct RunArgs {
     pub envs: Vec<String>,
     /// `--interactive`.
     pub interactive: bool,
+    /// `--agent`, when given (else the profile's).
+    pub agent: Option<AgentKind>,
     /// `--no-sandbox-dev-only`.
     pub no_sandbox: bool,
     /// `--dry-run`: print the plan and the bwrap command line instead of running.
@@ -146,6 +151,27 @@ fn ready(rt: &tokio::runtime::Runtime, hold: &mut HeldPrepare, r: &Reservation) 
     }
 }
 
+/// The priming files as pipes bwrap copies from (`--file FD PATH`): each holds its whole
+/// contents and is closed for writing, so bwrap reads to its end without waiting on us.
+fn primed_files(p: &Primed) -> Result<Vec<(std::os::fd::OwnedFd, PathBuf)>> {
+    use std::io::Write;
+    p.files
+        .iter()
+        .map(|(path, text)| {
+            // A pipe holds 64 KiB before a writer blocks; the files are a few KiB.
+            if text.len() > 60 * 1024 {
+                bail!("priming file {} is too large for its pipe", path.display());
+            }
+            let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
+                .context("cannot create a pipe for the agent's priming files")?;
+            std::fs::File::from(write)
+                .write_all(text.as_bytes())
+                .with_context(|| format!("cannot write priming file {}", path.display()))?;
+            Ok((read, path.clone()))
+        })
+        .collect()
+}
+
 fn runner_env() -> Vec<(String, String)> {
     std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
@@ -191,10 +217,26 @@ fn sandboxed(
         open_dir(&r.view_dir).map_err(anyhow::Error::msg)?,
     ];
     let socket_dir = open_dir(&r.agent_socket_dir).map_err(anyhow::Error::msg)?;
-    let env = task_env(&r.profile, &r.task_id, workdir, a)?;
+    let agent = a.agent.unwrap_or(r.profile.agent);
+    let primed = prime(
+        agent,
+        &TaskFacts {
+            user: a.task.user.as_deref(),
+            asset: a.task.asset.as_deref(),
+        },
+    );
+    let mut env = task_env(&r.profile, &r.task_id, workdir, a)?;
+    for (k, v) in &primed.env {
+        env.retain(|(x, _)| x != k);
+        env.push((k.clone(), v.clone()));
+    }
+    let primed_pipes = primed_files(&primed)?;
     // The seccomp filter refuses TIOCSTI inside the sandbox, so an interactive agent may
-    // keep its controlling terminal.
-    let new_session = !a.interactive;
+    // keep its controlling terminal. An agent CLI on a terminal is a terminal UI.
+    use std::io::IsTerminal;
+    let interactive =
+        a.interactive || (agent != AgentKind::Generic && std::io::stdin().is_terminal());
+    let new_session = !interactive;
     let (status_read, status_write) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the status pipe")?;
     let program = confine::seccomp_program().map_err(anyhow::Error::msg)?;
@@ -204,6 +246,10 @@ fn sandboxed(
     let socket_fd = sys::inherit(&socket_dir)?;
     let status_fd = sys::inherit(&status_write)?;
     let seccomp_fd = sys::inherit(&seccomp_read)?;
+    let primed_fds = primed_pipes
+        .iter()
+        .map(|(fd, path)| Ok((sys::inherit(fd)?, path.clone())))
+        .collect::<Result<Vec<_>>>()?;
     let system = system_layout(&r.profile);
     let args = bwrap_args(&Spec {
         profile: &r.profile,
@@ -217,6 +263,8 @@ fn sandboxed(
         mop_exe: &mop_exe,
         env: &env,
         new_session,
+        primed_dirs: &primed.dirs,
+        primed_files: &primed_fds,
         command: &a.command,
     });
     if a.dry_run {
@@ -232,6 +280,7 @@ fn sandboxed(
                 "bwrap": bwrap,
                 "args": shown,
                 "fds": { "workdir": workdir_fd, "view": view_fds, "agent_socket_dir": socket_fd, "status": status_fd, "seccomp": seccomp_fd },
+                "agent": agent.name(),
             }))?
         );
         return Ok(ExitCode::SUCCESS);
@@ -400,6 +449,7 @@ fn unsandboxed(plan: &Plan, workdir: &Path, a: &RunArgs) -> Result<ExitCode> {
         match k.as_str() {
             "MOP_AGENT_SOCKET" => *v = plan.agent_socket.display().to_string(),
             "MOP_MEMORY_DIR" => *v = plan.view_dir.display().to_string(),
+            "MOP_MEMORY_MD" => *v = plan.memory_md.display().to_string(),
             _ => {}
         }
     }

@@ -13,14 +13,8 @@ use mop_proto::Profile;
 use nix::fcntl::{OFlag, open};
 use nix::sys::stat::Mode;
 
-/// Where the agent socket's directory appears inside the sandbox.
-pub const AGENT_DIR: &str = "/run/mop/agent";
-/// Where the task's memory view appears inside the sandbox, in its own `/run`: no writer of
-/// the working directory can replace it there. (It is also at the profile's `memory_dir`
-/// inside the working directory, where agents look by habit.)
-pub const MEMORY_DIR: &str = "/run/mop/memory";
-/// Where `mop` itself appears inside the sandbox (first on PATH).
-pub const BIN_DIR: &str = "/run/mop/bin";
+use mop_proto::inside;
+use mop_proto::inside::{AGENT_DIR, BIN_DIR, MEMORY_DIR};
 
 /// How one host system path appears in the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +85,10 @@ pub struct Spec<'a> {
     pub env: &'a [(String, String)],
     /// `--new-session` (TIOCSTI protection).
     pub new_session: bool,
+    /// Directories to create for the agent's priming files (parents first).
+    pub primed_dirs: &'a [PathBuf],
+    /// The priming files: a descriptor bwrap copies from (`--file`), and the path.
+    pub primed_files: &'a [(RawFd, PathBuf)],
     /// The command and its arguments.
     pub command: &'a [OsString],
 }
@@ -144,12 +142,18 @@ pub fn bwrap_args(s: &Spec<'_>) -> Vec<OsString> {
     }
     let memory = s.workdir.join(&s.profile.memory_dir);
     let fd = |n: RawFd| n.to_string();
-    let mop_in = Path::new(BIN_DIR).join("mop");
+    let mop_in = Path::new(inside::MOP);
     push(&[&"--bind-fd", &fd(s.workdir_fd), &s.workdir]);
     push(&[&"--ro-bind-fd", &fd(s.view_fds[0]), &MEMORY_DIR]);
     push(&[&"--ro-bind-fd", &fd(s.view_fds[1]), &memory]);
     push(&[&"--ro-bind-fd", &fd(s.socket_dir_fd), &AGENT_DIR]);
     push(&[&"--ro-bind", &s.mop_exe, &mop_in]);
+    for d in s.primed_dirs {
+        push(&[&"--dir", d]);
+    }
+    for (f, path) in s.primed_files {
+        push(&[&"--file", &fd(*f), path]);
+    }
     push(&[&"--chdir", &s.workdir]);
     push(&[&"--json-status-fd", &fd(s.status_fd)]);
     push(&[&"--seccomp", &fd(s.seccomp_fd)]);
@@ -196,10 +200,11 @@ pub fn sandbox_env(
         .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
     set("PATH", format!("{BIN_DIR}:{path}"));
     set("HOME", workdir.display().to_string());
-    set("MOP_AGENT_SOCKET", format!("{AGENT_DIR}/agent.sock"));
+    set("MOP_AGENT_SOCKET", inside::AGENT_SOCKET.to_owned());
     set("MOP_TASK_ID", task_id.to_owned());
     set("MOP_WORKDIR", workdir.display().to_string());
     set("MOP_MEMORY_DIR", MEMORY_DIR.to_owned());
+    set("MOP_MEMORY_MD", inside::MEMORY_MD.to_owned());
     Ok(env)
 }
 
@@ -259,6 +264,8 @@ mod tests {
             mop_exe: Path::new("/usr/bin/mop"),
             env: &env,
             new_session,
+            primed_dirs: &["/run/mop/home".into()],
+            primed_files: &[(10, "/run/mop/home/.claude.json".into())],
             command: &command,
         })
         .into_iter()
@@ -276,7 +283,8 @@ mod tests {
              --setenv PATH /run/mop/bin:/usr/bin --proc /proc --dev /dev --tmpfs /tmp --tmpfs /run \
              --ro-bind /usr /usr --symlink usr/bin /bin --bind-fd 4 /w --ro-bind-fd 5 /run/mop/memory \
              --ro-bind-fd 9 /w/.claude/memory --ro-bind-fd 6 /run/mop/agent \
-             --ro-bind /usr/bin/mop /run/mop/bin/mop --chdir /w --json-status-fd 7 --seccomp 8 \
+             --ro-bind /usr/bin/mop /run/mop/bin/mop --dir /run/mop/home \
+             --file 10 /run/mop/home/.claude.json --chdir /w --json-status-fd 7 --seccomp 8 \
              -- /bin/true --x"
         );
     }
@@ -322,6 +330,7 @@ mod tests {
             "MOP_AGENT_SOCKET",
             "MOP_TASK_ID",
             "MOP_WORKDIR",
+            "MOP_MEMORY_MD",
         ] {
             assert!(names.contains(&n), "{n} missing: {names:?}");
         }

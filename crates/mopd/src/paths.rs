@@ -18,11 +18,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-/// The agent socket's file name inside its directory.
-pub const AGENT_SOCKET: &str = "agent.sock";
-
-/// The task's index file at the top of its view.
-pub const MEMORY_MD: &str = "MEMORY.md";
+pub use mop_proto::inside::{AGENT_SOCKET_NAME as AGENT_SOCKET, MEMORY_MD_NAME as MEMORY_MD};
 
 /// The daemon's three directories.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -198,10 +198,12 @@ async fn retrieve(State(s): State<AgentState>, body: Bytes) -> Response {
     );
     let coverage = if hits.is_empty() {
         format!(
-            "No card matched. Searched {scope}. Try other words, or `mop memory list` for what is mounted."
+            "No card matched. Searched {scope}. Try other words, or list what is mounted (memory_list, `mop memory list`)."
         )
     } else {
-        format!("Searched {scope}. Read a card with `mop memory get <id>`.")
+        format!(
+            "Searched {scope}. Read a card in full before acting (memory_get, `mop memory get <id>`)."
+        )
     };
     Json(RetrieveResponse {
         hits,

@@ -1,0 +1,34 @@
+//! Where things appear inside a task's sandbox. The runner binds them there and the tools
+//! an agent runs (`mop memory`, `mop mcp`) expect them there, so the names live once.
+//!
+//! Everything is under the sandbox's own `/run` (a tmpfs bubblewrap makes), where no
+//! writer of the working directory can replace it.
+
+/// The agent socket's file name inside its directory (on the host and in the sandbox).
+pub const AGENT_SOCKET_NAME: &str = "agent.sock";
+
+/// The task's index file at the top of its view.
+pub const MEMORY_MD_NAME: &str = "MEMORY.md";
+
+/// The agent socket's directory.
+pub const AGENT_DIR: &str = "/run/mop/agent";
+
+/// The agent socket (`MOP_AGENT_SOCKET`).
+pub const AGENT_SOCKET: &str = "/run/mop/agent/agent.sock";
+
+/// The task's memory view, read-only (`MOP_MEMORY_DIR`). It is also mounted at the
+/// profile's `memory_dir` inside the working directory, where agents look by habit.
+pub const MEMORY_DIR: &str = "/run/mop/memory";
+
+/// The task's index (`MOP_MEMORY_MD`).
+pub const MEMORY_MD: &str = "/run/mop/memory/MEMORY.md";
+
+/// The directory of the `mop` binary the runner binds in (first on `PATH`).
+pub const BIN_DIR: &str = "/run/mop/bin";
+
+/// `mop` itself, as agent configurations name it.
+pub const MOP: &str = "/run/mop/bin/mop";
+
+/// The sandbox-private home of a primed agent (`--agent claude|codex`): a tmpfs that
+/// holds what the adapter wrote and whatever the agent writes, gone when the task ends.
+pub const HOME: &str = "/run/mop/home";

@@ -1,0 +1,431 @@
+//! Agents find their memory natively (issue 15): `mop mcp` and `mop run --agent`, driven by
+//! clients nobody on the mop team wrote: the official MCP Python SDK, the MCP Inspector
+//! CLI, Claude Code and Codex. Each runs inside a real `mop run` sandbox (real mop-server,
+//! mopd and bubblewrap; the runner is the unprivileged user `moprunner`).
+//!
+//! The clients are installed by `tests/clients/install.sh` (which `.ci/run` calls) under
+//! [`CLIENTS`], inside `/usr`, which every sandbox mounts read-only. Missing clients fail
+//! the tests under CI and skip them elsewhere.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use mop_tests::procs::{
+    Daemon, DaemonOptions, Server, as_runner, bwrap_available, run, runner_user,
+};
+use mop_tests::{example_cards_dir, profiles_config, repo_root};
+use serde_json::Value;
+
+const WS: &str = "acme";
+/// Where `tests/clients/install.sh` puts the clients.
+const CLIENTS: &str = "/usr/local/lib/mop-test-clients";
+/// Carol's personal card ("always pass --context to kubectl").
+const CAROL_CARD: &str = "30c919e8-321e-5f60-96b0-8f636053155a";
+/// Alice's personal card ("execution plans with ALLSTATS LAST").
+const ALICE_CARD: &str = "2da7dcce-9113-5e72-8119-7936706ec6cd";
+
+struct Env {
+    _server: Server,
+    daemon: Daemon,
+    uid: u32,
+    gid: u32,
+}
+
+/// The clients' directory, or `None` (a skip, or under CI a failure) when not installed.
+fn clients(what: &str) -> Option<PathBuf> {
+    let p = Path::new(CLIENTS).join(what);
+    if p.exists() {
+        return Some(p);
+    }
+    assert!(
+        !std::env::var("CI").is_ok_and(|v| v == "true"),
+        "CI=true: {} is missing; run tests/clients/install.sh",
+        p.display()
+    );
+    eprintln!(
+        "skipping: {} is missing; run tests/clients/install.sh",
+        p.display()
+    );
+    None
+}
+
+fn setup() -> Option<Env> {
+    let (uid, gid) = runner_user()?;
+    if !bwrap_available() {
+        return None;
+    }
+    let server = Server::start();
+    assert!(server.import(&example_cards_dir(), WS).status.success());
+    let extra = profiles_config(&[&repo_root().join("tests/profiles")]);
+    let daemon = Daemon::start(
+        &server,
+        DaemonOptions {
+            extra: &extra,
+            ..Default::default()
+        },
+    );
+    daemon.wait_synced();
+    Some(Env {
+        _server: server,
+        daemon,
+        uid,
+        gid,
+    })
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+impl Env {
+    fn workdir(&self) -> tempfile::TempDir {
+        let w = tempfile::Builder::new().prefix("mopa").tempdir().unwrap();
+        nix::unistd::chown(w.path(), Some(self.uid.into()), Some(self.gid.into())).unwrap();
+        std::fs::set_permissions(w.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        w
+    }
+
+    /// `mop run` as the runner, for `user`'s task `task` on `asset`, with `extra` flags.
+    fn mop_run(
+        &self,
+        task: &str,
+        user: &str,
+        asset: &str,
+        workdir: &Path,
+        extra: &[&str],
+        command: &[&str],
+    ) -> Output {
+        let mut a: Vec<OsString> = vec![
+            "run".into(),
+            "--socket".into(),
+            self.daemon.socket().into(),
+            "--workdir".into(),
+            workdir.into(),
+        ];
+        a.extend(
+            [
+                "--workspace",
+                WS,
+                "--task-id",
+                task,
+                "--user",
+                user,
+                "--asset",
+                asset,
+                "--title",
+                "Nightly ETL fails with ORA-01555",
+            ]
+            .iter()
+            .chain(extra)
+            .chain(&["--"])
+            .chain(command)
+            .map(OsString::from),
+        );
+        let refs: Vec<&OsStr> = a.iter().map(OsString::as_os_str).collect();
+        run(&mut as_runner(&refs))
+    }
+}
+
+/// The Python SDK probe (tests/clients/mcp_probe.py) in `user`'s task; its JSON report.
+fn python_probe(env: &Env, py: &Path, task: &str, user: &str, args: Value) -> Value {
+    let w = env.workdir();
+    let script = repo_root().join("tests/clients/mcp_probe.py");
+    let probe = w.path().join("mcp_probe.py");
+    std::fs::copy(&script, &probe).unwrap();
+    let pythonpath = format!("PYTHONPATH={}", py.display());
+    let out = env.mop_run(
+        task,
+        user,
+        "db-prod-01",
+        w.path(),
+        &["--env", &pythonpath],
+        &["/usr/bin/python3", "mcp_probe.py", &args.to_string()],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", text(&out)))
+}
+
+fn hit_ids(r: &Value) -> Vec<String> {
+    r["structured"]["hits"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no hits in {r}"))
+        .iter()
+        .map(|h| h["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn the_mcp_python_sdk_uses_every_tool_and_resource_within_the_tasks_scope() {
+    let Some(py) = clients("python") else { return };
+    let Some(env) = setup() else { return };
+    // The same probe for two users: each must see their own personal card and never the
+    // other's (the control experiment runs in the same test).
+    let alice = python_probe(
+        &env,
+        &py,
+        "mcp-alice",
+        "alice",
+        serde_json::json!({
+            "query": "ALLSTATS execution plans",
+            "hidden_query": "kubectl context",
+            "hidden_id": CAROL_CARD,
+            "store_title": "Export needs undo retention above 4 hours (via MCP)",
+        }),
+    );
+    let carol = python_probe(
+        &env,
+        &py,
+        "mcp-carol",
+        "carol",
+        serde_json::json!({
+            "query": "kubectl context",
+            "hidden_query": "ALLSTATS execution plans",
+            "hidden_id": ALICE_CARD,
+            "store_title": "Carol's MCP store",
+        }),
+    );
+    eprintln!("python SDK report for alice: {alice:#}");
+
+    // Tools: exactly the four, each with an object schema.
+    let tools = alice["tools"].as_object().unwrap();
+    let mut names: Vec<&str> = tools.keys().map(String::as_str).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "memory_get",
+            "memory_list",
+            "memory_retrieve",
+            "memory_store"
+        ]
+    );
+    for (name, schema) in tools {
+        assert_eq!(schema["type"], "object", "{name}: {schema}");
+    }
+    let store_schema = &tools["memory_store"];
+    for field in ["type", "title", "content"] {
+        assert!(
+            store_schema["required"]
+                .as_array()
+                .unwrap()
+                .contains(&Value::from(field)),
+            "{store_schema}"
+        );
+    }
+    assert!(
+        store_schema["properties"]["type"]["enum"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from("error_resolution"))
+    );
+    assert_eq!(alice["server_name"], "mop", "{}", alice["server_name"]);
+    assert!(
+        alice["instructions"]
+            .as_str()
+            .unwrap()
+            .contains("MEMORY.md")
+    );
+
+    // Scope: each finds their own card; neither finds nor reads the other's.
+    for (report, own, foreign) in [
+        (&alice, ALICE_CARD, CAROL_CARD),
+        (&carol, CAROL_CARD, ALICE_CARD),
+    ] {
+        let r = &report["retrieve"];
+        assert!(!r["is_error"].as_bool().unwrap(), "{r}");
+        assert!(hit_ids(r).contains(&own.to_owned()), "{r}");
+        assert!(
+            r["text"]
+                .as_str()
+                .unwrap()
+                .lines()
+                .last()
+                .unwrap()
+                .starts_with("Searched the "),
+            "the coverage line ends the text: {r}"
+        );
+        let hidden = &report["retrieve_hidden"];
+        assert!(!hit_ids(hidden).contains(&foreign.to_owned()), "{hidden}");
+        let got = &report["get_hidden"];
+        assert!(got["is_error"].as_bool().unwrap(), "{got}");
+        assert!(got["text"].as_str().unwrap().contains("not found"), "{got}");
+        assert!(
+            report["get"]["text"].as_str().unwrap().contains("title:"),
+            "{}",
+            report["get"]
+        );
+        let list = &report["list"];
+        assert!(
+            list["structured"]["visible"].as_u64().unwrap() > 0,
+            "{list}"
+        );
+        assert!(
+            list["text"].as_str().unwrap().contains("cards mounted of"),
+            "{list}"
+        );
+        // The store came back created.
+        let s = &report["store"];
+        assert!(!s["is_error"].as_bool().unwrap(), "{s}");
+        assert_eq!(s["structured"]["outcome"], "created", "{s}");
+        assert!(s["text"].as_str().unwrap().starts_with("created: "), "{s}");
+        // Resources: the index and the mounted cards, readable.
+        let res: Vec<&str> = report["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(res[0], "mop://memory/MEMORY.md", "{res:?}");
+        assert!(res.len() > 1, "{res:?}");
+        assert!(!res.iter().any(|u| u.contains(foreign)), "{res:?}");
+        assert!(
+            report["memory_md"]
+                .as_str()
+                .unwrap()
+                .contains("Primary Anchors")
+        );
+        assert!(report["card_resource"].as_str().unwrap().contains("title:"));
+    }
+
+    // Malformed calls: clean MCP errors that say what was wrong; the session lives on.
+    // Bad arguments are tool errors (the model reads them and can correct itself, as the
+    // specification asks); an unknown tool and an unknown resource are JSON-RPC errors.
+    let errors = &alice["errors"];
+    eprintln!("malformed calls: {errors:#}");
+    for (name, needle) in [
+        ("wrong_type", "expected a string"),
+        ("missing_field", "missing field `title`"),
+        ("unknown_field", "unknown field `everything`"),
+        ("bad_enum", "gossip"),
+        ("not_an_id", "is not a card id"),
+    ] {
+        let e = &errors[name];
+        assert_eq!(e["is_error"], true, "{name}: {e}");
+        assert!(
+            e["message"].as_str().unwrap().contains(needle),
+            "{name}: {e}"
+        );
+    }
+    assert_eq!(
+        errors["unknown_tool"]["code"], -32602,
+        "{}",
+        errors["unknown_tool"]
+    );
+    assert!(
+        errors["unknown_tool"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("memory_delete")
+            || errors["unknown_tool"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("not found"),
+        "{}",
+        errors["unknown_tool"]
+    );
+    assert_eq!(
+        errors["bad_resource"]["code"], -32002,
+        "{}",
+        errors["bad_resource"]
+    );
+    assert_eq!(alice["alive_after_errors"], 4);
+
+    // The store reached the server: alice's next task finds her unverified card.
+    env.daemon.sync(WS);
+    let w = env.workdir();
+    let out = env.mop_run(
+        "mcp-alice-2",
+        "alice",
+        "db-prod-01",
+        w.path(),
+        &[],
+        &[
+            "/run/mop/bin/mop",
+            "memory",
+            "retrieve",
+            "undo retention above 4 hours via MCP",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("Export needs undo retention above 4 hours (via MCP)"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn the_mcp_inspector_cli_lists_the_tools_and_calls_one() {
+    let Some(node) = clients("node") else { return };
+    let Some(env) = setup() else { return };
+    let cli = node.join("node_modules/@modelcontextprotocol/inspector/cli/build/cli.js");
+    assert!(cli.exists(), "{} missing", cli.display());
+    let cli = cli.to_str().unwrap();
+    let w = env.workdir();
+    let list = env.mop_run(
+        "inspector-list",
+        "alice",
+        "db-prod-01",
+        w.path(),
+        &[],
+        &[
+            "/usr/bin/node",
+            cli,
+            "--cli",
+            "/run/mop/bin/mop",
+            "mcp",
+            "--method",
+            "tools/list",
+        ],
+    );
+    assert!(list.status.success(), "{}", text(&list));
+    let listed: Value =
+        serde_json::from_slice(&list.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&list)));
+    eprintln!("inspector tools/list: {listed:#}");
+    let names: Vec<&str> = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+    assert!(names.contains(&"memory_retrieve"), "{names:?}");
+
+    let call = env.mop_run(
+        "inspector-call",
+        "alice",
+        "db-prod-01",
+        w.path(),
+        &[],
+        &[
+            "/usr/bin/node",
+            cli,
+            "--cli",
+            "/run/mop/bin/mop",
+            "mcp",
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "memory_retrieve",
+            "--tool-arg",
+            "query=ALLSTATS execution plans",
+        ],
+    );
+    assert!(call.status.success(), "{}", text(&call));
+    let called: Value =
+        serde_json::from_slice(&call.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&call)));
+    eprintln!("inspector tools/call: {called:#}");
+    assert_ne!(called["isError"], true, "{called}");
+    let body = called["content"][0]["text"].as_str().unwrap();
+    assert!(body.contains(ALICE_CARD), "{body}");
+    assert!(!body.contains(CAROL_CARD), "{body}");
+}

@@ -367,7 +367,8 @@ fn the_mcp_python_sdk_uses_every_tool_and_resource_within_the_tasks_scope() {
 fn the_mcp_inspector_cli_lists_the_tools_and_calls_one() {
     let Some(node) = clients("node") else { return };
     let Some(env) = setup() else { return };
-    let cli = node.join("node_modules/@modelcontextprotocol/inspector/cli/build/cli.js");
+    let cli =
+        node.join("node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js");
     assert!(cli.exists(), "{} missing", cli.display());
     let cli = cli.to_str().unwrap();
     let w = env.workdir();
@@ -428,4 +429,294 @@ fn the_mcp_inspector_cli_lists_the_tools_and_calls_one() {
     let body = called["content"][0]["text"].as_str().unwrap();
     assert!(body.contains(ALICE_CARD), "{body}");
     assert!(!body.contains(CAROL_CARD), "{body}");
+}
+
+/// A stand-in for a model provider's API on loopback: it records every request and answers
+/// with a canned script, so the real agent CLIs run their whole turn offline. It is the
+/// model that is faked here, never mop or the CLI: whatever the CLI sends is what the
+/// CLI itself loaded.
+struct Recorder {
+    port: u16,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>,
+}
+
+/// How the recorder answers one POST: `(content type, body)`, from the request's path and
+/// body.
+type Script = fn(&str, &str) -> (String, String);
+
+impl Recorder {
+    fn start(script: Script) -> Recorder {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let mut stream = stream;
+                    loop {
+                        let mut request_line = String::new();
+                        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let mut length = 0usize;
+                        let mut chunked = false;
+                        loop {
+                            let mut h = String::new();
+                            if reader.read_line(&mut h).unwrap_or(0) == 0 {
+                                return;
+                            }
+                            let h = h.trim_end();
+                            if h.is_empty() {
+                                break;
+                            }
+                            let lower = h.to_ascii_lowercase();
+                            if let Some(v) = lower.strip_prefix("content-length:") {
+                                length = v.trim().parse().unwrap_or(0);
+                            }
+                            if lower.starts_with("transfer-encoding:") && lower.contains("chunked")
+                            {
+                                chunked = true;
+                            }
+                        }
+                        let mut body = Vec::new();
+                        if chunked {
+                            loop {
+                                let mut size = String::new();
+                                reader.read_line(&mut size).unwrap();
+                                let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+                                let mut chunk = vec![0; n + 2];
+                                reader.read_exact(&mut chunk).unwrap();
+                                if n == 0 {
+                                    break;
+                                }
+                                body.extend_from_slice(&chunk[..n]);
+                            }
+                        } else {
+                            body.resize(length, 0);
+                            reader.read_exact(&mut body).unwrap();
+                        }
+                        let mut parts = request_line.split_whitespace();
+                        let method = parts.next().unwrap_or("").to_owned();
+                        let path = parts.next().unwrap_or("").to_owned();
+                        let body = String::from_utf8_lossy(&body).into_owned();
+                        let (ctype, answer) = if method == "POST" {
+                            script(&path, &body)
+                        } else {
+                            ("application/json".into(), "{}".into())
+                        };
+                        log.lock().unwrap().push((format!("{method} {path}"), body));
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: keep-alive\r\n\r\n",
+                            answer.len()
+                        );
+                        let sent = stream.write_all(head.as_bytes()).and_then(|_| {
+                            if method == "HEAD" {
+                                Ok(())
+                            } else {
+                                stream.write_all(answer.as_bytes())
+                            }
+                        });
+                        if sent.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Recorder { port, seen }
+    }
+
+    fn requests(&self) -> Vec<(String, String)> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn sse(events: &[Value]) -> String {
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+        .collect()
+}
+
+/// Anthropic's Messages API, streamed. The stand-in calls mop's retrieve tool once and
+/// then answers "done". Claude Code may offer MCP tools deferred (by name, loaded through
+/// its ToolSearch tool) or directly: the script loads the schema first when deferred.
+fn claude_model(_path: &str, body: &str) -> (String, String) {
+    let v: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    let retrieve = "mcp__mop__memory_retrieve";
+    let offered = v["tools"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|t| t["name"] == retrieve));
+    let answered = |id: &str| body.contains(&format!("\"tool_use_id\":\"{id}\""));
+    let call = |id: &str, name: &str, input: Value| Some((id.to_owned(), name.to_owned(), input));
+    let tool = if answered("toolu_retrieve") || !body.contains(retrieve) {
+        None
+    } else if offered || answered("toolu_search") {
+        call(
+            "toolu_retrieve",
+            retrieve,
+            serde_json::json!({"query": "ALLSTATS execution plans"}),
+        )
+    } else {
+        call(
+            "toolu_search",
+            "ToolSearch",
+            serde_json::json!({"query": format!("select:{retrieve}")}),
+        )
+    };
+    let stop = if tool.is_some() {
+        "tool_use"
+    } else {
+        "end_turn"
+    };
+    if v["stream"] != true {
+        let content = match &tool {
+            Some((id, name, input)) => {
+                serde_json::json!([{"type":"tool_use","id":id,"name":name,"input":input}])
+            }
+            None => serde_json::json!([{"type":"text","text":"done"}]),
+        };
+        return (
+            "application/json".into(),
+            serde_json::json!({"id":"msg_1","type":"message","role":"assistant","model":"recorder","content":content,"stop_reason":stop,"stop_sequence":null,"usage":{"input_tokens":1,"output_tokens":1}}).to_string(),
+        );
+    }
+    let (block, delta) = match &tool {
+        Some((id, name, input)) => (
+            serde_json::json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":id,"name":name,"input":{}}}),
+            serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":input.to_string()}}),
+        ),
+        None => (
+            serde_json::json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+            serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"done"}}),
+        ),
+    };
+    (
+        "text/event-stream".into(),
+        sse(&[
+            serde_json::json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"recorder","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":1,"output_tokens":1}}}),
+            block,
+            delta,
+            serde_json::json!({"type":"content_block_stop","index":0}),
+            serde_json::json!({"type":"message_delta","delta":{"stop_reason":stop,"stop_sequence":null},"usage":{"output_tokens":1}}),
+            serde_json::json!({"type":"message_stop"}),
+        ]),
+    )
+}
+
+/// What keeps an agent CLI quiet offline: no telemetry, update checks or error reports.
+const QUIET: &[&str] = &[
+    "--env",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+    "--env",
+    "DISABLE_AUTOUPDATER=1",
+    "--env",
+    "DISABLE_TELEMETRY=1",
+    "--env",
+    "DISABLE_ERROR_REPORTING=1",
+];
+
+#[test]
+fn claude_code_loads_the_primed_memory_and_uses_mop_mcp() {
+    let Some(node) = clients("node") else { return };
+    let Some(env) = setup() else { return };
+    let claude = node.join("node_modules/.bin/claude");
+    let claude = claude.to_str().unwrap();
+    let w = env.workdir();
+    let mut agent: Vec<&str> = vec!["--agent", "claude"];
+    agent.extend(QUIET);
+
+    // Offline, no key: the MCP server list, which starts `mop mcp` and connects to it.
+    let list = env.mop_run(
+        "claude-mcp-list",
+        "alice",
+        "db-prod-01",
+        w.path(),
+        &agent,
+        &[claude, "mcp", "list"],
+    );
+    eprintln!("claude mcp list: {}", text(&list));
+    assert!(list.status.success(), "{}", text(&list));
+    let listed = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("mop: /run/mop/bin/mop mcp - ") && l.ends_with(" Connected")),
+        "{listed}"
+    );
+    // The control: the same CLI without --agent has no mop server.
+    let bare = env.mop_run(
+        "claude-bare",
+        "alice",
+        "db-prod-01",
+        w.path(),
+        QUIET,
+        &[claude, "mcp", "list"],
+    );
+    assert!(
+        !String::from_utf8_lossy(&bare.stdout).contains("mop:"),
+        "{}",
+        text(&bare)
+    );
+
+    // A whole turn against a loopback stand-in for the model: what Claude Code sends is
+    // what it loaded.
+    let model = Recorder::start(claude_model);
+    let base = format!("ANTHROPIC_BASE_URL=http://127.0.0.1:{}", model.port);
+    let mut with_model = agent.clone();
+    with_model.extend(["--env", &base, "--env", "ANTHROPIC_API_KEY=not-a-real-key"]);
+    let turn = env.mop_run(
+        "claude-turn",
+        "alice",
+        "db-prod-01",
+        w.path(),
+        &with_model,
+        &[claude, "-p", "Why does the nightly export fail?"],
+    );
+    eprintln!("claude -p: {}", text(&turn));
+    let requests = model.requests();
+    eprintln!(
+        "requests to the stand-in model: {:?}",
+        requests
+            .iter()
+            .map(|(r, b)| (r, b.len()))
+            .collect::<Vec<_>>()
+    );
+    assert!(turn.status.success(), "{}", text(&turn));
+    let messages: Vec<&String> = requests
+        .iter()
+        .filter(|(r, _)| r.starts_with("POST /v1/messages"))
+        .map(|(_, b)| b)
+        .collect();
+    let first = messages
+        .iter()
+        .find(|b| b.contains("mcp__mop__memory_retrieve"))
+        .unwrap_or_else(|| panic!("no request offered the mop tools: {requests:?}"));
+    // The user-level CLAUDE.md the adapter wrote, and the MEMORY.md it imports.
+    assert!(
+        first.contains("Check the index first"),
+        "CLAUDE.md not loaded"
+    );
+    assert!(
+        first.contains("/run/mop/home/.claude/CLAUDE.md"),
+        "loaded from elsewhere"
+    );
+    assert!(first.contains("Primary Anchors"), "MEMORY.md not imported");
+    // The tool call went through `mop mcp` to the daemon and back, within alice's scope.
+    let result = messages
+        .iter()
+        .find(|b| b.contains("\"tool_use_id\":\"toolu_retrieve\""))
+        .unwrap_or_else(|| panic!("no retrieve result came back: {} requests", messages.len()));
+    assert!(result.contains(ALICE_CARD), "{result}");
+    assert!(!result.contains(CAROL_CARD), "{result}");
+    assert!(
+        String::from_utf8_lossy(&turn.stdout).contains("done"),
+        "{}",
+        text(&turn)
+    );
 }

@@ -720,3 +720,116 @@ fn claude_code_loads_the_primed_memory_and_uses_mop_mcp() {
         text(&turn)
     );
 }
+
+/// OpenAI's Responses API, streamed. The stand-in calls mop's retrieve tool (under
+/// whatever name Codex gives it) once, then answers "done".
+fn codex_model(_path: &str, body: &str) -> (String, String) {
+    let v: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    // Codex offers each MCP server's tools as one namespace, `mcp__<server>`.
+    let offered = v["tools"].as_array().is_some_and(|t| {
+        t.iter().any(|t| {
+            t["name"] == "mcp__mop"
+                && t["tools"]
+                    .as_array()
+                    .is_some_and(|i| i.iter().any(|i| i["name"] == "memory_retrieve"))
+        })
+    });
+    let answered = body.contains("function_call_output");
+    let item = if offered && !answered {
+        serde_json::json!({"type":"function_call","id":"fc_1","call_id":"call_retrieve","namespace":"mcp__mop","name":"memory_retrieve","arguments":"{\"query\":\"ALLSTATS execution plans\"}","status":"completed"})
+    } else {
+        serde_json::json!({"type":"message","role":"assistant","id":"msg_1","status":"completed","content":[{"type":"output_text","text":"done","annotations":[]}]})
+    };
+    let response = serde_json::json!({"id":"resp_1","object":"response","status":"completed","output":[],"usage":{"input_tokens":1,"input_tokens_details":{"cached_tokens":0},"output_tokens":1,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":2}});
+    (
+        "text/event-stream".into(),
+        sse(&[
+            serde_json::json!({"type":"response.created","response":{"id":"resp_1"}}),
+            serde_json::json!({"type":"response.output_item.done","output_index":0,"item":item}),
+            serde_json::json!({"type":"response.completed","response":response}),
+        ]),
+    )
+}
+
+#[test]
+fn codex_loads_the_primed_agents_md_and_uses_mop_mcp() {
+    let Some(node) = clients("node") else { return };
+    let Some(env) = setup() else { return };
+    let codex = node.join("node_modules/.bin/codex");
+    let codex = codex.to_str().unwrap();
+    let w = env.workdir();
+    let agent = ["--agent", "codex"];
+
+    let list = env.mop_run("codex-mcp-list", "alice", "db-prod-01", w.path(), &agent, &[codex, "mcp", "list"]);
+    eprintln!("codex mcp list: {}", text(&list));
+    assert!(list.status.success(), "{}", text(&list));
+    let json = env.mop_run("codex-mcp-json", "alice", "db-prod-01", w.path(), &agent, &[codex, "mcp", "list", "--json"]);
+    eprintln!("codex mcp list --json: {}", text(&json));
+    assert!(json.status.success(), "{}", text(&json));
+    let servers: Value = serde_json::from_slice(&json.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&json)));
+    let mop = servers
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "mop")
+        .unwrap_or_else(|| panic!("no mop server: {servers}"));
+    assert_eq!(mop["transport"]["command"], "/run/mop/bin/mop", "{mop}");
+    assert_eq!(mop["transport"]["args"], serde_json::json!(["mcp"]), "{mop}");
+    // The control: without --agent, Codex has no mop server.
+    let bare = env.mop_run("codex-bare", "alice", "db-prod-01", w.path(), &[], &[codex, "mcp", "list", "--json"]);
+    assert!(!String::from_utf8_lossy(&bare.stdout).contains("/run/mop/bin/mop"), "{}", text(&bare));
+
+    // A whole turn against a loopback stand-in for the model.
+    let model = Recorder::start(codex_model);
+    let provider = format!(
+        "model_providers.recorder={{name=\"recorder\",base_url=\"http://127.0.0.1:{}/v1\",env_key=\"RECORDER_KEY\",wire_api=\"responses\"}}",
+        model.port
+    );
+    let mut with_model: Vec<&str> = agent.to_vec();
+    with_model.extend(["--env", "RECORDER_KEY=not-a-real-key"]);
+    let turn = env.mop_run(
+        "codex-turn",
+        "alice",
+        "db-prod-01",
+        w.path(),
+        &with_model,
+        &[
+            codex, "exec", "--skip-git-repo-check", "--sandbox", "danger-full-access",
+            "-c", &provider, "-c", "model_provider=\"recorder\"", "-c", "model=\"recorder\"",
+            "Why does the nightly export fail?",
+        ],
+    );
+    eprintln!("codex exec: {}", text(&turn));
+    let requests = model.requests();
+    eprintln!(
+        "requests to the stand-in model: {:?}",
+        requests.iter().map(|(r, b)| (r, b.len())).collect::<Vec<_>>()
+    );
+    assert!(turn.status.success(), "{}", text(&turn));
+    let posts: Vec<&String> = requests
+        .iter()
+        .filter(|(r, _)| r.starts_with("POST /v1/responses"))
+        .map(|(_, b)| b)
+        .collect();
+    let first = posts.first().unwrap_or_else(|| panic!("no request: {requests:?}"));
+    assert!(first.contains("Check the index first"), "AGENTS.md not loaded: {first}");
+    assert!(first.contains("memory_retrieve"), "mop tools not offered");
+    let result = posts
+        .iter()
+        .find(|b| b.contains("function_call_output"))
+        .unwrap_or_else(|| {
+            let v: Value = serde_json::from_str(first).unwrap();
+            let names: Vec<String> = v["tools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|t| if t["type"] == "namespace" { t.to_string().chars().take(700).collect() } else { format!("{}:{}", t["type"], t["name"]) })
+                .collect();
+            panic!(
+                "no tool result came back: {} requests; tools offered: {names:?}",
+                posts.len()
+            )
+        });
+    assert!(result.contains(ALICE_CARD), "{result}");
+    assert!(!result.contains(CAROL_CARD), "{result}");
+}

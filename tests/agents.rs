@@ -133,6 +133,28 @@ impl Env {
     }
 }
 
+/// Every path under `dir` with its contents' length (directories as `None`), sorted.
+fn tree(dir: &Path) -> Vec<(PathBuf, Option<u64>)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                todo.push(e.path());
+                out.push((e.path(), None));
+            } else {
+                out.push((e.path(), Some(m.len())));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 /// The Python SDK probe (tests/clients/mcp_probe.py) in `user`'s task; its JSON report.
 fn python_probe(env: &Env, py: &Path, task: &str, user: &str, args: Value) -> Value {
     let w = env.workdir();
@@ -665,7 +687,22 @@ fn claude_code_loads_the_primed_memory_and_uses_mop_mcp() {
     );
 
     // A whole turn against a loopback stand-in for the model: what Claude Code sends is
-    // what it loaded.
+    // what it loaded. The working directory is a repository with its own CLAUDE.md and
+    // .claude/: both must load as before, and stay untouched.
+    std::fs::write(
+        w.path().join("CLAUDE.md"),
+        "Project rule: run make check before committing.\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(w.path().join(".claude")).unwrap();
+    std::fs::write(
+        w.path().join(".claude/settings.json"),
+        "{\"permissions\":{\"deny\":[\"WebFetch\"]}}\n",
+    )
+    .unwrap();
+    let before = tree(w.path());
+    let runner_home = Path::new("/home/moprunner");
+    let runner_files = tree(runner_home);
     let model = Recorder::start(claude_model);
     let base = format!("ANTHROPIC_BASE_URL=http://127.0.0.1:{}", model.port);
     let mut with_model = agent.clone();
@@ -707,6 +744,16 @@ fn claude_code_loads_the_primed_memory_and_uses_mop_mcp() {
         "loaded from elsewhere"
     );
     assert!(first.contains("Primary Anchors"), "MEMORY.md not imported");
+    assert!(
+        first.contains("Project rule: run make check before committing."),
+        "the repository's own CLAUDE.md no longer loads"
+    );
+    assert_eq!(tree(w.path()), before, "the repository changed");
+    assert_eq!(
+        tree(runner_home),
+        runner_files,
+        "the runner's own home changed"
+    );
     // The tool call went through `mop mcp` to the daemon and back, within alice's scope.
     let result = messages
         .iter()
@@ -760,13 +807,28 @@ fn codex_loads_the_primed_agents_md_and_uses_mop_mcp() {
     let w = env.workdir();
     let agent = ["--agent", "codex"];
 
-    let list = env.mop_run("codex-mcp-list", "alice", "db-prod-01", w.path(), &agent, &[codex, "mcp", "list"]);
+    let list = env.mop_run(
+        "codex-mcp-list",
+        "alice",
+        "db-prod-01",
+        w.path(),
+        &agent,
+        &[codex, "mcp", "list"],
+    );
     eprintln!("codex mcp list: {}", text(&list));
     assert!(list.status.success(), "{}", text(&list));
-    let json = env.mop_run("codex-mcp-json", "alice", "db-prod-01", w.path(), &agent, &[codex, "mcp", "list", "--json"]);
+    let json = env.mop_run(
+        "codex-mcp-json",
+        "alice",
+        "db-prod-01",
+        w.path(),
+        &agent,
+        &[codex, "mcp", "list", "--json"],
+    );
     eprintln!("codex mcp list --json: {}", text(&json));
     assert!(json.status.success(), "{}", text(&json));
-    let servers: Value = serde_json::from_slice(&json.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&json)));
+    let servers: Value =
+        serde_json::from_slice(&json.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&json)));
     let mop = servers
         .as_array()
         .unwrap()
@@ -774,10 +836,25 @@ fn codex_loads_the_primed_agents_md_and_uses_mop_mcp() {
         .find(|s| s["name"] == "mop")
         .unwrap_or_else(|| panic!("no mop server: {servers}"));
     assert_eq!(mop["transport"]["command"], "/run/mop/bin/mop", "{mop}");
-    assert_eq!(mop["transport"]["args"], serde_json::json!(["mcp"]), "{mop}");
+    assert_eq!(
+        mop["transport"]["args"],
+        serde_json::json!(["mcp"]),
+        "{mop}"
+    );
     // The control: without --agent, Codex has no mop server.
-    let bare = env.mop_run("codex-bare", "alice", "db-prod-01", w.path(), &[], &[codex, "mcp", "list", "--json"]);
-    assert!(!String::from_utf8_lossy(&bare.stdout).contains("/run/mop/bin/mop"), "{}", text(&bare));
+    let bare = env.mop_run(
+        "codex-bare",
+        "alice",
+        "db-prod-01",
+        w.path(),
+        &[],
+        &[codex, "mcp", "list", "--json"],
+    );
+    assert!(
+        !String::from_utf8_lossy(&bare.stdout).contains("/run/mop/bin/mop"),
+        "{}",
+        text(&bare)
+    );
 
     // A whole turn against a loopback stand-in for the model.
     let model = Recorder::start(codex_model);
@@ -794,8 +871,17 @@ fn codex_loads_the_primed_agents_md_and_uses_mop_mcp() {
         w.path(),
         &with_model,
         &[
-            codex, "exec", "--skip-git-repo-check", "--sandbox", "danger-full-access",
-            "-c", &provider, "-c", "model_provider=\"recorder\"", "-c", "model=\"recorder\"",
+            codex,
+            "exec",
+            "--skip-git-repo-check",
+            "--sandbox",
+            "danger-full-access",
+            "-c",
+            &provider,
+            "-c",
+            "model_provider=\"recorder\"",
+            "-c",
+            "model=\"recorder\"",
             "Why does the nightly export fail?",
         ],
     );
@@ -803,7 +889,10 @@ fn codex_loads_the_primed_agents_md_and_uses_mop_mcp() {
     let requests = model.requests();
     eprintln!(
         "requests to the stand-in model: {:?}",
-        requests.iter().map(|(r, b)| (r, b.len())).collect::<Vec<_>>()
+        requests
+            .iter()
+            .map(|(r, b)| (r, b.len()))
+            .collect::<Vec<_>>()
     );
     assert!(turn.status.success(), "{}", text(&turn));
     let posts: Vec<&String> = requests
@@ -811,8 +900,13 @@ fn codex_loads_the_primed_agents_md_and_uses_mop_mcp() {
         .filter(|(r, _)| r.starts_with("POST /v1/responses"))
         .map(|(_, b)| b)
         .collect();
-    let first = posts.first().unwrap_or_else(|| panic!("no request: {requests:?}"));
-    assert!(first.contains("Check the index first"), "AGENTS.md not loaded: {first}");
+    let first = posts
+        .first()
+        .unwrap_or_else(|| panic!("no request: {requests:?}"));
+    assert!(
+        first.contains("Check the index first"),
+        "AGENTS.md not loaded: {first}"
+    );
     assert!(first.contains("memory_retrieve"), "mop tools not offered");
     let result = posts
         .iter()
@@ -823,7 +917,13 @@ fn codex_loads_the_primed_agents_md_and_uses_mop_mcp() {
                 .as_array()
                 .into_iter()
                 .flatten()
-                .map(|t| if t["type"] == "namespace" { t.to_string().chars().take(700).collect() } else { format!("{}:{}", t["type"], t["name"]) })
+                .map(|t| {
+                    if t["type"] == "namespace" {
+                        t.to_string().chars().take(700).collect()
+                    } else {
+                        format!("{}:{}", t["type"], t["name"])
+                    }
+                })
                 .collect();
             panic!(
                 "no tool result came back: {} requests; tools offered: {names:?}",

@@ -454,7 +454,7 @@ echo "whoami: $(id -u)"
 #[test]
 fn tiocsti_fails_inside_and_works_outside() {
     let Some(env) = setup() else { return };
-    let probe = "import fcntl, termios, sys\ntry:\n    fcntl.ioctl(0, termios.TIOCSTI, b'x')\n    print('TIOCSTI worked')\nexcept OSError as e:\n    print('TIOCSTI failed', e.errno)\n";
+    let probe = "import fcntl, os, termios, sys\ntry:\n    os.tcgetpgrp(0)\n    print('terminal: controlling')\nexcept OSError:\n    print('terminal: not controlling')\ntry:\n    fcntl.ioctl(0, termios.TIOCSTI, b'x')\n    print('TIOCSTI worked')\nexcept OSError as e:\n    print('TIOCSTI failed', e.errno)\n";
     let python = ["/usr/bin/python3", "/usr/local/bin/python3"]
         .into_iter()
         .find(|p| Path::new(p).exists());
@@ -498,6 +498,7 @@ fn tiocsti_fails_inside_and_works_outside() {
         .args(["--", python, "-c", probe]);
     let inside = run_on_pty(&mut inner);
     assert!(inside.contains("TIOCSTI failed"), "{inside}");
+    assert!(inside.contains("terminal: not controlling"), "{inside}");
     // --interactive keeps the controlling terminal (no --new-session): the seccomp filter
     // still refuses TIOCSTI, with EPERM.
     let mut inner = Command::new("setsid");
@@ -511,6 +512,24 @@ fn tiocsti_fails_inside_and_works_outside() {
     assert!(
         interactive.contains("TIOCSTI failed 1") && !interactive.contains("keeping --new-session"),
         "{interactive}"
+    );
+    assert!(
+        interactive.contains("terminal: controlling"),
+        "{interactive}"
+    );
+    // An agent CLI on a terminal (`--agent claude`, stdin a tty) gets its terminal the
+    // same way, without --interactive, and TIOCSTI stays refused.
+    let mut inner = Command::new("setsid");
+    let mop_run = env.mop_run("tiocsti-agent", w.path(), &["--agent", "claude"]);
+    inner
+        .arg("-c")
+        .arg(mop_run.get_program())
+        .args(mop_run.get_args())
+        .args(["--", python, "-c", probe]);
+    let agent = run_on_pty(&mut inner);
+    assert!(
+        agent.contains("terminal: controlling") && agent.contains("TIOCSTI failed 1"),
+        "{agent}"
     );
 }
 

@@ -405,6 +405,7 @@ echo "whoami: $(id -u)"
         "LOGNAME",
         "MOP_AGENT_SOCKET",
         "MOP_MEMORY_DIR",
+        "MOP_MEMORY_MD",
         "MOP_TASK_ASSET",
         "MOP_TASK_ID",
         "MOP_TASK_USER",

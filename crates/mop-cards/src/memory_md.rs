@@ -218,6 +218,10 @@ pub fn escape_inline(s: &str) -> String {
                 out.push(c);
             }
             ':' if chars.peek() == Some(&'/') => out.push_str("\\:"),
+            // `@path` at the start of a word is an import to agent CLIs that load this
+            // file as instructions (Claude Code's CLAUDE.md imports it): card text must
+            // not make them read other files.
+            '@' if !out.ends_with(|p: char| p.is_alphanumeric()) => out.push_str("\\@"),
             '.' if out.len() >= 3
                 && out.as_bytes()[out.len() - 3..].eq_ignore_ascii_case(b"www") =>
             {
@@ -236,6 +240,10 @@ mod tests {
     #[test]
     fn escaping_keeps_text_inside_its_cell() {
         assert_eq!(escape_inline("a | b"), "a \\| b");
+        assert_eq!(
+            escape_inline("@/etc/passwd and see\t@notes.md (@x), mail a@b.c"),
+            "\\@/etc/passwd and see \\@notes.md (\\@x), mail a@b.c"
+        );
         assert_eq!(escape_inline("[x](http://evil)"), "\\[x\\](http\\://evil)");
         assert_eq!(escape_inline("line1\nline2\r\n"), "line1 line2");
         assert_eq!(escape_inline("<script>"), "\\<script\\>");

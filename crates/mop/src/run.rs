@@ -14,8 +14,8 @@
 //! exactly six: the checked working directory (`--bind-fd`), the view twice and the agent
 //! socket directory (O_PATH, for `--ro-bind-fd`), the status pipe (`--json-status-fd`,
 //! which tells a started command from a setup failure) and the seccomp pipe, plus, with
-//! `--agent claude|codex`, one read-only pipe per priming file (`--file`, copied into the
-//! sandbox's private home; see `mop_agent::prime`). bwrap is
+//! `--agent claude|codex`, one memfd per priming file (`--file`, copied into the
+//! sandbox's private home and closed by bwrap; see `mop_agent::prime`). bwrap is
 //! spawned from the main thread, which lives until it exits, so `--die-with-parent`
 //! follows the right thread; that thread also enters the Landlock domain and the fresh
 //! session keyring the sandbox inherits.
@@ -80,6 +80,12 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             "mop: WARNING: --no-sandbox-dev-only: running WITHOUT a sandbox; the command can read and write \
              everything you can. Never use this for real agents."
         );
+        if a.agent.is_some_and(|k| k != AgentKind::Generic) {
+            eprintln!(
+                "mop: warning: --agent primes only a sandbox's private home; without a sandbox \
+                 nothing is written and the agent keeps your own configuration"
+            );
+        }
         None
     } else {
         Some(mop_proto::host::find_bwrap(Some(&workdir)).map_err(anyhow::Error::msg)?)
@@ -151,23 +157,23 @@ fn ready(rt: &tokio::runtime::Runtime, hold: &mut HeldPrepare, r: &Reservation) 
     }
 }
 
-/// The priming files as pipes bwrap copies from (`--file FD PATH`): each holds its whole
-/// contents and is closed for writing, so bwrap reads to its end without waiting on us.
+/// The priming files as memfds bwrap copies from (`--file FD PATH`), each holding its
+/// whole contents from offset 0. Not pipes: a pipe's capacity shrinks to one page when the
+/// runner's uid holds many pipe pages (which a sandboxed agent of the same uid can
+/// arrange), and a larger file would then block `mop run` before bwrap ever started.
 fn primed_files(p: &Primed) -> Result<Vec<(std::os::fd::OwnedFd, PathBuf)>> {
-    use std::io::Write;
+    use std::io::{Seek, Write};
     p.files
         .iter()
         .map(|(path, text)| {
-            // A pipe holds 64 KiB before a writer blocks; the files are a few KiB.
-            if text.len() > 60 * 1024 {
-                bail!("priming file {} is too large for its pipe", path.display());
-            }
-            let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
-                .context("cannot create a pipe for the agent's priming files")?;
-            std::fs::File::from(write)
-                .write_all(text.as_bytes())
+            let fd =
+                nix::sys::memfd::memfd_create(c"mop-prime", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
+                    .context("cannot create a memfd for the agent's priming files")?;
+            let mut file = std::fs::File::from(fd);
+            file.write_all(text.as_bytes())
+                .and_then(|()| file.rewind())
                 .with_context(|| format!("cannot write priming file {}", path.display()))?;
-            Ok((read, path.clone()))
+            Ok((file.into(), path.clone()))
         })
         .collect()
 }

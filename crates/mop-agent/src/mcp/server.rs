@@ -313,8 +313,14 @@ impl MemoryServer {
         ];
         for c in &list.cards {
             let Some(path) = &c.mounted_at else { continue };
+            // The same mark the tools and MEMORY.md give: an agent wrote it, nobody checked.
+            let title = if c.unverified {
+                format!("(unverified) {}", c.title)
+            } else {
+                c.title.clone()
+            };
             let mut r = Resource::new(format!("{URI_PREFIX}{path}"), path.clone())
-                .with_title(c.title.clone())
+                .with_title(title)
                 .with_mime_type("text/markdown");
             if let Some(d) = &c.description {
                 r = r.with_description(d.clone());
@@ -595,6 +601,12 @@ mod tests {
             .collect();
         let card_uri = format!("mop://memory/pitfalls/{ID}.md");
         assert_eq!(uris, ["mop://memory/MEMORY.md", card_uri.as_str()]);
+        assert!(
+            a[0]["result"]["resources"][1]["title"]
+                .as_str()
+                .unwrap()
+                .starts_with("(unverified) ")
+        );
         assert_eq!(
             a[1]["result"]["contents"][0]["text"],
             format!("contents of pitfalls/{ID}.md")

@@ -206,7 +206,13 @@ impl Syncer {
         self.update(|s| {
             s.pool_bytes = usage;
             match current {
-                Ok(Some(g)) => record_generation(s, &g.name, &g.manifest),
+                Ok(Some(g)) => record_generation(
+                    s,
+                    &g.name,
+                    g.manifest.epoch.clone(),
+                    g.manifest.revision,
+                    g.manifest.cards.len(),
+                ),
                 Ok(None) => {}
                 Err(e) => tracing::warn!(workspace = %self.ws, error = %e.message, "current generation unreadable"),
             }
@@ -245,6 +251,8 @@ impl Syncer {
             |sha, size| pool.has_object(sha, size),
         )
         .map_err(refused)?;
+        // Only the plan needed the held generation; the fetch and build do not.
+        drop(current);
         let Plan::Publish {
             manifest,
             missing,
@@ -268,10 +276,17 @@ impl Syncer {
             s.stats.objects_fetched += missing.len() as u64;
             s.stats.object_bytes += received;
         });
-        let (name, usage) = self.build_and_publish(manifest.clone()).await?;
-        tracing::info!(workspace = %self.ws, generation = %name, cards = manifest.cards.len(), objects = missing.len(), bytes = received, "published a new generation");
+        // The manifest moves into the build: a copy kept here would double the peak
+        // memory of a large workspace's sync.
+        let (epoch, revision, cards) = (
+            manifest.epoch.clone(),
+            manifest.revision,
+            manifest.cards.len(),
+        );
+        let (name, usage) = self.build_and_publish(manifest).await?;
+        tracing::info!(workspace = %self.ws, generation = %name, cards, objects = missing.len(), bytes = received, "published a new generation");
         self.update(|s| {
-            record_generation(s, &name, &manifest);
+            record_generation(s, &name, epoch, revision, cards);
             s.pool_bytes = usage;
         });
         Ok((SyncResult::Modified, Some(200)))
@@ -345,10 +360,16 @@ impl Syncer {
 }
 
 /// Notes a generation in the status: its name and the version and size of its manifest.
-fn record_generation(s: &mut WorkspaceStatus, name: &str, manifest: &mop_proto::sync::Manifest) {
-    s.epoch = Some(manifest.epoch.clone());
-    s.revision = Some(manifest.revision);
-    s.cards = manifest.cards.len();
+fn record_generation(
+    s: &mut WorkspaceStatus,
+    name: &str,
+    epoch: String,
+    revision: u64,
+    cards: usize,
+) {
+    s.epoch = Some(epoch);
+    s.revision = Some(revision);
+    s.cards = cards;
     s.generation = Some(name.to_owned());
 }
 

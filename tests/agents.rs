@@ -280,7 +280,11 @@ fn the_mcp_python_sdk_uses_every_tool_and_resource_within_the_tasks_scope() {
         assert!(got["is_error"].as_bool().unwrap(), "{got}");
         assert!(got["text"].as_str().unwrap().contains("not found"), "{got}");
         assert!(
-            report["get"]["text"].as_str().unwrap().contains("title:"),
+            report["get"]["text"].as_str().unwrap().contains("title:")
+                && report["get"]["text"]
+                    .as_str()
+                    .unwrap()
+                    .contains("cards this task may see"),
             "{}",
             report["get"]
         );

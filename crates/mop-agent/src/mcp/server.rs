@@ -216,10 +216,19 @@ impl MemoryServer {
         match self.memory.get(id).await {
             Ok(bytes) => {
                 let text = String::from_utf8_lossy(&bytes).into_owned();
-                Ok(ok(
+                let mut r = ok(
                     text.clone(),
                     serde_json::json!({ "id": id, "markdown": text }),
-                ))
+                );
+                // The coverage line, as a block of its own so the first is the card alone.
+                if let Ok(list) = self.memory.list().await {
+                    r.content.push(ContentBlock::text(format!(
+                        "Card {id} is one of the {} cards this task may see ({} mounted); memory_retrieve searches them all.",
+                        list.visible,
+                        list.cards.len()
+                    )));
+                }
+                Ok(r)
             }
             Err(e) => Ok(refused("memory_get", e)),
         }
@@ -547,6 +556,12 @@ mod tests {
                 .as_str()
                 .unwrap()
                 .contains("{\"jsonrpc\":\"2.0\"}")
+        );
+        assert_eq!(
+            a[2]["result"]["content"][1]["text"],
+            format!(
+                "Card {ID} is one of the 7 cards this task may see (1 mounted); memory_retrieve searches them all."
+            )
         );
         assert_eq!(a[3]["result"]["isError"], true, "{}", a[3]);
         assert!(

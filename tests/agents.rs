@@ -12,6 +12,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+use mop_tests::procs::output_text as text;
 use mop_tests::procs::{
     Daemon, DaemonOptions, Server, as_runner, bwrap_available, run, runner_user,
 };
@@ -73,15 +74,6 @@ fn setup() -> Option<Env> {
         uid,
         gid,
     })
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 impl Env {
@@ -560,6 +552,26 @@ impl Recorder {
     fn requests(&self) -> Vec<(String, String)> {
         self.seen.lock().unwrap().clone()
     }
+
+    /// After an agent's turn (`what`) that must have succeeded: the bodies of the requests
+    /// whose line starts with `prefix` (`POST /v1/…`), in order.
+    fn posts_after(&self, turn: &Output, what: &str, prefix: &str) -> Vec<String> {
+        eprintln!("{what}: {}", text(turn));
+        let requests = self.requests();
+        eprintln!(
+            "requests to the stand-in model: {:?}",
+            requests
+                .iter()
+                .map(|(r, b)| (r, b.len()))
+                .collect::<Vec<_>>()
+        );
+        assert!(turn.status.success(), "{}", text(turn));
+        requests
+            .into_iter()
+            .filter(|(r, _)| r.starts_with(prefix))
+            .map(|(_, b)| b)
+            .collect()
+    }
 }
 
 fn sse(events: &[Value]) -> String {
@@ -795,25 +807,11 @@ fn claude_code_loads_the_primed_memory_and_uses_mop_mcp() {
         &with_model,
         &[claude, "-p", "Why does the nightly export fail?"],
     );
-    eprintln!("claude -p: {}", text(&turn));
-    let requests = model.requests();
-    eprintln!(
-        "requests to the stand-in model: {:?}",
-        requests
-            .iter()
-            .map(|(r, b)| (r, b.len()))
-            .collect::<Vec<_>>()
-    );
-    assert!(turn.status.success(), "{}", text(&turn));
-    let messages: Vec<&String> = requests
-        .iter()
-        .filter(|(r, _)| r.starts_with("POST /v1/messages"))
-        .map(|(_, b)| b)
-        .collect();
+    let messages = model.posts_after(&turn, "claude -p", "POST /v1/messages");
     let first = messages
         .iter()
         .find(|b| b.contains("mcp__mop__memory_retrieve"))
-        .unwrap_or_else(|| panic!("no request offered the mop tools: {requests:?}"));
+        .unwrap_or_else(|| panic!("none of {} requests offered the mop tools", messages.len()));
     // The user-level CLAUDE.md the adapter wrote, and the MEMORY.md it imports.
     assert!(
         first.contains("Check the index first"),
@@ -977,24 +975,10 @@ fn codex_loads_the_primed_agents_md_and_uses_mop_mcp() {
             "Why does the nightly export fail?",
         ],
     );
-    eprintln!("codex exec: {}", text(&turn));
-    let requests = model.requests();
-    eprintln!(
-        "requests to the stand-in model: {:?}",
-        requests
-            .iter()
-            .map(|(r, b)| (r, b.len()))
-            .collect::<Vec<_>>()
-    );
-    assert!(turn.status.success(), "{}", text(&turn));
-    let posts: Vec<&String> = requests
-        .iter()
-        .filter(|(r, _)| r.starts_with("POST /v1/responses"))
-        .map(|(_, b)| b)
-        .collect();
+    let posts = model.posts_after(&turn, "codex exec", "POST /v1/responses");
     let first = posts
         .first()
-        .unwrap_or_else(|| panic!("no request: {requests:?}"));
+        .unwrap_or_else(|| panic!("no request reached the stand-in model"));
     assert!(
         first.contains("Check the index first"),
         "AGENTS.md not loaded: {first}"

@@ -10,6 +10,7 @@ use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::process::Output;
 
+use mop_tests::procs::output_text as text;
 use mop_tests::procs::{
     Daemon, DaemonOptions, Server, as_runner, run, runner_socket_request, runner_user,
 };
@@ -49,14 +50,6 @@ fn setup() -> Option<Env> {
         node,
         daemon,
     })
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// What one task can see, gathered every way a task can look.

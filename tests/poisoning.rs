@@ -8,6 +8,7 @@ use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Output;
 
+use mop_tests::procs::output_text as text;
 use mop_tests::procs::{
     Daemon, DaemonOptions, Server, as_runner, bwrap_available, run, runner_user,
 };
@@ -52,15 +53,6 @@ fn setup(server_config: &str) -> Option<Env> {
         uid,
         gid,
     })
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// The text of one `## ` section of a MEMORY.md.

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use mop_tests::procs::output_text as text;
 use mop_tests::procs::{
     Daemon, DaemonOptions, Server, as_runner, bin, bwrap_available, run, runner_command,
     runner_user,
@@ -53,15 +54,6 @@ fn setup() -> Option<Env> {
         uid,
         gid,
     })
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 impl Env {

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use mop_tests::procs::output_text as text;
 use mop_tests::procs::{
     Daemon, DaemonOptions, Server, as_runner, bin, bwrap_available, run, runner_command,
     runner_user,
@@ -127,14 +128,6 @@ impl Env {
         serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
     }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn plan(env: &Env, task: &str, user: &str, asset: Option<&str>) -> Value {

@@ -713,6 +713,16 @@ pub fn bwrap_available() -> bool {
     found
 }
 
+/// A finished command's status, stdout and stderr, for assertion messages.
+pub fn output_text(o: &std::process::Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
 /// `mop <args…>` run as the unprivileged runner user, through `setpriv`.
 pub fn as_runner(args: &[&std::ffi::OsStr]) -> Command {
     let mut cmd = runner_command(bin("mop"));

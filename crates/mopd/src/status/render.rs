@@ -58,29 +58,19 @@ impl Render for StatusReport {
         } else {
             let _ = writeln!(out, "mopd: DEGRADED — {}", self.summary);
         }
-        for p in &self.problems {
-            let _ = writeln!(
-                out,
-                "  problem: {}{} → {}",
-                p.workspace
-                    .as_ref()
-                    .map(|w| format!("{w}: "))
-                    .unwrap_or_default(),
-                p.message,
-                p.next
-            );
-        }
-        for p in &self.warnings {
-            let _ = writeln!(
-                out,
-                "  warning: {}{} → {}",
-                p.workspace
-                    .as_ref()
-                    .map(|w| format!("{w}: "))
-                    .unwrap_or_default(),
-                p.message,
-                p.next
-            );
+        for (kind, list) in [("problem", &self.problems), ("warning", &self.warnings)] {
+            for p in list {
+                let _ = writeln!(
+                    out,
+                    "  {kind}: {}{} → {}",
+                    p.workspace
+                        .as_ref()
+                        .map(|w| format!("{w}: "))
+                        .unwrap_or_default(),
+                    p.message,
+                    p.next
+                );
+            }
         }
         for w in &self.workspaces {
             let _ = writeln!(out, "\nworkspace {}", w.workspace);

@@ -78,7 +78,20 @@ impl AppState {
             .into_iter()
             .map(|(h, t)| (h, Arc::new(t)))
             .collect();
-        *self.revisions.write() = revisions;
+        {
+            // A reload that read the database just before a write of this process
+            // committed must not undo that write's `note_revision`: within a process a
+            // revision only grows (else the next poll would get a stale 304).
+            let mut map = self.revisions.write();
+            let merged = revisions
+                .into_iter()
+                .map(|(ws, rev)| {
+                    let known = map.get(&ws).copied().unwrap_or(0);
+                    (ws, rev.max(known))
+                })
+                .collect();
+            *map = merged;
+        }
         *self.tokens.write() = tokens;
         Ok(())
     }

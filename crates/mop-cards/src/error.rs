@@ -43,6 +43,11 @@ pub enum Rule {
     NotSelf,
     /// Every frontmatter key must be a plain name.
     KeyName,
+    /// Text kept verbatim (an unknown key's value) may hold no control characters but
+    /// tab and line breaks.
+    NoControlChars,
+    /// An unknown key's value must come back unchanged when the card is written out.
+    NotWrittenBack,
 }
 
 impl fmt::Display for Rule {
@@ -68,6 +73,12 @@ impl fmt::Display for Rule {
             Rule::NotSelf => f.write_str("must name another card, not the card itself"),
             Rule::KeyName => f.write_str(
                 "has a key that is not a plain name matching [A-Za-z_][A-Za-z0-9_-]{0,63}",
+            ),
+            Rule::NotWrittenBack => f.write_str(
+                "is a YAML value this version cannot write back unchanged (use plain strings, numbers and lists)",
+            ),
+            Rule::NoControlChars => f.write_str(
+                "must hold no control characters other than tab and line breaks (remove them)",
             ),
         }
     }

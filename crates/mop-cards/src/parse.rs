@@ -7,7 +7,7 @@ use std::str::FromStr;
 use jiff::Timestamp;
 use yaml_rust2::parser::{Event, Parser};
 use yaml_rust2::scanner::ScanError;
-use yaml_rust2::{Yaml, YamlLoader};
+use yaml_rust2::{Yaml, YamlEmitter, YamlLoader};
 
 use crate::card::{
     Card, CardSummary, CardType, Counters, DEFAULT_IMPORTANCE, Extra, Provenance, Scope, Trust,
@@ -241,7 +241,15 @@ fn card_from_mapping(map: yaml_rust2::yaml::Hash, body: &str) -> Result<Card, Ca
                     asset_id: fields[2].clone(),
                 });
             }
-            _ => extra.push((key, value)),
+            _ => {
+                if let Some(rule) = unrenderable(&value) {
+                    return Err(CardError::field(name, rule));
+                }
+                if !written_back(&key, &value) {
+                    return Err(CardError::field(name, Rule::NotWrittenBack));
+                }
+                extra.push((key, value))
+            }
         }
     }
 
@@ -361,6 +369,43 @@ fn nested(
 }
 
 /// `[A-Za-z_][A-Za-z0-9_-]{0,63}`: what a frontmatter key may look like.
+/// Why an unknown key's value would not survive being written back, if it would not. A
+/// quoted YAML string may carry any character as an escape, but the emitter writes some
+/// control characters (BEL, BS, VT, FF, ESC, DEL and the C1 range) raw, which this parser
+/// then refuses; and a nested key the emitter writes as an implicit key must stay short
+/// and simple. Such a card would be stored fine and never parse again.
+fn unrenderable(value: &Yaml) -> Option<Rule> {
+    let text_ok = |s: &str| {
+        !s.chars()
+            .any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+    };
+    match value {
+        Yaml::String(s) | Yaml::Real(s) => (!text_ok(s)).then_some(Rule::NoControlChars),
+        Yaml::Array(items) => items.iter().find_map(unrenderable),
+        Yaml::Hash(map) => map.iter().find_map(|(k, v)| match k.as_str() {
+            Some(k) if is_plain_key(k) => unrenderable(v),
+            _ => Some(Rule::KeyName),
+        }),
+        _ => None,
+    }
+}
+
+/// Whether an unknown key and its value come back unchanged from the emitter that
+/// `render_card` uses. The checks above name the known causes; this one holds the round
+/// trip for whatever YAML corner they do not know yet.
+fn written_back(key: &Yaml, value: &Yaml) -> bool {
+    let mut map = yaml_rust2::yaml::Hash::new();
+    map.insert(key.clone(), value.clone());
+    let mut text = String::new();
+    if YamlEmitter::new(&mut text)
+        .dump(&Yaml::Hash(map.clone()))
+        .is_err()
+    {
+        return false;
+    }
+    load_mapping(&text).is_ok_and(|again| again == map)
+}
+
 fn is_plain_key(k: &str) -> bool {
     let mut bytes = k.bytes();
     matches!(bytes.next(), Some(b'A'..=b'Z' | b'a'..=b'z' | b'_'))

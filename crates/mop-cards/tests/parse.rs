@@ -387,6 +387,41 @@ fn keys_that_cannot_be_written_back_are_refused() {
 }
 
 #[test]
+fn unknown_values_the_emitter_would_write_raw_are_refused() {
+    // Found by fuzzing: an escaped ESC (`\e`) in an unknown key's quoted value parsed and
+    // was kept, but the YAML emitter writes ESC, BEL, BS, VT, FF, DEL and C1 controls raw,
+    // so the rendered card no longer parsed. Refused by key, at any depth.
+    for extra in [
+        "note: \"ku\\ek\"\n",
+        "note: \"bell\\a\"\n",
+        "note: \"del\\x7f\"\n",
+        "note: \"c1\\x85\"\n",
+        "note: [ok, \"deep\\b\"]\n",
+        "note: {k: \"v\\e\"}\n",
+    ] {
+        let err = parse_card(card_with(extra).as_bytes()).unwrap_err();
+        assert_eq!(err.key(), Some("note"), "{extra}: {err}");
+        assert!(err.to_string().contains("control characters"), "{err}");
+    }
+    // A nested key is written back as an implicit key, so it follows the top-level rule
+    // (found by fuzzing: a 1,900-character nested key rendered past YAML's 1,024 limit).
+    let long = format!("note: [{{\"{}\": v}}]\n", "k".repeat(1100));
+    for extra in [
+        long.as_str(),
+        "note: {1: v}\n",
+        "note: {nested: {\"with space\": v}}\n",
+    ] {
+        let err = parse_card(card_with(extra).as_bytes()).unwrap_err();
+        assert_eq!(err.key(), Some("note"), "{extra}: {err}");
+        assert!(err.to_string().contains("plain name"), "{err}");
+    }
+    // Tab and line breaks are always written escaped: kept, and they round-trip.
+    let card = parse_card(card_with("note: \"a\\tb\\nc\\rd\"\n").as_bytes()).unwrap();
+    let again = parse_card(render_card(&card).as_bytes()).unwrap();
+    assert_eq!(again, card);
+}
+
+#[test]
 fn hostile_strings_round_trip() {
     let text = card_with(
         "description: \"quote \\\" colon: hash # pipe | and ]( link\"\nlabels: [\"true\", \"null\", \"1.0\"]\n",

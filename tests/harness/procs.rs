@@ -267,11 +267,23 @@ impl Server {
         self.child.is_some()
     }
 
-    /// Creates a token with the CLI.
+    /// Creates a token with the CLI (an admin token in the name of "Test Curator").
     pub fn token(&self, role: &str, workspaces: &[&str]) -> String {
+        self.token_named(
+            role,
+            workspaces,
+            (role == "admin").then_some("Test Curator"),
+        )
+    }
+
+    /// Creates a token with the CLI, for a named person.
+    pub fn token_named(&self, role: &str, workspaces: &[&str], name: Option<&str>) -> String {
         let mut args = vec!["token", "create", "--role", role];
         for w in workspaces {
             args.extend(["--workspace", w]);
+        }
+        if let Some(n) = name {
+            args.extend(["--name", n]);
         }
         let out = run(&mut self.cli(&args));
         assert!(

@@ -34,7 +34,7 @@ pub use codes::{CodeExtractor, CodePattern, PatternError, collapse_upper, defaul
 pub use config::{ConfigError, Rules, SelectionConfig};
 pub use error::{CardError, Rule};
 pub use id::{CardId, IdError, is_scope_id, is_slug, is_task_id};
-pub use memory_md::{escape_inline, render_memory_md};
+pub use memory_md::{escape_inline, is_primary_anchor, render_memory_md};
 pub use parse::{MAX_FRONTMATTER_BYTES, card_body, parse_card};
 pub use render::render_card;
 pub use select::{

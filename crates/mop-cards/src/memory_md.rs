@@ -13,6 +13,16 @@ use crate::select::{Catalog, Selected, Selection, Tier, TierCounts};
 use crate::task::TaskContext;
 use crate::wire::ManifestEntry;
 
+/// Whether a selected card is listed among MEMORY.md's Primary Anchors: verified
+/// corrections and preferences.
+pub fn is_primary_anchor(summary: &crate::CardSummary) -> bool {
+    !summary.is_unverified()
+        && matches!(
+            summary.card_type,
+            CardType::HumanCorrection | CardType::Preference
+        )
+}
+
 /// Renders the index for a task's view.
 pub fn render_memory_md(
     catalog: &Catalog,
@@ -45,14 +55,7 @@ pub fn render_memory_md(
     out.push_str("## Primary Anchors\n\n");
     let anchors: Vec<&Selected> = mounted
         .iter()
-        .filter(|s| {
-            let summary = &catalog.entry(s.ord).summary;
-            !summary.is_unverified()
-                && matches!(
-                    summary.card_type,
-                    CardType::HumanCorrection | CardType::Preference
-                )
-        })
+        .filter(|s| is_primary_anchor(&catalog.entry(s.ord).summary))
         .collect();
     if anchors.is_empty() {
         out.push_str("_No corrections or preferences were selected for this task._\n\n");

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::client::ControlError;
 use crate::client::{Hold, request, request_held};
+use crate::receipts::Receipt;
 use crate::status::{ErrorKind, StatusReport, SyncResult};
 use crate::tasks::{LeaseInfo, Plan, PrepareEvent, PrepareRequest, RenewRequest, TaskSummary};
 
@@ -209,6 +210,13 @@ impl Control {
     /// Releases a task.
     pub async fn release(&self, task_id: &str) -> Result<ReleaseReply, ControlError> {
         self.call("DELETE", &format!("/v1/tasks/{task_id}"), None)
+            .await
+    }
+
+    /// A task's receipt: what it was delivered and what its agent did (the live one while
+    /// it runs, else the newest kept). Its runner, root and the daemon's user may read it.
+    pub async fn receipt(&self, task_id: &str) -> Result<Receipt, ControlError> {
+        self.call("GET", &format!("/v1/tasks/{task_id}/receipt"), None)
             .await
     }
 

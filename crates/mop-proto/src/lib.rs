@@ -8,6 +8,10 @@
 //!   typed answers, and the typed [`control::Control`] client `mop` and `mopd` use.
 //! - [`status`]: the versioned status report `mopd status` shows.
 //! - [`agent`]: agent → daemon (a task's agent socket): retrieve, get, list, store.
+//! - [`receipts`]: what a daemon delivered to each task and what its agent did (ids,
+//!   hashes and counts), kept on the host and reported to the card server.
+//! - [`curation`]: curator → card server: listings with provenance and usage, the review
+//!   queue and its actions, versions, search, the staleness report.
 //! - [`profile`]: sandbox profiles, loaded and checked by the daemon (which knows the
 //!   directories a profile must never expose) and applied by the runner.
 //! - [`host`]: the host facts both sides must agree on (which `bwrap` to trust).
@@ -17,9 +21,11 @@
 pub mod agent;
 pub mod client;
 pub mod control;
+pub mod curation;
 pub mod host;
 pub mod inside;
 pub mod profile;
+pub mod receipts;
 pub mod status;
 pub mod sync;
 pub mod tasks;

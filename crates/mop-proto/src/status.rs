@@ -30,6 +30,27 @@ pub struct StatusReport {
     pub problems: Vec<Problem>,
     /// Things to know that do not make the daemon degraded (a new server epoch, …).
     pub warnings: Vec<Problem>,
+    /// Task receipts waiting to be reported (absent from older daemons' reports).
+    #[serde(default)]
+    pub receipts: ReceiptsInfo,
+}
+
+/// How task receipts are being reported to the server.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReceiptsInfo {
+    /// Receipts of ended tasks not reported yet.
+    pub pending: usize,
+    /// Receipts the server refused (kept under the state directory, `receipts/refused`).
+    pub refused: usize,
+    /// Receipts dropped unreported since the daemon started (older than
+    /// `receipts.keep_days`).
+    pub dropped: u64,
+    /// The last report the server took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reported_at: Option<Timestamp>,
+    /// Why the last report failed, until one succeeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 /// The daemon process.

@@ -4,12 +4,15 @@
 //!   objects, per-workspace revisions bumped in the same transaction as every change,
 //!   hashed tokens, audit history, versioned migrations.
 //! - [`api`]: the HTTP/1.1 JSON API of DESIGN.md "Protocol": manifests with weak ETags and
-//!   deltas, objects, stores from tasks, admin endpoints.
+//!   deltas, objects, stores from tasks, task receipts, admin endpoints, and the curation
+//!   API (listings, review queue and actions, search, staleness).
+//! - [`search`]: the server's own BM25 index of each workspace, for curators.
 //! - [`server`]: serving with graceful shutdown and background work.
 //! - [`transfer`]: OKF card directories in and out (`import`, `export`).
 
 pub mod api;
 pub mod config;
+pub mod search;
 pub mod server;
 pub mod state;
 pub mod store;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use mop_server::config::{DEFAULT_CONFIG, ServerConfig};
-use mop_server::store::{Role, Store};
+use mop_server::store::{NewToken, Role, Store};
 use mop_server::transfer;
 
 #[derive(Parser)]
@@ -89,10 +89,19 @@ enum TokenCommand {
         /// Free text to recognise the token by in `token list`.
         #[arg(long)]
         note: Option<String>,
+        /// The person who will use it (required for admin tokens): the audit history names
+        /// them for everything done with it.
+        #[arg(long)]
+        name: Option<String>,
+        /// Make the token stop working after this long: a number and a unit, s, m, h, d
+        /// or w (`90d`, `12h`) [default: never].
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        expires_in: Option<jiff::SignedDuration>,
         #[command(flatten)]
         at: Location,
     },
-    /// List tokens (ids, roles, workspaces; never the secrets).
+    /// List tokens: ids, roles, names, workspaces, expiry and last use (recorded at most
+    /// once a minute by a running server); never the secrets.
     List {
         /// Print JSON.
         #[arg(long)]
@@ -135,6 +144,28 @@ fn open(at: &Location) -> Result<Store> {
     Store::open(db).with_context(|| format!("cannot open database {}", db.display()))
 }
 
+/// `90d`, `12h`, `30m`, `45s`, `2w`: a positive whole number and one unit.
+fn parse_duration(s: &str) -> std::result::Result<jiff::SignedDuration, String> {
+    let bad = || {
+        format!("{s:?} is not a duration; write a number and a unit: s, m, h, d or w (90d, 12h)")
+    };
+    let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (n, unit) = s.split_at(split);
+    let n: i64 = n.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        "w" => 7 * 86_400,
+        _ => return Err(bad()),
+    };
+    match n.checked_mul(secs) {
+        Some(total) if total > 0 => Ok(jiff::SignedDuration::from_secs(total)),
+        _ => Err(bad()),
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -168,12 +199,25 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 role,
                 workspaces,
                 note,
+                name,
+                expires_in,
                 at,
             } => {
                 let role = Role::parse(&role).expect("clap checked the role");
-                let (id, token) = open(&at)?.create_token(role, &workspaces, note.as_deref())?;
+                let expires_at = expires_in
+                    .map(|d| jiff::Timestamp::now().checked_add(d))
+                    .transpose()
+                    .context("--expires-in is too far in the future")?;
+                let (id, token) = open(&at)?.create_token(&NewToken {
+                    role,
+                    workspaces: &workspaces,
+                    note: note.as_deref(),
+                    name: name.as_deref(),
+                    expires_at,
+                })?;
+                let until = expires_at.map_or_else(String::new, |t| format!(", valid until {t}"));
                 eprintln!(
-                    "created {role} token {id} for {}; store it now, it is not shown again",
+                    "created {role} token {id} for {}{until}; store it now, it is not shown again",
                     workspaces.join(", ")
                 );
                 println!("{token}");
@@ -188,19 +232,29 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                     );
                 } else {
                     println!(
-                        "{:<12} {:<6} {:<25} {:<30} STATUS",
-                        "ID", "ROLE", "CREATED", "WORKSPACES"
+                        "{:<12} {:<6} {:<20} {:<20} {:<28} {:<28} STATUS",
+                        "ID", "ROLE", "NAME", "WORKSPACES", "CREATED", "LAST USED"
                     );
+                    let now = jiff::Timestamp::now();
                     for r in rows {
-                        let status = r
-                            .revoked_at
-                            .map_or("active".to_owned(), |t| format!("revoked {t}"));
+                        let status = match (&r.revoked_at, &r.expires_at) {
+                            (Some(t), _) => format!("revoked {t}"),
+                            (None, Some(t))
+                                if t.parse::<jiff::Timestamp>().is_ok_and(|t| t <= now) =>
+                            {
+                                format!("expired {t}")
+                            }
+                            (None, Some(t)) => format!("active until {t}"),
+                            (None, None) => "active".to_owned(),
+                        };
                         println!(
-                            "{:<12} {:<6} {:<25} {:<30} {}",
+                            "{:<12} {:<6} {:<20} {:<20} {:<28} {:<28} {}",
                             r.id,
                             r.role,
-                            r.created_at,
+                            r.name.as_deref().unwrap_or("-"),
                             r.workspaces.join(","),
+                            r.created_at,
+                            r.last_used_at.as_deref().unwrap_or("never"),
                             status
                         );
                     }

@@ -21,6 +21,8 @@ use crate::store::Store;
 const REFRESH_EVERY: Duration = Duration::from_millis(500);
 /// How often garbage is collected.
 const GC_EVERY: Duration = Duration::from_secs(60);
+/// How often tokens' last use is written to the database.
+const TOKEN_USE_EVERY: Duration = Duration::from_secs(60);
 
 /// Opens the store and serves until SIGTERM or SIGINT. `on_ready` gets the bound address.
 pub async fn serve(config: ServerConfig, on_ready: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
@@ -60,6 +62,7 @@ pub async fn serve_until(
     tasks.spawn(refresher(state.clone(), stop_rx.clone()));
     tasks.spawn(counter_publisher(state.clone(), stop_rx.clone()));
     tasks.spawn(garbage_collector(state.clone(), stop_rx.clone()));
+    tasks.spawn(token_use_recorder(state.clone(), stop_rx.clone()));
 
     let app = api::router(state.clone());
     let mut http_stop = stop_rx.clone();
@@ -80,6 +83,7 @@ pub async fn serve_until(
     .await;
     tracing::info!("shutting down: draining background tasks");
     while tasks.join_next().await.is_some() {}
+    record_token_uses(&state).await;
     let store = state.store.clone();
     match tokio::task::spawn_blocking(move || store.publish_counters(None)).await? {
         Ok(p) if !p.is_empty() => {
@@ -156,6 +160,23 @@ async fn counter_publisher(state: Arc<AppState>, stop: watch::Receiver<bool>) {
         }
     })
     .await;
+}
+
+async fn token_use_recorder(state: Arc<AppState>, stop: watch::Receiver<bool>) {
+    every(TOKEN_USE_EVERY, stop, || record_token_uses(&state)).await;
+}
+
+async fn record_token_uses(state: &Arc<AppState>) {
+    let uses = state.take_token_uses();
+    if uses.is_empty() {
+        return;
+    }
+    let store = state.store.clone();
+    match tokio::task::spawn_blocking(move || store.record_token_uses(&uses)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "could not record when tokens were last used"),
+        Err(e) => tracing::warn!(error = %e, "recording token use panicked"),
+    }
 }
 
 async fn garbage_collector(state: Arc<AppState>, stop: watch::Receiver<bool>) {

@@ -14,6 +14,7 @@ use parking_lot::{Mutex, RwLock};
 use bytes::Bytes;
 
 use crate::config::ServerConfig;
+use crate::search::SearchCache;
 use crate::store::{Store, TokenInfo};
 
 /// A full manifest ready to send.
@@ -45,6 +46,10 @@ pub struct AppState {
     /// Store budget per token id: (tokens left, when last refilled). A token bucket of
     /// `limits.stores_per_token_per_minute`, refilled continuously.
     store_budgets: Mutex<HashMap<String, (f64, std::time::Instant)>>,
+    /// Last use of each token since the last flush to the database.
+    token_uses: Mutex<HashMap<String, jiff::Timestamp>>,
+    /// The curation search indexes.
+    pub search: SearchCache,
 }
 
 impl AppState {
@@ -59,6 +64,8 @@ impl AppState {
             builds: Mutex::default(),
             data_version: Mutex::default(),
             store_budgets: Mutex::default(),
+            token_uses: Mutex::default(),
+            search: SearchCache::default(),
         };
         state.reload()?;
         Ok(state)
@@ -160,6 +167,26 @@ impl AppState {
         } else {
             Err(((1.0 - *left) * 60.0 / per_minute).ceil().max(1.0) as u64)
         }
+    }
+
+    /// Notes that a token was used now (written to the database by [`AppState::take_token_uses`]'s
+    /// caller, at most once a minute, so polls stay free of writes).
+    pub fn note_token_use(&self, token_id: &str) {
+        let now = jiff::Timestamp::now();
+        let mut uses = self.token_uses.lock();
+        match uses.get_mut(token_id) {
+            Some(at) => *at = now,
+            None => {
+                uses.insert(token_id.to_owned(), now);
+            }
+        }
+    }
+
+    /// The token uses noted since the last call.
+    pub fn take_token_uses(&self) -> Vec<(String, jiff::Timestamp)> {
+        std::mem::take(&mut *self.token_uses.lock())
+            .into_iter()
+            .collect()
     }
 
     /// The lock a full-manifest build of `ws` holds.

@@ -1,8 +1,9 @@
 //! The store without HTTP: purge after archive retention, object retention, the delta
-//! history floor, and migrations, on a real SQLite file.
+//! history floor, migrations, conditional changes, receipts counted once, merges and the
+//! staleness report, on a real SQLite file.
 
 use mop_cards::{CardId, sha256_hex};
-use mop_server::store::{CardState, ManifestKind, Store, StoreError};
+use mop_server::store::{CardState, Expect, ManifestKind, Store, StoreError};
 
 const WS: &str = "acme";
 
@@ -41,7 +42,9 @@ fn archived_cards_are_purged_after_retention_and_history_redacted() {
         .unwrap()
         .manifest
         .revision;
-    store.set_state(WS, &a, CardState::Archive, "test").unwrap();
+    store
+        .set_state(WS, &a, CardState::Archive, "test", Expect::Any)
+        .unwrap();
     // Within the retention nothing is purged.
     assert_eq!(store.collect_garbage(3600, 3600, 3600).unwrap(), (0, 0));
     assert!(store.card_text(WS, &a).is_ok());
@@ -72,7 +75,7 @@ fn released_objects_live_for_the_retention_window() {
     let b = CardId::parse(B).unwrap();
     let old_sha = sha256_hex(&card(B, "Beta").1);
     store
-        .update_card(WS, &b, &card(B, "Beta two").1, "test")
+        .update_card(WS, &b, &card(B, "Beta two").1, "test", Expect::Any)
         .unwrap();
     assert!(
         store.object(WS, &old_sha).unwrap().is_some(),
@@ -135,7 +138,7 @@ fn migrations_are_versioned_and_newer_databases_refused() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 2);
+    assert_eq!(version, 3, "migration 3: the curation loop");
     conn.pragma_update(None, "user_version", 99).unwrap();
     drop(conn);
     let err = Store::open(&path).unwrap_err();
@@ -206,7 +209,7 @@ fn a_delta_over_its_limit_gives_way_to_the_full_manifest() {
     let edit = |id: &str, n: u32| {
         let (_, text) = card(id, &format!("Card {id} edit {n}"));
         store
-            .update_card(WS, &CardId::parse(id).unwrap(), &text, "test")
+            .update_card(WS, &CardId::parse(id).unwrap(), &text, "test", Expect::Any)
             .unwrap();
     };
     for id in &ids[..40] {
@@ -231,4 +234,186 @@ fn a_delta_over_its_limit_gives_way_to_the_full_manifest() {
     edit(&ids[0], 2);
     let d = store.delta(WS, recent, Some(50)).unwrap().expect("a delta");
     assert_eq!(d.manifest.cards.len(), 1);
+}
+
+#[test]
+fn a_change_sent_with_an_old_version_is_refused_and_changes_nothing() {
+    let (_dir, store) = open();
+    let b = CardId::parse(B).unwrap();
+    let seen = store.card_info(WS, &b).unwrap().etag;
+    let first = store
+        .update_card(
+            WS,
+            &b,
+            &card(B, "Beta two").1,
+            "test",
+            Expect::IfMatch(&seen),
+        )
+        .unwrap();
+    assert!(first.changed);
+    assert_ne!(first.etag.as_deref(), Some(seen.as_str()));
+    // A second curator who read the same version.
+    let late = store.update_card(
+        WS,
+        &b,
+        &card(B, "Beta three").1,
+        "test",
+        Expect::IfMatch(&seen),
+    );
+    match late {
+        Err(StoreError::Precondition { current, .. }) => {
+            assert_eq!(Some(current), first.etag)
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(store.card_text(WS, &b).unwrap().0, card(B, "Beta two").1);
+    // Actions take the same condition; `*` and lists work as in HTTP.
+    let refused = store.set_state(WS, &b, CardState::Disable, "test", Expect::IfMatch(&seen));
+    assert!(matches!(refused, Err(StoreError::Precondition { .. })));
+    let list = format!("{seen}, {}", first.etag.unwrap());
+    assert!(
+        store
+            .set_state(WS, &b, CardState::Disable, "test", Expect::IfMatch(&list))
+            .is_ok()
+    );
+    // Archiving changes no byte, but it changes the version.
+    let before = store.card_info(WS, &b).unwrap().etag;
+    store
+        .set_state(WS, &b, CardState::Archive, "test", Expect::IfMatch("*"))
+        .unwrap();
+    let archived = store.card_info(WS, &b).unwrap().etag;
+    assert_ne!(before, archived);
+}
+
+fn receipt(task: &str, cards: &[&str], retrieved: &[&str]) -> mop_proto::receipts::Receipt {
+    use mop_proto::receipts::*;
+    let id = |s: &&str| CardId::parse(s).unwrap();
+    Receipt {
+        schema: RECEIPT_SCHEMA.into(),
+        task_id: task.into(),
+        workspace: WS.into(),
+        host: "host-a".into(),
+        generation: "e-1".into(),
+        profile: "default".into(),
+        user_id: Some("alice".into()),
+        asset_id: Some("db-prod-01".into()),
+        prepared_at: jiff::Timestamp::now(),
+        ended_at: None,
+        cards: cards
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ReceiptCard {
+                id: id(c),
+                sha256: "0".repeat(64),
+                tier: "L0".into(),
+                rank: i as u32 + 1,
+                mounted: true,
+                listed: true,
+            })
+            .collect(),
+        left_out: [0; 3],
+        activity: Activity {
+            retrieves: vec![RetrieveEvent {
+                at: jiff::Timestamp::now(),
+                query_hash: "f".repeat(64),
+                hits: retrieved.iter().map(id).collect(),
+            }],
+            ..Default::default()
+        },
+    }
+}
+
+#[test]
+fn a_receipt_counts_once_however_often_it_arrives() {
+    let (_dir, store) = open();
+    let r1 = receipt("t1", &[A, B], &[A]);
+    let r2 = receipt("t2", &[A], &[]);
+    let first = store
+        .ingest_receipts(WS, "tokn", &[r1.clone(), r2])
+        .unwrap();
+    assert_eq!((first.accepted, first.duplicates), (2, 0));
+    let again = store
+        .ingest_receipts(WS, "tokn", std::slice::from_ref(&r1))
+        .unwrap();
+    assert_eq!((again.accepted, again.duplicates), (0, 1));
+    let a = store
+        .card_info(WS, &CardId::parse(A).unwrap())
+        .unwrap()
+        .usage;
+    assert_eq!((a.delivered_7d, a.delivered_30d, a.retrieved_7d), (2, 2, 1));
+    assert_eq!(a.hosts, ["host-a"]);
+    assert!(a.last_delivered_at.is_some());
+    let b = store
+        .card_info(WS, &CardId::parse(B).unwrap())
+        .unwrap()
+        .usage;
+    assert_eq!((b.delivered_7d, b.retrieved_7d), (1, 0));
+    // A bad receipt in a batch: nothing of the batch is counted.
+    let mut bad = receipt("t3", &[A], &[]);
+    bad.activity.retrieves[0].query_hash = "the query itself".into();
+    let err = store
+        .ingest_receipts(WS, "tokn", &[receipt("t4", &[B], &[]), bad])
+        .unwrap_err();
+    assert!(err.to_string().contains("query_hash"), "{err}");
+    let b = store
+        .card_info(WS, &CardId::parse(B).unwrap())
+        .unwrap()
+        .usage;
+    assert_eq!(b.delivered_7d, 1);
+    // Another workspace's receipt is refused.
+    let mut other = receipt("t5", &[A], &[]);
+    other.workspace = "globex".into();
+    assert!(store.ingest_receipts(WS, "tokn", &[other]).is_err());
+}
+
+#[test]
+fn a_merge_carries_counters_and_chains_are_reported() {
+    let (_dir, store) = open();
+    let (a, b) = (CardId::parse(A).unwrap(), CardId::parse(B).unwrap());
+    let before = store.card_info(WS, &b).unwrap().occurrence;
+    let merged = store.merge(WS, &a, &b, "token:tokc", Expect::Any).unwrap();
+    assert!(merged.changed);
+    assert_eq!(store.card_info(WS, &b).unwrap().occurrence, before + 1);
+    assert_eq!(
+        store.card_info(WS, &a).unwrap().summary.superseded_by,
+        Some(b)
+    );
+    assert!(
+        store.merge(WS, &b, &b, "t", Expect::Any).is_err(),
+        "not into itself"
+    );
+    let actions: Vec<String> = store
+        .history(WS, &b)
+        .unwrap()
+        .into_iter()
+        .map(|h| h.action)
+        .collect();
+    assert!(actions.contains(&"merge".to_owned()), "{actions:?}");
+    // A → B is a chain of two: longer than 1, not longer than 2.
+    assert_eq!(
+        store.stale(WS, 30, 1).unwrap().long_chains[0].ids,
+        vec![a, b]
+    );
+    assert!(store.stale(WS, 30, 2).unwrap().long_chains.is_empty());
+}
+
+#[test]
+fn rejecting_needs_a_reason_and_archives() {
+    let (_dir, store) = open();
+    let a = CardId::parse(A).unwrap();
+    assert!(matches!(
+        store.reject(WS, &a, "  ", "t", Expect::Any),
+        Err(StoreError::Invalid(_))
+    ));
+    assert!(
+        store.card_info(WS, &a).unwrap().archived_at.is_none(),
+        "refused: unchanged"
+    );
+    store.reject(WS, &a, "duplicate", "t", Expect::Any).unwrap();
+    assert!(store.card_info(WS, &a).unwrap().archived_at.is_some());
+    let last = store.history(WS, &a).unwrap().pop().unwrap();
+    assert_eq!(
+        (last.action.as_str(), last.detail.as_deref()),
+        ("reject", Some("reason=duplicate"))
+    );
 }

@@ -1,6 +1,7 @@
 //! `mop`: the command line of mop.
 //!
 //! For runners: `mop prepare`, `mop run`, `mop release`, `mop renew`, `mop tasks`,
+//! `mop receipt`,
 //! `mop doctor`, `mop prime`. For agents inside a sandbox: `mop memory
 //! retrieve|get|list|store`, and `mop mcp` for agent CLIs that take tools over MCP.
 
@@ -161,6 +162,19 @@ enum Command {
         #[command(flatten)]
         daemon: Daemon,
     },
+    /// Show a task's receipt: the generation and profile it got, each card it was given
+    /// (tier, rank, mounted or also listed in MEMORY.md), and what its agent did (searches
+    /// as query hashes, cards read, stores and their outcome). The live receipt while the
+    /// task runs, else the newest one kept on this host.
+    Receipt {
+        /// The task.
+        task_id: String,
+        /// Print the receipt as JSON (schema `mop.receipt/1`, documented in README.md).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        daemon: Daemon,
+    },
     /// List live tasks.
     Tasks {
         /// Print JSON.
@@ -311,6 +325,88 @@ pub async fn release(socket: &std::path::Path, task_id: &str) -> Result<()> {
     Ok(())
 }
 
+/// A receipt for people: one line per card and per agent action.
+fn render_receipt(r: &mop_proto::receipts::Receipt) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let ended = r
+        .ended_at
+        .map_or_else(|| "still running".to_owned(), |t| format!("ended {t}"));
+    let _ = writeln!(out, "task {} in {} on {}", r.task_id, r.workspace, r.host);
+    let _ = writeln!(
+        out,
+        "  prepared {}, {ended}; generation {}, profile {}",
+        r.prepared_at, r.generation, r.profile
+    );
+    let who = [
+        r.user_id.as_deref().map(|u| format!("user {u}")),
+        r.asset_id.as_deref().map(|a| format!("asset {a}")),
+    ];
+    let who: Vec<String> = who.into_iter().flatten().collect();
+    if !who.is_empty() {
+        let _ = writeln!(out, "  for {}", who.join(", "));
+    }
+    let left: usize = r.left_out.iter().sum();
+    let _ = writeln!(
+        out,
+        "cards: {} mounted{}",
+        r.cards.len(),
+        if left > 0 {
+            format!(", {left} more selected but left out by the mount cap")
+        } else {
+            String::new()
+        }
+    );
+    for c in &r.cards {
+        let _ = writeln!(
+            out,
+            "  {:>3}. {}  {}  {}  sha256 {}",
+            c.rank,
+            c.tier,
+            c.id,
+            if c.listed { "listed" } else { "mounted" },
+            &c.sha256[..12.min(c.sha256.len())]
+        );
+    }
+    let a = &r.activity;
+    let _ = writeln!(
+        out,
+        "agent: {} retrieves, {} gets, {} stores{}",
+        a.retrieves.len(),
+        a.gets.len(),
+        a.stores.len(),
+        if a.unlisted > 0 {
+            format!(" ({} more not listed)", a.unlisted)
+        } else {
+            String::new()
+        }
+    );
+    for e in &a.retrieves {
+        let _ = writeln!(
+            out,
+            "  {} retrieve query {} -> {} hits",
+            e.at,
+            &e.query_hash[..12.min(e.query_hash.len())],
+            e.hits.len()
+        );
+    }
+    for e in &a.gets {
+        let _ = writeln!(
+            out,
+            "  {} get {}{}",
+            e.at,
+            e.id,
+            if e.found { "" } else { " (not found)" }
+        );
+    }
+    for e in &a.stores {
+        let id = e.id.map(|i| format!(" {i}")).unwrap_or_default();
+        let status = e.status.map(|s| format!(" ({s})")).unwrap_or_default();
+        let _ = writeln!(out, "  {} store {}{id}{status}", e.at, e.outcome);
+    }
+    out
+}
+
 fn print_plan(plan: &Plan) {
     println!(
         "task       {} (workspace {}, revision {})",
@@ -426,6 +522,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         t.task_id, t.workspace, t.revision, t.lease.kind, t.owner_uid
                     );
                 }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Receipt {
+            task_id,
+            json,
+            daemon,
+        } => {
+            let receipt = runtime()?
+                .block_on(Control::new(&daemon.socket).receipt(&task_id))
+                .map_err(refused(format!("receipt of task {task_id}")))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&receipt)?);
+            } else {
+                print!("{}", render_receipt(&receipt));
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
+use mop_proto::receipts::{ReceiptBatch, ReceiptBatchResponse};
 use mop_proto::sync::{
     Manifest, OBJECT_BATCH_TYPE, ObjectBatchRequest, StoreRequest, StoreResponse, Version,
 };
@@ -201,6 +202,28 @@ impl ServerClient {
         }
         response.json().await.map_err(|e| {
             ClientError::BadResponse(format!("store answer unreadable: {}", without_url(&e)))
+        })
+    }
+
+    /// Reports receipts of ended tasks.
+    pub async fn report_receipts(
+        &self,
+        ws: &str,
+        batch: &ReceiptBatch,
+    ) -> Result<ReceiptBatchResponse, ClientError> {
+        let response = self
+            .http
+            .post(self.url(ws, "receipts"))
+            .bearer_auth(&self.token)
+            .json(batch)
+            .send()
+            .await
+            .map_err(transport)?;
+        if !response.status().is_success() {
+            return Err(Self::error_status(response).await);
+        }
+        response.json().await.map_err(|e| {
+            ClientError::BadResponse(format!("receipts answer unreadable: {}", without_url(&e)))
         })
     }
 

@@ -35,6 +35,33 @@ pub struct MopdConfig {
     /// `[sockets]`: connection limits of the control and agent sockets.
     #[serde(default)]
     pub sockets: SocketsSection,
+    /// `[receipts]`: task receipts kept on the host and reported to the server.
+    #[serde(default)]
+    pub receipts: ReceiptsSection,
+}
+
+/// `[receipts]`: what the host keeps of each task's receipt and how often it reports them.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReceiptsSection {
+    /// Seconds between reports of ended tasks' receipts to the server (a task's end
+    /// also starts one).
+    pub report_interval_secs: u64,
+    /// Reported receipts kept on the host for `mop receipt`, newest first.
+    pub keep: usize,
+    /// Days a receipt is kept on the host, reported or not (the server counts no older
+    /// receipt either).
+    pub keep_days: u64,
+}
+
+impl Default for ReceiptsSection {
+    fn default() -> Self {
+        ReceiptsSection {
+            report_interval_secs: 30,
+            keep: 10_000,
+            keep_days: 30,
+        }
+    }
 }
 
 /// `[sockets]`: how many connections the daemon's sockets keep, and how long they wait.

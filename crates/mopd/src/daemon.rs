@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, watch};
 use crate::client::{ServerClient, read_token};
 use crate::config::MopdConfig;
 use crate::pool::make_dir;
+use crate::receipts::Receipts;
 use crate::sockets::agent::AgentServer;
 use crate::sockets::control::ControlState;
 use crate::state::State;
@@ -96,7 +97,13 @@ pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
     let socket = config.socket_path();
     let listener = crate::sockets::control::bind(&socket).await?;
     let state = Arc::new(State::new(config, client, config_path.clone()));
-    let tasks = Arc::new(Tasks::new(state.clone()));
+    let receipts = Arc::new(Receipts::open(state.paths()).with_context(|| {
+        format!(
+            "cannot open the receipts directory {}",
+            state.paths().receipts().display()
+        )
+    })?);
+    let tasks = Arc::new(Tasks::new(state.clone(), receipts.clone()));
     let agents = AgentServer::new(tasks.clone());
     // Leases first: their generations must be pinned before any pool is collected.
     tasks.recover(&agents);
@@ -115,6 +122,11 @@ pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
     let mut http_stop = stop_rx.clone();
     let reaper = tokio::spawn(crate::tasks::reaper(tasks.clone(), stop_rx.clone()));
     let warmer = tokio::spawn(crate::tasks::warmer(tasks.clone(), stop_rx.clone()));
+    let reporter = tokio::spawn(crate::receipts::reporter(
+        state.clone(),
+        receipts,
+        stop_rx.clone(),
+    ));
     let control = tokio::spawn(mop_serve::serve(
         listener,
         crate::sockets::control::router(control_state),
@@ -157,6 +169,7 @@ pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
     let _ = control.await;
     let _ = reaper.await;
     let _ = warmer.await;
+    let _ = reporter.await;
     let _ = notifier.await;
     let _ = scrubber.await;
     let _ = std::fs::remove_file(&socket);

@@ -9,6 +9,8 @@
 //!   and a fetcher writing through the pool's object sink; [`workspaces`]: the sync loops.
 //! - [`pool`]: one workspace's verified cache: objects, generations, collection.
 //! - [`tasks`]: task projection: leases, views, the reaper.
+//! - [`receipts`]: what each task was delivered and what its agent did, kept on the host
+//!   and reported to the server.
 //! - [`sockets`]: the control socket and each task's agent socket over one checked
 //!   listener.
 //! - [`status`]: the status report, assembled, judged and rendered.
@@ -22,6 +24,7 @@ pub mod daemon;
 pub mod demo;
 pub mod paths;
 pub mod pool;
+pub mod receipts;
 pub mod sockets;
 pub mod state;
 pub mod status;

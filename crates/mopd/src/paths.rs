@@ -8,6 +8,8 @@
 //! <cache_dir>/tasks/<task>/view/              a task's view (MEMORY.md + hardlinks)
 //! <state_dir>/leases/<task>.json              a task's lease
 //! <state_dir>/workspaces/<ws>/status.json     a workspace's last sync status
+//! <state_dir>/receipts/{live,pending,sent,refused}/  task receipts (the receipts module)
+//! <state_dir>/receipts/key                    the key of the query hashes in receipts
 //! <runtime_dir>/mopd.sock                     the control socket
 //! <runtime_dir>/t/<task>/agent.sock           a task's agent socket
 //! ```
@@ -96,6 +98,33 @@ impl Paths {
         self.leases().join(format!("{id}.json"))
     }
 
+    /// Task receipts.
+    pub fn receipts(&self) -> PathBuf {
+        self.state.join("receipts")
+    }
+
+    /// Receipts of one kind: `live` (running tasks), `pending` (ended, not reported yet),
+    /// `sent` (reported) or `refused` (the server would not take them).
+    pub fn receipt_dir(&self, kind: ReceiptKind) -> PathBuf {
+        self.receipts().join(kind.dir())
+    }
+
+    /// The file of a receipt: a running task's by its id; an ended task's by when it was
+    /// prepared, then its id (task ids can be used again once a task has ended).
+    pub fn receipt(&self, kind: ReceiptKind, task_id: &str, prepared_micros: i64) -> PathBuf {
+        match kind {
+            ReceiptKind::Live => self.receipt_dir(kind).join(format!("{task_id}.json")),
+            _ => self
+                .receipt_dir(kind)
+                .join(format!("{prepared_micros:020}-{task_id}.json")),
+        }
+    }
+
+    /// The key the query hashes of this host's receipts are made with.
+    pub fn receipt_key(&self) -> PathBuf {
+        self.receipts().join("key")
+    }
+
     /// A workspace's state directory.
     pub fn workspace_state(&self, ws: &str) -> PathBuf {
         self.state.join("workspaces").join(ws)
@@ -119,6 +148,30 @@ impl Paths {
     /// A task's agent socket.
     pub fn agent_socket(&self, id: &str) -> PathBuf {
         self.agent_dir(id).join(AGENT_SOCKET)
+    }
+}
+
+/// Where a receipt is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReceiptKind {
+    /// Its task runs.
+    Live,
+    /// Its task ended; not reported yet.
+    Pending,
+    /// Reported to the server.
+    Sent,
+    /// The server refused it.
+    Refused,
+}
+
+impl ReceiptKind {
+    fn dir(self) -> &'static str {
+        match self {
+            ReceiptKind::Live => "live",
+            ReceiptKind::Pending => "pending",
+            ReceiptKind::Sent => "sent",
+            ReceiptKind::Refused => "refused",
+        }
     }
 }
 

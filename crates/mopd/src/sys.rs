@@ -98,6 +98,20 @@ pub fn chgrp_mop(path: &std::path::Path) {
     }
 }
 
+/// This host's name, as receipts name the host (read once; `unknown-host` when the
+/// kernel's name is not a usable id).
+pub fn host_name() -> String {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|n| n.trim().to_owned())
+            .ok()
+            .filter(|n| mop_cards::is_scope_id(n))
+            .unwrap_or_else(|| "unknown-host".to_owned())
+    })
+    .clone()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,9 @@
-//! Admin endpoints (admin tokens only): create, read, update, state changes, history, hard
-//! delete, and publishing counters on demand.
+//! Admin endpoints (admin tokens only): create, read, update, state changes and review
+//! actions, history, hard delete, and publishing counters on demand.
+//!
+//! A card's text is answered with its version tag (`ETag`); every change takes it back in
+//! `If-Match` and answers 412 when the card changed meanwhile. Without `If-Match` a change
+//! is unconditional.
 
 use std::sync::Arc;
 
@@ -9,18 +13,36 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use mop_cards::CardId;
+use mop_proto::curation::{MergeRequest, RejectRequest, SupersedeRequest, card_etag};
 use serde::Deserialize;
 
 use super::{ApiError, Caller, blocking, json, read_body};
 use crate::state::AppState;
-use crate::store::{CardChange, CardState, HistoryRow};
+use crate::store::{CardChange, CardState, Expect, HistoryRow};
+
+/// The `If-Match` header, if any.
+pub(crate) fn if_match(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    headers
+        .get(header::IF_MATCH)
+        .map(|v| {
+            v.to_str().map(str::to_owned).map_err(|_| {
+                ApiError::bad_request("If-Match must be a card version tag as ETag gave it")
+            })
+        })
+        .transpose()
+}
+
+/// [`Expect`] from an `If-Match` value.
+pub(crate) fn expect(tag: &Option<String>) -> Expect<'_> {
+    tag.as_deref().map_or(Expect::Any, Expect::IfMatch)
+}
 
 fn card_id(id: &str) -> Result<CardId, ApiError> {
     CardId::parse(id).map_err(|e| ApiError::bad_request(format!("card id: {e}")))
 }
 
 /// Checks role and scope; returns the card id.
-fn admin_on(
+pub(crate) fn admin_on(
     state: &AppState,
     caller: &Caller,
     ws: &str,
@@ -35,7 +57,7 @@ fn changed(state: &AppState, ws: &str, change: &CardChange, what: &str, caller: 
     state.note_revision(ws, change.revision);
     if change.changed {
         tracing::info!(workspace = %ws, card = %change.id, revision = change.revision,
-            token = %caller.0.id, "card {what}");
+            token = %caller.0.id, action = what, "card changed");
     }
 }
 
@@ -50,7 +72,7 @@ pub(crate) async fn create(
     let raw = read_body(&state, &headers, body).await?;
     let (store, actor, ws2) = (state.store.clone(), caller.actor(), ws.clone());
     let change = blocking(move || store.create_card(&ws2, &raw, &actor)).await?;
-    changed(&state, &ws, &change, "created", &caller);
+    changed(&state, &ws, &change, "create", &caller);
     Ok((StatusCode::CREATED, Json(change)))
 }
 
@@ -62,8 +84,12 @@ pub(crate) async fn read(
     let id = admin_on(&state, &caller, &ws, Some(&id))?.expect("id given");
     let store = state.store.clone();
     let (raw, archived) = blocking(move || store.card_text(&ws, &id)).await?;
+    let etag = card_etag(&mop_cards::sha256_hex(&raw), archived.is_some());
     let mut response = Response::new(Body::from(raw));
     let h = response.headers_mut();
+    if let Ok(tag) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, tag);
+    }
     h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/markdown; charset=utf-8"),
@@ -82,17 +108,21 @@ pub(crate) async fn update(
     body: Body,
 ) -> Result<Json<CardChange>, ApiError> {
     let id = admin_on(&state, &caller, &ws, Some(&id))?.expect("id given");
+    let tag = if_match(&headers)?;
     let raw = read_body(&state, &headers, body).await?;
     let (store, actor, ws2) = (state.store.clone(), caller.actor(), ws.clone());
-    let change = blocking(move || store.update_card(&ws2, &id, &raw, &actor)).await?;
-    changed(&state, &ws, &change, "updated", &caller);
+    let change = blocking(move || store.update_card(&ws2, &id, &raw, &actor, expect(&tag))).await?;
+    changed(&state, &ws, &change, "update", &caller);
     Ok(Json(change))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SupersedeBody {
-    by: CardId,
+/// What a `POST …/cards/{id}/{action}` does.
+enum Action {
+    State(CardState),
+    /// Verify, replacing the text first when a body (OKF text) is sent.
+    Verify(Option<bytes::Bytes>),
+    Reject(String),
+    Merge(CardId),
 }
 
 pub(crate) async fn state(
@@ -103,26 +133,35 @@ pub(crate) async fn state(
     body: Body,
 ) -> Result<Json<CardChange>, ApiError> {
     let id = admin_on(&state, &caller, &ws, Some(&id))?.expect("id given");
-    let change = match action.as_str() {
-        "disable" => CardState::Disable,
-        "enable" => CardState::Enable,
-        "verify" => CardState::Verify,
-        "archive" => CardState::Archive,
-        "unarchive" => CardState::Unarchive,
-        "supersede" => {
-            let body = read_body(&state, &headers, body).await?;
-            let req: SupersedeBody = json(&body)?;
-            CardState::Supersede(req.by)
-        }
+    let tag = if_match(&headers)?;
+    let body = read_body(&state, &headers, body).await?;
+    let what = match action.as_str() {
+        "disable" => Action::State(CardState::Disable),
+        "enable" => Action::State(CardState::Enable),
+        "archive" => Action::State(CardState::Archive),
+        "unarchive" => Action::State(CardState::Unarchive),
+        "verify" => Action::Verify((!body.is_empty()).then_some(body)),
+        "supersede" => Action::State(CardState::Supersede(json::<SupersedeRequest>(&body)?.by)),
+        "reject" => Action::Reject(json::<RejectRequest>(&body)?.reason),
+        "merge" => Action::Merge(json::<MergeRequest>(&body)?.into),
         other => {
             return Err(ApiError::not_found(format!(
-                "no card action {other:?}; actions: disable, enable, verify, supersede, archive, unarchive"
+                "no card action {other:?}; actions: verify, reject, merge, supersede, disable, enable, archive, unarchive"
             )));
         }
     };
     let (store, actor, ws2) = (state.store.clone(), caller.actor(), ws.clone());
-    let result = blocking(move || store.set_state(&ws2, &id, change, &actor)).await?;
-    changed(&state, &ws, &result, &format!("{action}d"), &caller);
+    let result = blocking(move || {
+        let expect = expect(&tag);
+        match what {
+            Action::State(s) => store.set_state(&ws2, &id, s, &actor, expect),
+            Action::Verify(edited) => store.verify(&ws2, &id, edited.as_deref(), &actor, expect),
+            Action::Reject(reason) => store.reject(&ws2, &id, &reason, &actor, expect),
+            Action::Merge(into) => store.merge(&ws2, &id, &into, &actor, expect),
+        }
+    })
+    .await?;
+    changed(&state, &ws, &result, &action, &caller);
     Ok(Json(result))
 }
 
@@ -164,7 +203,7 @@ pub(crate) async fn hard_delete(
     let id = admin_on(&state, &caller, &ws, Some(&id))?.expect("id given");
     let (store, actor, ws2) = (state.store.clone(), caller.actor(), ws.clone());
     let change = blocking(move || store.hard_delete(&ws2, &id, &actor)).await?;
-    changed(&state, &ws, &change, "hard-deleted", &caller);
+    changed(&state, &ws, &change, "hard_delete", &caller);
     Ok(Json(change))
 }
 

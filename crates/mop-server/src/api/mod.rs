@@ -5,7 +5,9 @@
 //! does not exist.
 
 mod admin;
+mod curation;
 mod memories;
+mod receipts;
 mod sync;
 
 use std::sync::Arc;
@@ -34,7 +36,18 @@ pub fn router(state: Arc<AppState>) -> Router {
             post(sync::objects_batch),
         )
         .route("/v1/workspaces/{ws}/memories", post(memories::store))
-        .route("/v1/workspaces/{ws}/cards", post(admin::create))
+        .route("/v1/workspaces/{ws}/receipts", post(receipts::report))
+        .route(
+            "/v1/workspaces/{ws}/cards",
+            post(admin::create).get(curation::list),
+        )
+        .route("/v1/workspaces/{ws}/review", get(curation::review))
+        .route("/v1/workspaces/{ws}/search", get(curation::search))
+        .route("/v1/workspaces/{ws}/stale", get(curation::stale))
+        .route(
+            "/v1/workspaces/{ws}/cards/{id}/details",
+            get(curation::details),
+        )
         .route(
             "/v1/workspaces/{ws}/cards/{id}",
             get(admin::read)
@@ -142,6 +155,11 @@ impl From<StoreError> for ApiError {
             StoreError::Limit(m) => {
                 ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_requests", m)
             }
+            e @ StoreError::Precondition { .. } => ApiError::new(
+                StatusCode::PRECONDITION_FAILED,
+                "precondition_failed",
+                e.to_string(),
+            ),
             other => ApiError::internal(other),
         }
     }
@@ -188,6 +206,18 @@ impl Caller {
         }
     }
 
+    /// Requires a node token (a host daemon).
+    pub fn node(&self) -> Result<(), ApiError> {
+        match self.0.role {
+            Role::Node => Ok(()),
+            Role::Admin => Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "this endpoint takes reports from host daemons: use a node token",
+            )),
+        }
+    }
+
     /// The actor recorded in audit rows.
     pub fn actor(&self) -> String {
         format!("token:{}", self.0.id)
@@ -227,6 +257,13 @@ impl FromRequestParts<Arc<AppState>> for Caller {
                 "token has been revoked; ask an admin for a new one",
             ));
         }
+        if info.expired(jiff::Timestamp::now()) {
+            return Err(unauthorized(&format!(
+                "token {} expired; ask an admin for a new one",
+                info.id
+            )));
+        }
+        state.note_token_use(&info.id);
         Ok(Caller(info))
     }
 }

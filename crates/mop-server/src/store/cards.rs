@@ -8,24 +8,12 @@
 use std::collections::HashMap;
 
 use mop_cards::{Card, CardId, CardSummary, CardType, Trust, parse_card, render_card, sha256_hex};
+use mop_proto::curation::card_etag;
+pub use mop_proto::curation::{CardChange, HistoryRow};
 use rusqlite::{OptionalExtension, Transaction, params};
 use serde::Serialize;
 
 use super::{Result, Store, StoreError, bump, ensure_workspace, now, stamp};
-
-/// What a card mutation did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CardChange {
-    /// The card.
-    pub id: CardId,
-    /// The workspace revision after the change.
-    pub revision: u64,
-    /// The card file's hash after the change (absent once deleted).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sha256: Option<String>,
-    /// False when the request changed nothing (same bytes).
-    pub changed: bool,
-}
 
 /// A state change an admin can make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +31,9 @@ pub enum CardState {
     Archive,
     /// Undo an archive before the purge.
     Unarchive,
+    /// A curator turns an (agent-written) card down: archived like [`CardState::Archive`],
+    /// recorded as a rejection with its reason.
+    Reject,
 }
 
 impl CardState {
@@ -54,36 +45,9 @@ impl CardState {
             CardState::Supersede(_) => "supersede",
             CardState::Archive => "archive",
             CardState::Unarchive => "unarchive",
+            CardState::Reject => "reject",
         }
     }
-}
-
-/// One audit row.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct HistoryRow {
-    /// Order of mutations.
-    pub seq: i64,
-    /// The card, absent for workspace-wide rows (counter publication).
-    pub card_id: Option<String>,
-    /// Workspace revision the change produced (or the current one, for changes the
-    /// manifest does not show yet).
-    pub revision: u64,
-    /// When.
-    pub at: String,
-    /// Token id, or `cli:<command>`.
-    pub actor: String,
-    /// What.
-    pub action: String,
-    /// Hash before.
-    pub sha256_before: Option<String>,
-    /// Hash after.
-    pub sha256_after: Option<String>,
-    /// Card text after the change; `None` when redacted or not applicable.
-    pub content: Option<String>,
-    /// True once a purge or hard delete removed the content.
-    pub redacted: bool,
-    /// Extra facts (outcome of a store, superseding card, …).
-    pub detail: Option<String>,
 }
 
 /// A file an import did not take, and why.
@@ -288,6 +252,52 @@ pub(super) fn current_revision(tx: &Transaction<'_>, ws: &str) -> rusqlite::Resu
     .map(Option::unwrap_or_default)
 }
 
+/// A change's answer; the version tag follows from the hash and the archive state.
+pub(crate) fn change(
+    id: CardId,
+    revision: u64,
+    sha256: Option<String>,
+    archived: bool,
+    changed: bool,
+) -> CardChange {
+    CardChange {
+        id,
+        revision,
+        etag: sha256.as_deref().map(|sha| card_etag(sha, archived)),
+        sha256,
+        changed,
+    }
+}
+
+/// What an `If-Match` header asks: any version (`*`), or one of the listed tags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Expect<'a> {
+    /// No condition.
+    #[default]
+    Any,
+    /// The header's value: `*` or a comma-separated list of entity tags.
+    IfMatch(&'a str),
+}
+
+impl Expect<'_> {
+    /// Refuses the change when the card is no longer at an expected version.
+    pub(crate) fn check(self, id: &CardId, row: &Row) -> Result<()> {
+        let Expect::IfMatch(header) = self else {
+            return Ok(());
+        };
+        let current = card_etag(&row.sha256, row.archived_at.is_some());
+        let matches = header
+            .split(',')
+            .map(str::trim)
+            .any(|tag| tag == "*" || tag == current);
+        if matches {
+            Ok(())
+        } else {
+            Err(StoreError::Precondition { id: *id, current })
+        }
+    }
+}
+
 fn not_found(ws: &str, id: &CardId) -> StoreError {
     StoreError::NotFound(format!("card {id} not found in workspace {ws}"))
 }
@@ -475,12 +485,7 @@ impl Store {
                 None,
             )
             .map_err(&e)?;
-            Ok(CardChange {
-                id,
-                revision: rev,
-                sha256: Some(sha),
-                changed: true,
-            })
+            Ok(change(id, rev, Some(sha), false, true))
         })
     }
 
@@ -491,6 +496,7 @@ impl Store {
         id: &CardId,
         raw: &[u8],
         actor: &str,
+        expect: Expect<'_>,
     ) -> Result<CardChange> {
         let card = parse_card(raw).map_err(invalid_card)?;
         if card.summary.id != *id {
@@ -504,6 +510,7 @@ impl Store {
             let row = load_row(tx, ws, id)
                 .map_err(&e)?
                 .ok_or_else(|| not_found(ws, id))?;
+            expect.check(id, &row)?;
             if row.archived_at.is_some() {
                 return Err(StoreError::Conflict(format!(
                     "card {id} is archived; unarchive it before updating"
@@ -511,12 +518,13 @@ impl Store {
             }
             if row.sha256 == sha256_hex(raw) {
                 let revision = current_revision(tx, ws).map_err(&e)?;
-                return Ok(CardChange {
-                    id: *id,
+                return Ok(change(
+                    *id,
                     revision,
-                    sha256: Some(row.sha256),
-                    changed: false,
-                });
+                    Some(row.sha256),
+                    row.archived_at.is_some(),
+                    false,
+                ));
             }
             let rev = bump(tx, ws).map_err(&e)?;
             let sha = write_card(
@@ -545,12 +553,7 @@ impl Store {
                 None,
             )
             .map_err(&e)?;
-            Ok(CardChange {
-                id: *id,
-                revision: rev,
-                sha256: Some(sha),
-                changed: true,
-            })
+            Ok(change(*id, rev, Some(sha), false, true))
         })
     }
 
@@ -561,16 +564,34 @@ impl Store {
         id: &CardId,
         state: CardState,
         actor: &str,
+        expect: Expect<'_>,
     ) -> Result<CardChange> {
-        self.write(|tx| {
+        self.write(|tx| self.set_state_in(tx, ws, id, state, actor, expect, None))
+    }
+
+    /// [`Store::set_state`] inside a transaction, with an optional detail for the audit
+    /// row (a rejection's reason, say).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn set_state_in(
+        &self,
+        tx: &Transaction<'_>,
+        ws: &str,
+        id: &CardId,
+        state: CardState,
+        actor: &str,
+        expect: Expect<'_>,
+        reason: Option<&str>,
+    ) -> Result<CardChange> {
+        {
             let e = self.err("change card state");
             let row = load_row(tx, ws, id)
                 .map_err(&e)?
                 .ok_or_else(|| not_found(ws, id))?;
+            expect.check(id, &row)?;
             let raw = load_object(tx, ws, &row.sha256).map_err(&e)?;
             let mut card = parse_card(&raw).map_err(invalid_card)?;
             let mut archived_at = row.archived_at.clone();
-            let mut detail = None;
+            let mut detail = reason.map(str::to_owned);
             match state {
                 CardState::Disable => card.summary.enabled = false,
                 CardState::Enable => card.summary.enabled = true,
@@ -592,12 +613,15 @@ impl Store {
                     card.summary.superseded_by = Some(by);
                     detail = Some(format!("superseded_by={by}"));
                 }
-                CardState::Archive => {
+                CardState::Archive | CardState::Reject => {
                     archived_at = Some(row.archived_at.clone().unwrap_or_else(now))
                 }
                 CardState::Unarchive => archived_at = None,
             }
-            let new_raw = if matches!(state, CardState::Archive | CardState::Unarchive) {
+            let new_raw = if matches!(
+                state,
+                CardState::Archive | CardState::Unarchive | CardState::Reject
+            ) {
                 raw.clone()
             } else {
                 render_card(&card).into_bytes()
@@ -605,12 +629,13 @@ impl Store {
             let unchanged = new_raw == raw && archived_at == row.archived_at;
             if unchanged {
                 let revision = current_revision(tx, ws).map_err(&e)?;
-                return Ok(CardChange {
-                    id: *id,
+                return Ok(change(
+                    *id,
                     revision,
-                    sha256: Some(row.sha256),
-                    changed: false,
-                });
+                    Some(row.sha256),
+                    row.archived_at.is_some(),
+                    false,
+                ));
             }
             let rev = bump(tx, ws).map_err(&e)?;
             let sha = write_card(
@@ -639,13 +664,8 @@ impl Store {
                 detail.as_deref(),
             )
             .map_err(&e)?;
-            Ok(CardChange {
-                id: *id,
-                revision: rev,
-                sha256: Some(sha),
-                changed: true,
-            })
-        })
+            Ok(change(*id, rev, Some(sha), archived_at.is_some(), true))
+        }
     }
 
     /// A card's stored text and whether it is archived (admin).
@@ -668,9 +688,10 @@ impl Store {
             let e = self.err("read history");
             let mut stmt = tx
                 .prepare(
-                    "SELECT seq, card_id, revision, at, actor, action, sha256_before, sha256_after,
-                            content, redacted, detail
-                     FROM history WHERE workspace = ?1 AND card_id = ?2 ORDER BY seq",
+                    "SELECT h.seq, h.card_id, h.revision, h.at, h.actor, h.action, h.sha256_before,
+                            h.sha256_after, h.content, h.redacted, h.detail, t.name
+                     FROM history h LEFT JOIN tokens t ON h.actor = 'token:' || t.id
+                     WHERE h.workspace = ?1 AND h.card_id = ?2 ORDER BY h.seq",
                 )
                 .map_err(&e)?;
             let rows = stmt
@@ -691,9 +712,10 @@ impl Store {
             let e = self.err("read history");
             let mut stmt = tx
                 .prepare(
-                    "SELECT seq, card_id, revision, at, actor, action, sha256_before, sha256_after,
-                            content, redacted, detail
-                     FROM history WHERE workspace = ?1 AND seq > ?2 ORDER BY seq",
+                    "SELECT h.seq, h.card_id, h.revision, h.at, h.actor, h.action, h.sha256_before,
+                            h.sha256_after, h.content, h.redacted, h.detail, t.name
+                     FROM history h LEFT JOIN tokens t ON h.actor = 'token:' || t.id
+                     WHERE h.workspace = ?1 AND h.seq > ?2 ORDER BY h.seq",
                 )
                 .map_err(&e)?;
             stmt.query_map(params![ws, after_seq], history_row)
@@ -749,12 +771,7 @@ impl Store {
                 Some(&format!("purged {} object version(s)", versions.len().max(1))),
             )
             .map_err(&e)?;
-            Ok(CardChange {
-                id: *id,
-                revision: rev,
-                sha256: None,
-                changed: true,
-            })
+            Ok(change(*id, rev, None, false, true))
         })
         .and_then(|change| {
             // The deleted pages are zeroed in the file (secure_delete); the WAL still
@@ -816,6 +833,7 @@ impl Store {
             )
             .map_err(&e)?;
             tx.execute("DELETE FROM tombstones WHERE created_at < ?1", params![delta_cut]).map_err(&e)?;
+            self.prune_usage(tx)?;
             Ok((expired.len(), objects))
         })
     }
@@ -852,7 +870,7 @@ fn remove_card(
     Ok(())
 }
 
-fn history_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryRow> {
+pub(crate) fn history_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryRow> {
     Ok(HistoryRow {
         seq: r.get(0)?,
         card_id: r.get(1)?,
@@ -865,5 +883,6 @@ fn history_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryRow> {
         content: r.get(8)?,
         redacted: r.get(9)?,
         detail: r.get(10)?,
+        actor_name: r.get(11)?,
     })
 }

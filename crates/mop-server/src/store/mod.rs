@@ -9,10 +9,12 @@
 //! a daemon that is mid-sync can still fetch what its manifest named.
 
 mod cards;
+mod curation;
 mod memories;
 mod schema;
 mod sync;
 mod tokens;
+mod usage;
 
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
@@ -22,10 +24,10 @@ use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
 };
 
-pub use cards::{CardChange, CardState, HistoryRow, ImportReport, Rejected};
+pub use cards::{CardChange, CardState, Expect, HistoryRow, ImportReport, Rejected};
 pub use memories::StoreLimits;
 pub use sync::{BuiltManifest, ManifestKind};
-pub use tokens::{Role, TokenInfo, TokenRow, token_hash};
+pub use tokens::{NewToken, Role, TokenInfo, TokenRow, token_hash};
 
 /// Why a store operation failed. `NotFound` and `Invalid` are the caller's mistakes; the
 /// rest are the server's.
@@ -46,6 +48,16 @@ pub enum StoreError {
     /// A configured limit was reached; nothing changed.
     #[error("{0}")]
     Limit(String),
+    /// The card is no longer at the version the caller read (`If-Match`); nothing changed.
+    #[error(
+        "card {id} changed since you read it (its version is now {current}); nothing was saved: reload it, apply your change again and send the new version"
+    )]
+    Precondition {
+        /// The card.
+        id: mop_cards::CardId,
+        /// Its version tag now.
+        current: String,
+    },
     /// SQLite failed.
     #[error("database {path}: {context}: {source}")]
     Sqlite {
@@ -56,6 +68,9 @@ pub enum StoreError {
         /// The error.
         source: rusqlite::Error,
     },
+    /// The curation search index could not be built or searched.
+    #[error("search index: {0}")]
+    Index(String),
     /// The database file was made by a newer mop-server.
     #[error(
         "database {path} has schema version {found}, newer than this mop-server knows ({known}); upgrade mop-server"

@@ -109,6 +109,55 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (workspace, actor, task_id, card_id)
     ) STRICT, WITHOUT ROWID;
     ",
+    // 3: the curation loop. Tokens get a person's name, an expiry and their last use;
+    // receipts of tasks (one row per task, to count each once) become per-card usage
+    // counters per day, the hosts that saw a card, and when a task last named an asset.
+    "
+    ALTER TABLE tokens ADD COLUMN name TEXT;
+    ALTER TABLE tokens ADD COLUMN expires_at TEXT;
+    ALTER TABLE tokens ADD COLUMN last_used_at TEXT;
+
+    CREATE TABLE receipts (
+        workspace   TEXT NOT NULL,
+        task_id     TEXT NOT NULL,
+        prepared_at TEXT NOT NULL,
+        actor       TEXT NOT NULL,         -- the node token that reported it
+        host        TEXT NOT NULL,
+        received_at TEXT NOT NULL,
+        PRIMARY KEY (workspace, task_id, prepared_at)
+    ) STRICT, WITHOUT ROWID;
+
+    CREATE TABLE card_usage_days (
+        workspace TEXT NOT NULL,
+        card_id   TEXT NOT NULL,
+        day       TEXT NOT NULL,           -- YYYY-MM-DD (UTC) of the task's prepare
+        delivered INTEGER NOT NULL,        -- tasks it was delivered to
+        retrieved INTEGER NOT NULL,        -- tasks whose retrieves returned it
+        PRIMARY KEY (workspace, card_id, day)
+    ) STRICT, WITHOUT ROWID;
+
+    CREATE TABLE card_usage (
+        workspace         TEXT NOT NULL,
+        card_id           TEXT NOT NULL,
+        last_delivered_at TEXT,
+        PRIMARY KEY (workspace, card_id)
+    ) STRICT, WITHOUT ROWID;
+
+    CREATE TABLE card_hosts (
+        workspace TEXT NOT NULL,
+        card_id   TEXT NOT NULL,
+        host      TEXT NOT NULL,
+        last_at   TEXT NOT NULL,
+        PRIMARY KEY (workspace, card_id, host)
+    ) STRICT, WITHOUT ROWID;
+
+    CREATE TABLE asset_usage (
+        workspace     TEXT NOT NULL,
+        asset_id      TEXT NOT NULL,
+        last_named_at TEXT NOT NULL,
+        PRIMARY KEY (workspace, asset_id)
+    ) STRICT, WITHOUT ROWID;
+    ",
 ];
 
 /// Brings the database to the newest schema.

@@ -4,11 +4,13 @@
 
 use std::fmt;
 
-use mop_cards::{is_slug, sha256_hex};
+use jiff::Timestamp;
+use mop_cards::{is_scope_id, is_slug, sha256_hex};
+pub use mop_proto::curation::TokenRow;
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
-use super::{Result, Store, StoreError, ensure_workspace, now};
+use super::{Result, Store, StoreError, ensure_workspace, now, stamp};
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -56,23 +58,33 @@ pub struct TokenInfo {
     pub workspaces: Vec<String>,
     /// When it was revoked, if it was.
     pub revoked: bool,
+    /// The person behind it (admin tokens), named in the audit.
+    pub name: Option<String>,
+    /// When it stops working.
+    pub expires_at: Option<Timestamp>,
 }
 
-/// A token as `token list` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TokenRow {
-    /// Public id.
-    pub id: String,
+impl TokenInfo {
+    /// True once its expiry has passed.
+    pub fn expired(&self, now: Timestamp) -> bool {
+        self.expires_at.is_some_and(|t| t <= now)
+    }
+}
+
+/// What a new token is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewToken<'a> {
     /// Role.
     pub role: Role,
-    /// Workspaces in scope.
-    pub workspaces: Vec<String>,
+    /// Workspaces in scope (at least one).
+    pub workspaces: &'a [String],
     /// Free note.
-    pub note: Option<String>,
-    /// Creation time.
-    pub created_at: String,
-    /// Revocation time.
-    pub revoked_at: Option<String>,
+    pub note: Option<&'a str>,
+    /// The person who will use it; required for admin tokens, so the audit can say who
+    /// verified or edited what.
+    pub name: Option<&'a str>,
+    /// When it stops working.
+    pub expires_at: Option<Timestamp>,
 }
 
 /// The SHA-256 under which a token is stored and looked up.
@@ -88,12 +100,32 @@ fn random_hex(bytes: usize) -> String {
 
 impl Store {
     /// Creates a token and returns it. The token itself is shown only this once.
-    pub fn create_token(
-        &self,
-        role: Role,
-        workspaces: &[String],
-        note: Option<&str>,
-    ) -> Result<(String, String)> {
+    pub fn create_token(&self, new: &NewToken<'_>) -> Result<(String, String)> {
+        let NewToken {
+            role,
+            workspaces,
+            note,
+            name,
+            expires_at,
+        } = *new;
+        match name {
+            Some(n) if !is_scope_id(n) => {
+                return Err(StoreError::Invalid(
+                    "--name must be 1 to 128 characters with no control characters and no outer spaces".into(),
+                ));
+            }
+            None if role == Role::Admin => {
+                return Err(StoreError::Invalid(
+                    "an admin token needs --name: the person who will use it, so the audit can say who verified or edited what".into(),
+                ));
+            }
+            _ => {}
+        }
+        if expires_at.is_some_and(|t| t <= Timestamp::now()) {
+            return Err(StoreError::Invalid(
+                "--expires-in must lie in the future".into(),
+            ));
+        }
         if workspaces.is_empty() {
             return Err(StoreError::Invalid(
                 "a token needs at least one --workspace".into(),
@@ -114,11 +146,16 @@ impl Store {
                 ensure_workspace(tx, ws).map_err(self.err("create workspace"))?;
             }
             tx.execute(
-                "INSERT INTO tokens (id, hash, role, workspaces, note, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![id, token_hash(&token), role.as_str(), list, note, now()],
+                "INSERT INTO tokens (id, hash, role, workspaces, note, created_at, name, expires_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![id, token_hash(&token), role.as_str(), list, note, now(), name, expires_at.map(stamp)],
             )
             .map_err(self.err("create token"))?;
-            self.audit_token(tx, workspaces, "token_create", &format!("token={id} role={role}"))?;
+            let mut detail = format!("token={id} role={role}");
+            if let Some(n) = name {
+                detail.push_str(&format!(" name={n}"));
+            }
+            self.audit_token(tx, workspaces, "token_create", &detail)?;
             Ok(())
         })?;
         Ok((id, token))
@@ -128,17 +165,23 @@ impl Store {
     pub fn list_tokens(&self) -> Result<Vec<TokenRow>> {
         self.read(|tx| {
             let mut stmt = tx
-                .prepare("SELECT id, role, workspaces, note, created_at, revoked_at FROM tokens ORDER BY created_at DESC, id")
+                .prepare(
+                    "SELECT id, role, workspaces, note, created_at, revoked_at, name, expires_at, last_used_at
+                     FROM tokens ORDER BY created_at DESC, id",
+                )
                 .map_err(self.err("list tokens"))?;
             let rows = stmt
                 .query_map([], |r| {
                     Ok(TokenRow {
                         id: r.get(0)?,
-                        role: Role::parse(&r.get::<_, String>(1)?).unwrap_or(Role::Node),
+                        role: r.get(1)?,
                         workspaces: serde_json::from_str(&r.get::<_, String>(2)?).unwrap_or_default(),
                         note: r.get(3)?,
                         created_at: r.get(4)?,
                         revoked_at: r.get(5)?,
+                        name: r.get(6)?,
+                        expires_at: r.get(7)?,
+                        last_used_at: r.get(8)?,
                     })
                 })
                 .map_err(self.err("list tokens"))?;
@@ -216,11 +259,29 @@ impl Store {
         Ok(())
     }
 
+    /// Records when tokens were last used (the server batches these, at most one write a
+    /// minute, so polls stay free of writes).
+    pub fn record_token_uses(&self, uses: &[(String, Timestamp)]) -> Result<()> {
+        if uses.is_empty() {
+            return Ok(());
+        }
+        self.write(|tx| {
+            for (id, at) in uses {
+                tx.execute(
+                    "UPDATE tokens SET last_used_at = ?2 WHERE id = ?1 AND (last_used_at IS NULL OR last_used_at < ?2)",
+                    params![id, stamp(*at)],
+                )
+                .map_err(self.err("record token use"))?;
+            }
+            Ok(())
+        })
+    }
+
     /// Every token by hash, for the server's in-memory cache.
     pub fn token_table(&self) -> Result<Vec<(String, TokenInfo)>> {
         self.read(|tx| {
             let mut stmt = tx
-                .prepare("SELECT hash, id, role, workspaces, revoked_at IS NOT NULL FROM tokens")
+                .prepare("SELECT hash, id, role, workspaces, revoked_at IS NOT NULL, name, expires_at FROM tokens")
                 .map_err(self.err("load tokens"))?;
             let rows = stmt
                 .query_map([], |r| {
@@ -232,6 +293,11 @@ impl Store {
                             workspaces: serde_json::from_str(&r.get::<_, String>(3)?)
                                 .unwrap_or_default(),
                             revoked: r.get(4)?,
+                            name: r.get(5)?,
+                            // An expiry that does not read back fails closed.
+                            expires_at: r
+                                .get::<_, Option<String>>(6)?
+                                .map(|t| t.parse().unwrap_or(Timestamp::UNIX_EPOCH)),
                         },
                     ))
                 })

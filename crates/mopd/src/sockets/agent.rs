@@ -24,6 +24,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use mop_cards::{CardId, Trust};
+use mop_proto::receipts::{Activity, GetEvent, RetrieveEvent, StoreEvent};
 use mop_proto::sync::{StoreProvenance, StoreRequest};
 use mop_proto::{AgentCard, AgentStoreRequest, ListResponse, RetrieveRequest, RetrieveResponse};
 use tokio::net::UnixListener;
@@ -82,6 +83,37 @@ struct AgentState {
     task: Arc<Task>,
 }
 
+impl AgentState {
+    /// Adds what the agent did to its task's receipt.
+    fn record(&self, f: impl FnOnce(&mut Activity)) {
+        let id = self.task.lease().task.task_id;
+        self.tasks.receipts().record(&id, f);
+    }
+
+    fn record_get(&self, id: CardId, found: bool) {
+        self.record(|a| {
+            let event = GetEvent {
+                at: jiff::Timestamp::now(),
+                id,
+                found,
+            };
+            Activity::push(&mut a.gets, &mut a.unlisted, event)
+        });
+    }
+
+    fn record_store(&self, outcome: &str, id: Option<CardId>, status: Option<u16>) {
+        self.record(|a| {
+            let event = StoreEvent {
+                at: jiff::Timestamp::now(),
+                outcome: outcome.to_owned(),
+                id,
+                status,
+            };
+            Activity::push(&mut a.stores, &mut a.unlisted, event)
+        });
+    }
+}
+
 async fn list(State(s): State<AgentState>) -> Response {
     let loaded = match s.tasks.loaded_for(&s.task).await {
         Ok(l) => l,
@@ -124,7 +156,10 @@ async fn card(State(s): State<AgentState>, UrlPath(id): UrlPath<String>) -> Resp
     };
     let lease = s.task.lease();
     // Outside the task's scope looks exactly like missing.
-    let not_found = || error(StatusCode::NOT_FOUND, format!("card {id} not found"));
+    let not_found = || {
+        s.record_get(id, false);
+        error(StatusCode::NOT_FOUND, format!("card {id} not found"))
+    };
     let Some(ord) = loaded.catalog.ord_of(&id) else {
         return not_found();
     };
@@ -134,6 +169,7 @@ async fn card(State(s): State<AgentState>, UrlPath(id): UrlPath<String>) -> Resp
     let rel = loaded.catalog.entry(ord).summary.path();
     match std::fs::read(loaded.tree.join(rel)) {
         Ok(bytes) => {
+            s.record_get(id, true);
             let mut r = Response::new(axum::body::Body::from(bytes));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -191,6 +227,16 @@ async fn retrieve(State(s): State<AgentState>, body: Bytes) -> Response {
             }
         })
         .collect();
+    let query_hash = s.tasks.receipts().query_hash(&req.query);
+    let hit_ids = hits.iter().map(|h| h.id).collect();
+    s.record(|a| {
+        let event = RetrieveEvent {
+            at: jiff::Timestamp::now(),
+            query_hash,
+            hits: hit_ids,
+        };
+        Activity::push(&mut a.retrieves, &mut a.unlisted, event)
+    });
     let mounted = lease.cards.len();
     let scope = format!(
         "the {searched} cards this task may see in workspace {} (revision {}); {mounted} of them are mounted in {}",
@@ -220,18 +266,19 @@ async fn store(State(s): State<AgentState>, body: Bytes) -> Response {
         Err(e) => return e,
     };
     let lease = s.task.lease();
+    let refuse = |message: String| {
+        s.record_store("refused", None, Some(StatusCode::FORBIDDEN.as_u16()));
+        error(StatusCode::FORBIDDEN, message)
+    };
     if lease.task.origin_user_id.is_none() {
         // Nobody could ever see such a card until a person verified it (OKF.md "Tiers"),
         // so refusing says so now instead of storing into the void.
-        return error(
-            StatusCode::FORBIDDEN,
-            format!(
-                "task {} was started without a user, so nobody is the author of what it stores and \
-                 no task could see the card: stores from tasks without a user are refused. The \
-                 runner can start the task with --user NAME",
-                lease.task.task_id
-            ),
-        );
+        return refuse(format!(
+            "task {} was started without a user, so nobody is the author of what it stores and \
+             no task could see the card: stores from tasks without a user are refused. The \
+             runner can start the task with --user NAME",
+            lease.task.task_id
+        ));
     }
     let provenance = StoreProvenance {
         task_id: lease.task.task_id.clone(),
@@ -240,16 +287,10 @@ async fn store(State(s): State<AgentState>, body: Bytes) -> Response {
     };
     let c = &req.card;
     if c.scope.user_id.is_some() && c.scope.user_id != provenance.user_id {
-        return error(
-            StatusCode::FORBIDDEN,
-            "a task may bind a card only to its own user",
-        );
+        return refuse("a task may bind a card only to its own user".into());
     }
     if c.scope.asset_id.is_some() && c.scope.asset_id != provenance.asset_id {
-        return error(
-            StatusCode::FORBIDDEN,
-            "a task may bind a card only to its own asset",
-        );
+        return refuse("a task may bind a card only to its own asset".into());
     }
     let client = s.tasks.state().client();
     match client
@@ -264,15 +305,22 @@ async fn store(State(s): State<AgentState>, body: Bytes) -> Response {
     {
         Ok(r) => {
             tracing::info!(task = %lease.task.task_id, card = %r.id, outcome = ?r.outcome, "memory stored for a task");
+            s.record_store(r.outcome.word(), Some(r.id), None);
             Json(r).into_response()
         }
-        Err(crate::client::ClientError::Status { status, message }) => error(
-            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
-            message,
-        ),
-        Err(e) => error(
-            StatusCode::BAD_GATEWAY,
-            format!("the card server could not take the card now: {e}"),
-        ),
+        Err(crate::client::ClientError::Status { status, message }) => {
+            s.record_store("refused", None, Some(status));
+            error(
+                StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+                message,
+            )
+        }
+        Err(e) => {
+            s.record_store("failed", None, Some(StatusCode::BAD_GATEWAY.as_u16()));
+            error(
+                StatusCode::BAD_GATEWAY,
+                format!("the card server could not take the card now: {e}"),
+            )
+        }
     }
 }

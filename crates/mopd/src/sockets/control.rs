@@ -81,6 +81,7 @@ pub fn router(state: ControlState) -> Router {
             .route("/v1/tasks", post(prepare).get(list_tasks))
             .route("/v1/tasks/{id}", delete(release))
             .route("/v1/tasks/{id}/renew", post(renew))
+            .route("/v1/tasks/{id}/receipt", get(receipt))
             .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") }),
     )
     .with_state(state)
@@ -265,6 +266,33 @@ async fn renew(
         Ok(info) => Json(info).into_response(),
         Err(e) => task_error(e),
     }
+}
+
+async fn receipt(
+    AxumState(c): AxumState<ControlState>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    UrlPath(id): UrlPath<String>,
+) -> Response {
+    let Some(local) = c.tasks.receipts().find(&id) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            format!(
+                "no receipt for task {id} on this host (receipts are kept receipts.keep_days days)"
+            ),
+        );
+    };
+    // A receipt names the cards a runner's task got (its user's personal ones among them).
+    let daemon_uid = nix::unistd::getuid().as_raw();
+    if ![0, daemon_uid, local.owner_uid].contains(&peer.uid) {
+        return error(
+            StatusCode::FORBIDDEN,
+            format!(
+                "the receipt of task {id} belongs to uid {}; its runner, root or the daemon's user may read it",
+                local.owner_uid
+            ),
+        );
+    }
+    Json(local.receipt).into_response()
 }
 
 async fn status(AxumState(c): AxumState<ControlState>) -> Response {

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use mop_proto::status::{ErrorKind, ErrorRecord, LocalCause, Problem, SyncResult, WorkspaceStatus};
+use mop_proto::status::{
+    ErrorKind, ErrorRecord, LocalCause, Problem, ReceiptsInfo, SyncResult, WorkspaceStatus,
+};
 
 use super::render::ago;
 
@@ -246,4 +248,37 @@ mod tests {
         );
         assert_eq!(p[0].next, "journalctl -u mopd -n 50", "{p:?}");
     }
+}
+
+/// Warnings about task receipts: refused or dropped ones, and reports that keep failing.
+pub fn receipts(r: &ReceiptsInfo) -> Vec<Problem> {
+    let mut out = Vec::new();
+    if let (true, Some(e)) = (r.pending > 0, &r.last_error) {
+        out.push(Problem {
+            workspace: None,
+            message: format!("{} task receipt(s) wait to be reported: {e}", r.pending),
+            next: "they are sent once the server takes them; nothing to do unless this lasts (see the log)".into(),
+        });
+    }
+    if r.refused > 0 {
+        out.push(Problem {
+            workspace: None,
+            message: format!("the server refused {} task receipt(s)", r.refused),
+            next:
+                "see the log for why; they are kept under the state directory in receipts/refused"
+                    .into(),
+        });
+    }
+    if r.dropped > 0 {
+        out.push(Problem {
+            workspace: None,
+            message: format!(
+                "{} task receipt(s) were dropped unreported (older than receipts.keep_days)",
+                r.dropped
+            ),
+            next: "usage counts on the server miss those tasks; check that the server is reachable"
+                .into(),
+        });
+    }
+    out
 }

@@ -64,6 +64,8 @@ pub struct Facts<'a> {
     pub tasks: Vec<mop_proto::TaskSummary>,
     /// The `bwrap` `mop run` would use.
     pub bwrap: Option<String>,
+    /// How receipts are being reported.
+    pub receipts: ReceiptsInfo,
 }
 
 /// Assembles the report: judges the workspaces and writes the summary line.
@@ -76,13 +78,14 @@ pub fn assemble(f: Facts<'_>, now: Timestamp) -> StatusReport {
             .max(config.sync.offline_recheck_secs)
             + 60,
     );
-    let (problems, warnings) = judge::judge(
+    let (problems, mut warnings) = judge::judge(
         &f.workspaces,
         now,
         stale_after,
         &config.server.url,
         &config.server.token_file.display().to_string(),
     );
+    warnings.extend(judge::receipts(&f.receipts));
     let healthy = problems.is_empty();
     let tasks: Vec<TaskInfo> = f
         .tasks
@@ -133,6 +136,7 @@ pub fn assemble(f: Facts<'_>, now: Timestamp) -> StatusReport {
         sandbox: SandboxInfo { bwrap: f.bwrap },
         problems,
         warnings,
+        receipts: f.receipts,
     }
 }
 
@@ -149,6 +153,17 @@ pub fn report(state: &crate::state::State, tasks: &crate::tasks::Tasks) -> Statu
             bwrap: mop_proto::host::find_bwrap(None)
                 .ok()
                 .map(|p| p.display().to_string()),
+            receipts: {
+                let (pending, refused) = tasks.receipts().counts();
+                let r = tasks.receipts().report_state();
+                ReceiptsInfo {
+                    pending,
+                    refused,
+                    dropped: r.dropped,
+                    last_reported_at: r.last_reported_at,
+                    last_error: r.last_error,
+                }
+            },
         },
         Timestamp::now(),
     )
@@ -203,6 +218,7 @@ mod tests {
                     workspaces: vec![ws.clone()],
                     tasks,
                     bwrap: None,
+                    receipts: ReceiptsInfo::default(),
                 },
                 now,
             )

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use mop_cards::{TaskContext, render_memory_md};
+use mop_proto::receipts::{RECEIPT_SCHEMA, Receipt, ReceiptCard};
 use mop_proto::{
     LeaseInfo, LeaseRequest, Plan, PlanCard, PrepareRequest, Profile, Reservation, TaskSummary,
 };
@@ -33,6 +34,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use crate::pool::{Pool, make_dir};
+use crate::receipts::Receipts;
 use crate::state::State;
 pub use leases::{Lease, LeaseKind};
 use leases::{Leftovers, expiry};
@@ -123,6 +125,7 @@ impl Task {
 /// All live tasks of the daemon.
 pub struct Tasks {
     state: Arc<State>,
+    receipts: Arc<Receipts>,
     processes: Box<dyn Processes + Send + Sync>,
     reserving: Mutex<BTreeSet<String>>,
     shutting_down: AtomicBool,
@@ -132,11 +135,13 @@ pub struct Tasks {
 }
 
 impl Tasks {
-    /// No tasks yet; runners are looked up in `/proc`.
-    pub fn new(state: Arc<State>) -> Tasks {
+    /// No tasks yet; runners are looked up in `/proc`. Each task's receipt goes to
+    /// `receipts`.
+    pub fn new(state: Arc<State>, receipts: Arc<Receipts>) -> Tasks {
         Tasks {
             loaded: LoadedGenerations::new(state.clone()),
             state,
+            receipts,
             processes: Box::new(ProcFs),
             shutting_down: AtomicBool::new(false),
             reserving: Mutex::default(),
@@ -158,6 +163,11 @@ impl Tasks {
     /// The daemon's state.
     pub fn state(&self) -> &Arc<State> {
         &self.state
+    }
+
+    /// The tasks' receipts.
+    pub fn receipts(&self) -> &Arc<Receipts> {
+        &self.receipts
     }
 
     /// A live task.
@@ -411,7 +421,7 @@ impl Tasks {
         // Selection and the view take about a millisecond of CPU and file system work at
         // 10k cards. On the blocking pool they run beside the async workers, so the
         // runner's reservation goes out at once (the view is filled while bwrap sets up).
-        let (selection, cards) = {
+        let (selection, cards, receipt_cards) = {
             let loaded = loaded.clone();
             let task = task.clone();
             let view_dir = view_dir.clone();
@@ -440,7 +450,9 @@ impl Tasks {
                         }
                     })
                     .collect::<Vec<_>>();
-                Ok((selection, cards))
+                let receipt_cards =
+                    receipt_cards(&loaded.catalog, &selection, &loaded.rules.config);
+                Ok((selection, cards, receipt_cards))
             })
             .await
             .map_err(internal)??
@@ -466,6 +478,24 @@ impl Tasks {
             let _ = entry.stop_agent.send_replace(true);
             return Err(internal(e));
         }
+        self.receipts.begin(
+            lease.owner_uid,
+            Receipt {
+                schema: RECEIPT_SCHEMA.into(),
+                task_id: lease.task.task_id.clone(),
+                workspace: lease.task.workspace.clone(),
+                host: crate::sys::host_name(),
+                generation: format!("{}-{}", lease.epoch, lease.revision),
+                profile: lease.profile.name.clone(),
+                user_id: lease.task.origin_user_id.clone(),
+                asset_id: lease.task.asset_id.clone(),
+                prepared_at: lease.created_at,
+                ended_at: None,
+                cards: receipt_cards,
+                left_out: lease.left_out,
+                activity: Default::default(),
+            },
+        );
         self.tasks.lock().insert(lease.task.task_id.clone(), entry);
         Ok(lease.plan())
     }
@@ -493,6 +523,7 @@ impl Tasks {
         let leftovers = Leftovers::of(self.state.paths(), id, &lease.socket_dir);
         self.state.unpin(&lease.task.workspace, &lease.generation);
         self.loaded.prune();
+        self.receipts.end(id, Timestamp::now());
         tracing::info!(task = id, workspace = %lease.task.workspace, why, "task released");
         if let Err(e) = leftovers.remove() {
             tracing::warn!(task = id, error = %e, "cannot remove the released task's files yet; retrying every second");
@@ -612,8 +643,34 @@ impl Tasks {
         if !live.is_empty() {
             tracing::info!(tasks = live.len(), "task leases recovered");
         }
+        self.receipts.recover(&live);
         self.reap();
     }
+}
+
+/// What a receipt lists of a selection: every mounted card with its hash, tier and rank,
+/// and whether MEMORY.md names it (Primary Anchors or the recommendations table).
+fn receipt_cards(
+    catalog: &mop_cards::Catalog,
+    selection: &mop_cards::Selection,
+    config: &mop_cards::SelectionConfig,
+) -> Vec<ReceiptCard> {
+    selection
+        .cards
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let e = catalog.entry(s.ord);
+            ReceiptCard {
+                id: e.summary.id,
+                sha256: e.sha256.clone(),
+                tier: s.tier.as_str().into(),
+                rank: i as u32 + 1,
+                mounted: true,
+                listed: i < config.table_rows || mop_cards::is_primary_anchor(&e.summary),
+            }
+        })
+        .collect()
 }
 
 /// Loads each newly published generation (and the current ones at start) so the first

@@ -1,0 +1,273 @@
+//! The card server's curation API, client side: one typed call per endpoint, errors that
+//! say what the server said and what to do. Where to connect and with which token comes
+//! from [`Connection`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use mop_cards::CardId;
+use mop_proto::curation::{
+    CardChange, CardDetails, CardPage, ListQuery, MergeRequest, PageQuery, RejectRequest,
+    ReviewQueue, SearchResults, StaleQuery, StaleReport, SupersedeRequest,
+};
+use reqwest::StatusCode;
+use reqwest::blocking::{Client, RequestBuilder, Response};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+/// Where the server is and how to authenticate: from flags, the environment
+/// (`MOP_SERVER_URL`, `MOP_ADMIN_TOKEN`, `MOP_ADMIN_TOKEN_FILE`, `MOP_WORKSPACE`), then the
+/// config file (`$XDG_CONFIG_HOME/mop/curate.toml`, else `~/.config/mop/curate.toml`).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// The server's base URL.
+    pub url: Option<String>,
+    /// The workspace to curate.
+    pub workspace: Option<String>,
+    /// A file holding the admin token (keep it 0600).
+    pub token_file: Option<PathBuf>,
+}
+
+impl Settings {
+    /// The config file's path.
+    pub fn path() -> Option<PathBuf> {
+        let base = std::env::var_os("XDG_CONFIG_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+        Some(base.join("mop").join("curate.toml"))
+    }
+
+    /// The config file, or nothing when there is none.
+    pub fn load() -> Result<Settings> {
+        let Some(path) = Settings::path() else {
+            return Ok(Settings::default());
+        };
+        match std::fs::read_to_string(&path) {
+            Ok(text) => toml::from_str(&text).with_context(|| {
+                format!(
+                    "config {}: expected the keys url, workspace and token_file",
+                    path.display()
+                )
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Settings::default()),
+            Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+        }
+    }
+}
+
+/// An authenticated connection to one workspace.
+pub struct Connection {
+    http: Client,
+    base: String,
+    token: String,
+    /// The workspace.
+    pub workspace: String,
+}
+
+/// What a server error answer carries.
+#[derive(Debug, Deserialize)]
+struct ErrorBody {
+    error: String,
+    message: String,
+}
+
+/// An answer the server gave, other than success.
+#[derive(Debug)]
+pub struct Refused {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The server's code (`not_found`, `precondition_failed`, …).
+    pub code: String,
+    /// The server's message.
+    pub message: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({}): {}",
+            self.code,
+            self.status.as_u16(),
+            self.message
+        )
+    }
+}
+
+impl std::error::Error for Refused {}
+
+impl Connection {
+    /// Connects with these settings (nothing is sent yet).
+    pub fn new(url: &str, token: String, workspace: String) -> Result<Connection> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let base = url.trim_end_matches('/').to_owned();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            bail!("server URL {url:?} must start with http:// or https://");
+        }
+        if !mop_cards::is_slug(&workspace) {
+            bail!(
+                "workspace {workspace:?} must be a lowercase slug matching [a-z0-9][a-z0-9._-]{{0,63}}"
+            );
+        }
+        let http = Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .context("cannot set up the HTTP client")?;
+        Ok(Connection {
+            http,
+            base,
+            token,
+            workspace,
+        })
+    }
+
+    fn url(&self, rest: &str) -> String {
+        format!("{}/v1/workspaces/{}/{rest}", self.base, self.workspace)
+    }
+
+    fn send(&self, req: RequestBuilder, what: &str) -> Result<Response> {
+        let response = req
+            .bearer_auth(&self.token)
+            .send()
+            .with_context(|| format!("{what}: cannot reach the server at {}", self.base))?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status();
+        let text = response.text().unwrap_or_default();
+        let (code, message) = match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(b) => (b.error, b.message),
+            Err(_) => (
+                "http".to_owned(),
+                text.chars().take(300).collect::<String>(),
+            ),
+        };
+        Err(anyhow::Error::new(Refused {
+            status,
+            code,
+            message,
+        })
+        .context(what.to_owned()))
+    }
+
+    fn json<T: DeserializeOwned>(&self, req: RequestBuilder, what: &str) -> Result<T> {
+        self.send(req, what)?
+            .json()
+            .with_context(|| format!("{what}: the server's answer does not read as expected"))
+    }
+
+    /// Cards matching the filters.
+    pub fn list(&self, q: &ListQuery) -> Result<CardPage> {
+        self.json(self.http.get(self.url("cards")).query(q), "listing cards")
+    }
+
+    /// One card with its provenance, usage and history.
+    pub fn details(&self, id: &CardId) -> Result<CardDetails> {
+        self.json(
+            self.http.get(self.url(&format!("cards/{id}/details"))),
+            &format!("card {id}"),
+        )
+    }
+
+    /// A card's text and its version tag.
+    pub fn text(&self, id: &CardId) -> Result<(String, String)> {
+        let r = self.send(
+            self.http.get(self.url(&format!("cards/{id}"))),
+            &format!("card {id}"),
+        )?;
+        let etag = r
+            .headers()
+            .get(reqwest::header::ETAG)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .with_context(|| format!("card {id}: the server sent no version tag (ETag)"))?;
+        Ok((r.text()?, etag))
+    }
+
+    /// Replaces a card's text if it is still at version `etag`.
+    pub fn update(&self, id: &CardId, text: String, etag: &str) -> Result<CardChange> {
+        self.json(
+            self.http
+                .put(self.url(&format!("cards/{id}")))
+                .header(reqwest::header::IF_MATCH, etag)
+                .body(text),
+            &format!("saving card {id}"),
+        )
+    }
+
+    fn action(
+        &self,
+        id: &CardId,
+        action: &str,
+        body: Option<Vec<u8>>,
+        etag: Option<&str>,
+    ) -> Result<CardChange> {
+        let mut req = self.http.post(self.url(&format!("cards/{id}/{action}")));
+        if let Some(tag) = etag {
+            req = req.header(reqwest::header::IF_MATCH, tag);
+        }
+        if let Some(b) = body {
+            req = req.body(b);
+        }
+        self.json(req, &format!("{action} of card {id}"))
+    }
+
+    /// Verifies a card, after replacing its text with `edited` when given.
+    pub fn verify(
+        &self,
+        id: &CardId,
+        edited: Option<String>,
+        etag: Option<&str>,
+    ) -> Result<CardChange> {
+        self.action(id, "verify", edited.map(String::into_bytes), etag)
+    }
+
+    /// Rejects a card (archived, with the reason in its history).
+    pub fn reject(&self, id: &CardId, reason: &str, etag: Option<&str>) -> Result<CardChange> {
+        let body = serde_json::to_vec(&RejectRequest {
+            reason: reason.to_owned(),
+        })?;
+        self.action(id, "reject", Some(body), etag)
+    }
+
+    /// Merges a card into another, which takes over its counters.
+    pub fn merge(&self, id: &CardId, into: &CardId, etag: Option<&str>) -> Result<CardChange> {
+        let body = serde_json::to_vec(&MergeRequest { into: *into })?;
+        self.action(id, "merge", Some(body), etag)
+    }
+
+    /// Marks a card superseded by another.
+    pub fn supersede(&self, id: &CardId, by: &CardId, etag: Option<&str>) -> Result<CardChange> {
+        let body = serde_json::to_vec(&SupersedeRequest { by: *by })?;
+        self.action(id, "supersede", Some(body), etag)
+    }
+
+    /// A page of the review queue.
+    pub fn review(&self, page: &PageQuery) -> Result<ReviewQueue> {
+        self.json(
+            self.http.get(self.url("review")).query(page),
+            "the review queue",
+        )
+    }
+
+    /// BM25 search with the listing filters.
+    pub fn search(&self, q: &ListQuery) -> Result<SearchResults> {
+        self.json(self.http.get(self.url("search")).query(q), "search")
+    }
+
+    /// The staleness report.
+    pub fn stale(&self, q: &StaleQuery) -> Result<StaleReport> {
+        self.json(
+            self.http.get(self.url("stale")).query(q),
+            "the staleness report",
+        )
+    }
+}
+
+/// The server's refusal inside an error, if that is what it is.
+pub fn refusal(e: &anyhow::Error) -> Option<&Refused> {
+    e.chain().find_map(|c| c.downcast_ref::<Refused>())
+}

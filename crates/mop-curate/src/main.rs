@@ -1,0 +1,399 @@
+//! `mop-curate`: the curator's command line. It talks to the card server's curation API
+//! over HTTP with an admin token, so it runs from a laptop: it needs neither the daemon nor
+//! the server's database. Every listing has `--json`; every change the curator makes after
+//! looking at a card is sent with that card's version, so a concurrent change is refused
+//! (412) instead of overwritten.
+
+mod api;
+mod render;
+mod review;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use mop_cards::CardId;
+use mop_proto::curation::{ListQuery, PageQuery, StaleQuery};
+
+use api::{Connection, Settings, refusal};
+
+#[derive(Parser)]
+#[command(
+    name = "mop-curate",
+    version,
+    about = "Curate a mop workspace: review what agents stored, verify, reject, merge and edit cards",
+    long_about = "Curate a mop workspace over the card server's HTTP API with an admin token.\n\n\
+                  Where to connect: --url, --workspace and --token-file, else the environment \
+                  (MOP_SERVER_URL, MOP_WORKSPACE, MOP_ADMIN_TOKEN or MOP_ADMIN_TOKEN_FILE), else \
+                  ~/.config/mop/curate.toml (keys url, workspace, token_file).\n\n\
+                  Start with `mop-curate review`: each unverified card with where it came from, \
+                  how tasks used it and the existing cards closest to it; answer v(erify), \
+                  r(eject), m(erge), e(dit), s(kip) or q(uit)."
+)]
+struct Cli {
+    #[command(flatten)]
+    conn: ConnArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct ConnArgs {
+    /// The card server's base URL (https:// unless it is on this machine).
+    #[arg(long, global = true, env = "MOP_SERVER_URL")]
+    url: Option<String>,
+    /// The workspace to curate.
+    #[arg(long, short = 'w', global = true, env = "MOP_WORKSPACE")]
+    workspace: Option<String>,
+    /// A file holding an admin token (`mop-server token create --role admin --name …`).
+    #[arg(long, global = true, env = "MOP_ADMIN_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+}
+
+#[derive(Args, Default)]
+struct Filters {
+    /// Only unverified (agent-written, not yet reviewed) cards.
+    #[arg(long, conflicts_with = "verified")]
+    unverified: bool,
+    /// Only verified cards.
+    #[arg(long)]
+    verified: bool,
+    /// Only cards of this type (fact, preference, human_correction, error_resolution,
+    /// pitfall, playbook, reference_doc).
+    #[arg(long = "type", value_name = "TYPE")]
+    card_type: Option<String>,
+    /// Only cards with this label.
+    #[arg(long)]
+    label: Option<String>,
+    /// Only cards bound to this asset.
+    #[arg(long)]
+    asset: Option<String>,
+    /// Only cards bound to, or written by a task of, this user.
+    #[arg(long)]
+    user: Option<String>,
+    /// Only cards no task received in this many days.
+    #[arg(long, value_name = "DAYS")]
+    stale_days: Option<u32>,
+    /// Include archived (rejected) cards.
+    #[arg(long)]
+    archived: bool,
+    /// Entries to skip.
+    #[arg(long, default_value_t = 0)]
+    offset: usize,
+    /// Most entries to show (at most 500).
+    #[arg(long, default_value_t = 50)]
+    limit: usize,
+}
+
+impl Filters {
+    fn query(&self) -> ListQuery {
+        ListQuery {
+            unverified: match (self.unverified, self.verified) {
+                (true, _) => Some(true),
+                (_, true) => Some(false),
+                _ => None,
+            },
+            card_type: self.card_type.clone(),
+            label: self.label.clone(),
+            asset: self.asset.clone(),
+            user: self.user.clone(),
+            stale_days: self.stale_days,
+            archived: self.archived.then_some(true),
+            offset: Some(self.offset),
+            limit: Some(self.limit),
+            q: None,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List cards, with filters.
+    List {
+        #[command(flatten)]
+        filters: Filters,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a card: its fields, provenance, usage by tasks, and versions.
+    Show {
+        /// The card id.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a card's history, with the diff each version made.
+    History {
+        /// The card id.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Verify a card: it becomes workspace memory that every task its scope allows sees.
+    Verify {
+        /// The card id.
+        id: String,
+        /// Verify the text in this file instead (an edited copy of the card; keep its id).
+        #[arg(long, value_name = "FILE")]
+        file: Option<PathBuf>,
+    },
+    /// Reject a card: it is archived (out of every task now), with the reason in its
+    /// history.
+    Reject {
+        /// The card id.
+        id: String,
+        /// Why (kept in the history).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Merge a card into an existing one: the card is superseded and the other takes over
+    /// its counters.
+    Merge {
+        /// The card to merge away.
+        id: String,
+        /// The card that stays.
+        #[arg(long)]
+        into: String,
+    },
+    /// Mark a card superseded by a newer one.
+    Supersede {
+        /// The older card.
+        id: String,
+        /// The newer card.
+        #[arg(long)]
+        by: String,
+    },
+    /// Edit a card in $EDITOR and save it, unless someone changed it meanwhile (then your
+    /// text is kept in a file and nothing is overwritten).
+    Edit {
+        /// The card id.
+        id: String,
+    },
+    /// Search the workspace (BM25), with the same filters as list.
+    Search {
+        /// What to look for.
+        query: String,
+        #[command(flatten)]
+        filters: Filters,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cards no task received, cards of assets no task named, long supersede chains, and
+    /// old unverified cards.
+    Stale {
+        /// The window, in days.
+        #[arg(long, default_value_t = 30)]
+        days: u32,
+        /// Report supersede chains longer than this.
+        #[arg(long, default_value_t = 3)]
+        chain: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Go through the review queue: each unverified card with its provenance, usage and
+    /// nearest cards; answer v(erify), r(eject), m(erge), e(dit), s(kip) or q(uit).
+    Review {
+        /// Print the queue's first page as JSON and change nothing.
+        #[arg(long)]
+        json: bool,
+        /// Entries per page.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("mop-curate: error: {e:#}");
+            if let Some(hint) = refusal(&e).and_then(hint) {
+                eprintln!("  {hint}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What to do about a refusal, beyond the server's own words.
+fn hint(r: &api::Refused) -> Option<&'static str> {
+    match r.status.as_u16() {
+        401 => Some(
+            "check the token (--token-file, MOP_ADMIN_TOKEN): it may be mistyped, revoked or expired",
+        ),
+        403 => Some(
+            "curation needs an admin token: mop-server token create --role admin --name \"Your Name\" --workspace W",
+        ),
+        404 => {
+            Some("check the id and the workspace (--workspace); `mop-curate list` shows the cards")
+        }
+        412 => Some(
+            "someone changed the card since you read it: `mop-curate show ID` shows the new version; apply your change to it again",
+        ),
+        _ => None,
+    }
+}
+
+fn connect(args: &ConnArgs) -> Result<Connection> {
+    let settings = Settings::load()?;
+    let config = Settings::path().map_or_else(
+        || "~/.config/mop/curate.toml".into(),
+        |p| p.display().to_string(),
+    );
+    let url = args.url.clone().or(settings.url).with_context(|| {
+        format!(
+            "no server URL: pass --url, set MOP_SERVER_URL, or put url = \"https://…\" in {config}"
+        )
+    })?;
+    let workspace = args.workspace.clone().or(settings.workspace).with_context(|| {
+        format!("no workspace: pass --workspace, set MOP_WORKSPACE, or put workspace = \"…\" in {config}")
+    })?;
+    let token = match std::env::var("MOP_ADMIN_TOKEN")
+        .ok()
+        .filter(|t| !t.trim().is_empty())
+    {
+        Some(t) if args.token_file.is_none() => t,
+        _ => {
+            let file = args.token_file.clone().or(settings.token_file).with_context(|| {
+                format!(
+                    "no admin token: pass --token-file, set MOP_ADMIN_TOKEN or MOP_ADMIN_TOKEN_FILE, or put token_file = \"…\" in {config}"
+                )
+            })?;
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read the token file {}", file.display()))?;
+            let t = text.trim().to_owned();
+            if t.is_empty() {
+                bail!("token file {} is empty", file.display());
+            }
+            t
+        }
+    };
+    Connection::new(&url, token, workspace)
+}
+
+fn card_id(s: &str) -> Result<CardId> {
+    CardId::parse(s).map_err(|e| {
+        anyhow::anyhow!("{s:?} is not a card id ({e}); `mop-curate list` shows the ids")
+    })
+}
+
+fn print_json(v: &impl serde::Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    let c = connect(&cli.conn)?;
+    match cli.command {
+        Command::List { filters, json } => {
+            let page = c.list(&filters.query())?;
+            if json {
+                print_json(&page)?;
+            } else {
+                print!("{}", render::page(&page));
+            }
+        }
+        Command::Show { id, json } => {
+            let details = c.details(&card_id(&id)?)?;
+            if json {
+                print_json(&details)?;
+            } else {
+                print!("{}", render::details(&details));
+            }
+        }
+        Command::History { id, json } => {
+            let details = c.details(&card_id(&id)?)?;
+            if json {
+                print_json(&details.history)?;
+            } else {
+                print!("{}", render::history(&details.history));
+            }
+        }
+        Command::Verify { id, file } => {
+            let id = card_id(&id)?;
+            let edited = file
+                .map(|f| {
+                    std::fs::read_to_string(&f)
+                        .with_context(|| format!("cannot read {}", f.display()))
+                })
+                .transpose()?;
+            let change = c.verify(&id, edited, None)?;
+            println!("verified card {id} (revision {})", change.revision);
+        }
+        Command::Reject { id, reason } => {
+            let id = card_id(&id)?;
+            let change = c.reject(&id, &reason, None)?;
+            println!(
+                "rejected card {id}: archived, out of every task (revision {})",
+                change.revision
+            );
+        }
+        Command::Merge { id, into } => {
+            let (id, into) = (card_id(&id)?, card_id(&into)?);
+            let change = c.merge(&id, &into, None)?;
+            println!(
+                "merged card {id} into {into} (revision {})",
+                change.revision
+            );
+        }
+        Command::Supersede { id, by } => {
+            let (id, by) = (card_id(&id)?, card_id(&by)?);
+            let change = c.supersede(&id, &by, None)?;
+            println!(
+                "card {id} is superseded by {by} (revision {})",
+                change.revision
+            );
+        }
+        Command::Edit { id } => {
+            let id = card_id(&id)?;
+            review::edit(&c, &id, None)?;
+        }
+        Command::Search {
+            query,
+            filters,
+            json,
+        } => {
+            let results = c.search(&ListQuery {
+                q: Some(query),
+                ..filters.query()
+            })?;
+            if json {
+                print_json(&results)?;
+            } else {
+                print!("{}", render::search(&results));
+            }
+        }
+        Command::Stale { days, chain, json } => {
+            let report = c.stale(&StaleQuery {
+                days: Some(days),
+                chain: Some(chain),
+            })?;
+            if json {
+                print_json(&report)?;
+            } else {
+                print!("{}", render::stale(&report));
+            }
+        }
+        Command::Review { json, limit } => {
+            if json {
+                print_json(&c.review(&PageQuery {
+                    offset: None,
+                    limit: Some(limit),
+                })?)?;
+            } else {
+                let stdin = std::io::stdin();
+                let interactive = stdin.is_terminal();
+                review::run(&c, limit, &mut stdin.lock(), interactive)?;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

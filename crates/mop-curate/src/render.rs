@@ -1,0 +1,343 @@
+//! What `mop-curate` prints for people. Card text comes from agents and is hostile: every
+//! card-supplied string is shown with control characters escaped, so a title cannot move
+//! the cursor, recolour the terminal or fake a prompt.
+
+use std::fmt::Write;
+
+use mop_proto::curation::{
+    CardDetails, CardInfo, CardPage, HistoryRow, ReviewItem, SearchResults, StaleCard, StaleReport,
+    Usage,
+};
+
+/// Card text made safe for a terminal: control characters (escape sequences among them)
+/// are shown escaped, and one line stays one line.
+pub fn safe(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
+fn trust(c: &CardInfo) -> &'static str {
+    if c.archived_at.is_some() {
+        "archived"
+    } else if c.summary.trust == mop_cards::Trust::Unverified {
+        "unverified"
+    } else if !c.summary.enabled {
+        "disabled"
+    } else if c.summary.superseded_by.is_some() {
+        "superseded"
+    } else {
+        "verified"
+    }
+}
+
+/// One line of usage.
+pub fn usage(u: &Usage) -> String {
+    let last = u.last_delivered_at.map_or_else(
+        || "never delivered".to_owned(),
+        |t| format!("last delivered {t}"),
+    );
+    format!(
+        "delivered to {} task(s) in 7 days, {} in 30; retrieved by {} in 7 days, {} in 30; {last}; hosts: {}",
+        u.delivered_7d,
+        u.delivered_30d,
+        u.retrieved_7d,
+        u.retrieved_30d,
+        if u.hosts.is_empty() {
+            "none".to_owned()
+        } else {
+            u.hosts
+                .iter()
+                .map(|h| safe(h))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    )
+}
+
+/// A listing.
+pub fn page(p: &CardPage) -> String {
+    let mut out = String::new();
+    if p.cards.is_empty() {
+        let _ = writeln!(out, "no cards match ({} in all)", p.total);
+        return out;
+    }
+    for c in &p.cards {
+        let _ = writeln!(
+            out,
+            "{}  {:<16} {:<10} {}  [delivered {}/30d]",
+            c.summary.id,
+            c.summary.card_type.as_str(),
+            trust(c),
+            safe(&c.summary.title),
+            c.usage.delivered_30d
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{}–{} of {}{}",
+        p.offset + 1,
+        p.offset + p.cards.len(),
+        p.total,
+        if p.offset + p.cards.len() < p.total {
+            format!(" (next page: --offset {})", p.offset + p.cards.len())
+        } else {
+            String::new()
+        }
+    );
+    out
+}
+
+/// A card's fields, provenance and usage.
+pub fn card(c: &CardInfo) -> String {
+    let s = &c.summary;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "card {}  ({}, {})",
+        s.id,
+        s.card_type.as_str(),
+        trust(c)
+    );
+    let _ = writeln!(out, "  title        {}", safe(&s.title));
+    if let Some(d) = &s.description {
+        let _ = writeln!(out, "  description  {}", safe(d));
+    }
+    if !s.labels.is_empty() {
+        let _ = writeln!(out, "  labels       {}", safe(&s.labels.join(", ")));
+    }
+    let scope = [
+        s.scope
+            .user_id
+            .as_ref()
+            .map(|u| format!("user {}", safe(u))),
+        s.scope
+            .asset_id
+            .as_ref()
+            .map(|a| format!("asset {}", safe(a))),
+    ];
+    let scope: Vec<String> = scope.into_iter().flatten().collect();
+    let _ = writeln!(
+        out,
+        "  scope        {}",
+        if scope.is_empty() {
+            "whole workspace".to_owned()
+        } else {
+            scope.join(", ")
+        }
+    );
+    if let Some(p) = &c.provenance {
+        let field = |v: &Option<String>| v.as_deref().map_or_else(|| "-".to_owned(), safe);
+        let _ = writeln!(
+            out,
+            "  provenance   task {}, user {}, asset {}, node token {}, stored {}",
+            field(&p.task_id),
+            field(&p.user_id),
+            field(&p.asset_id),
+            field(&p.node_token),
+            field(&p.stored_at)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  counters     occurrence {}, reinforced {} time(s){}",
+        c.occurrence,
+        c.reinforcements,
+        c.last_seen
+            .as_ref()
+            .map(|t| format!(", last seen {t}"))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(out, "  usage        {}", usage(&c.usage));
+    if let Some(by) = &s.superseded_by {
+        let _ = writeln!(out, "  superseded by {by}");
+    }
+    let _ = writeln!(out, "  version      {}", c.etag);
+    out
+}
+
+/// `show`: the card and its versions.
+pub fn details(d: &CardDetails) -> String {
+    let mut out = card(&d.card);
+    let _ = writeln!(out, "versions:");
+    for h in &d.history {
+        let _ = writeln!(out, "  {}", history_line(h));
+    }
+    out
+}
+
+fn who(h: &HistoryRow) -> String {
+    match &h.actor_name {
+        Some(name) => format!("{} ({})", safe(name), h.actor),
+        None => h.actor.clone(),
+    }
+}
+
+fn history_line(h: &HistoryRow) -> String {
+    format!(
+        "#{} {} {} by {}{}",
+        h.seq,
+        h.at,
+        h.action,
+        who(h),
+        h.detail
+            .as_ref()
+            .map(|d| format!(" — {}", safe(d)))
+            .unwrap_or_default()
+    )
+}
+
+/// `history`: each change, and the diff of each change of the text.
+pub fn history(rows: &[HistoryRow]) -> String {
+    let mut out = String::new();
+    let mut previous: Option<&str> = None;
+    for h in rows {
+        let _ = writeln!(out, "{}", history_line(h));
+        if h.redacted {
+            let _ = writeln!(out, "  (content redacted)");
+            continue;
+        }
+        if let Some(text) = h.content.as_deref() {
+            let diff = similar::TextDiff::from_lines(previous.unwrap_or(""), text);
+            for change in diff.iter_all_changes() {
+                let sign = match change.tag() {
+                    similar::ChangeTag::Delete => "-",
+                    similar::ChangeTag::Insert => "+",
+                    similar::ChangeTag::Equal => continue,
+                };
+                let _ = writeln!(
+                    out,
+                    "  {sign} {}",
+                    safe(change.value().trim_end_matches('\n'))
+                );
+            }
+            previous = Some(text);
+        }
+    }
+    out
+}
+
+/// Search hits.
+pub fn search(r: &SearchResults) -> String {
+    let mut out = String::new();
+    for h in &r.hits {
+        let c = &h.card;
+        let _ = writeln!(
+            out,
+            "{:>7.2}  {}  {:<16} {:<10} {}",
+            h.score,
+            c.summary.id,
+            c.summary.card_type.as_str(),
+            trust(c),
+            safe(&c.summary.title)
+        );
+    }
+    let _ = writeln!(out, "{} hit(s) among {} card(s)", r.hits.len(), r.searched);
+    out
+}
+
+fn stale_line(c: &StaleCard) -> String {
+    format!(
+        "  {}  {:<16} {}{}  (since {}{})",
+        c.id,
+        c.card_type.as_str(),
+        safe(&c.title),
+        if c.unverified { " [unverified]" } else { "" },
+        c.created_at,
+        c.last_delivered_at
+            .map(|t| format!(", last delivered {t}"))
+            .unwrap_or_else(|| ", never delivered".into())
+    )
+}
+
+/// The staleness report.
+pub fn stale(r: &StaleReport) -> String {
+    let mut out = String::new();
+    let days = r.days;
+    let sections: [(String, &Vec<StaleCard>); 3] = [
+        (
+            format!("card(s) delivered to no task in {days} days"),
+            &r.undelivered,
+        ),
+        (
+            format!("card(s) bound to an asset no task named in {days} days"),
+            &r.unnamed_assets,
+        ),
+        (
+            format!("unverified card(s) older than {days} days"),
+            &r.old_unverified,
+        ),
+    ];
+    for (what, list) in sections {
+        let _ = writeln!(out, "{} {what}:", list.len());
+        for c in list {
+            let _ = writeln!(out, "{}", stale_line(c));
+            if let (Some(a), true) = (&c.asset_id, what.contains("bound to an asset")) {
+                let _ = writeln!(
+                    out,
+                    "      asset {} last named {}",
+                    safe(a),
+                    c.asset_last_named_at
+                        .map_or_else(|| "never".to_owned(), |t| t.to_string())
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "{} supersede chain(s) longer than {}:",
+        r.long_chains.len(),
+        r.chain
+    );
+    for c in &r.long_chains {
+        let ids: Vec<String> = c.ids.iter().map(|i| i.to_string()).collect();
+        let _ = writeln!(out, "  {} ← {}", safe(&c.title), ids.join(" → "));
+    }
+    out
+}
+
+/// One review entry: the card and its nearest cards, numbered for `merge`.
+pub fn review_item(n: usize, total: usize, item: &ReviewItem) -> String {
+    let mut out = format!("[{n}/{total}] ");
+    out.push_str(&card(&item.card));
+    if item.nearest.is_empty() {
+        out.push_str("  nearest      none\n");
+    } else {
+        out.push_str("  nearest:\n");
+        for (i, c) in item.nearest.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "    {}. {}  {:<16} {}{}  (score {:.2})",
+                i + 1,
+                c.id,
+                c.card_type.as_str(),
+                safe(&c.title),
+                if c.unverified { " [unverified]" } else { "" },
+                c.score
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn card_text_cannot_reach_the_terminal_as_control_codes() {
+        let title = "ok\u{1b}[2J\u{1b}]0;pwned\u{7}\nmop-curate> v";
+        let shown = safe(title);
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        assert!(
+            shown.contains("\\u{1b}[2J") && shown.contains("\\n"),
+            "{shown}"
+        );
+    }
+}

@@ -1,0 +1,376 @@
+//! Curator ↔ card server (admin tokens): listings with provenance and usage, the review
+//! queue, review actions, card versions, search and the staleness report. The curator CLI
+//! (`mop-curate`) and the server's own pages are clients of exactly these types.
+//!
+//! Every card answer carries the card's version tag ([`card_etag`]); an edit or action sent
+//! with `If-Match: <tag>` is refused with 412 when the card changed meanwhile, so two
+//! curators never silently overwrite each other.
+
+use jiff::Timestamp;
+use mop_cards::{CardId, CardSummary, CardType};
+use serde::{Deserialize, Serialize};
+
+/// A card's version tag: a strong entity tag over its stored bytes and whether it is
+/// archived (an archive changes no byte but is a change a curator must see).
+pub fn card_etag(sha256: &str, archived: bool) -> String {
+    if archived {
+        format!("\"{sha256}.archived\"")
+    } else {
+        format!("\"{sha256}\"")
+    }
+}
+
+/// Default and largest page of a listing.
+pub const DEFAULT_PAGE: usize = 50;
+/// Largest page of a listing.
+pub const MAX_PAGE: usize = 500;
+
+/// How often a card reached tasks, from the daemons' receipts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tasks it was delivered to (mounted in their view), last 7 days.
+    pub delivered_7d: u64,
+    /// The same, last 30 days.
+    pub delivered_30d: u64,
+    /// Tasks whose agent got it from a retrieve, last 7 days.
+    pub retrieved_7d: u64,
+    /// The same, last 30 days.
+    pub retrieved_30d: u64,
+    /// The last delivery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_delivered_at: Option<Timestamp>,
+    /// Hosts that delivered or retrieved it, by name.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+}
+
+/// Where an agent-stored card came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CardProvenance {
+    /// The storing task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// Its origin user (the author).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// Its asset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asset_id: Option<String>,
+    /// The node token (id) of the host daemon that stored it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_token: Option<String>,
+    /// When it was stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_at: Option<String>,
+}
+
+/// A card as curators see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CardInfo {
+    /// The frontmatter fields.
+    pub summary: CardSummary,
+    /// Version tag for `If-Match`.
+    pub etag: String,
+    /// Set while archived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archived_at: Option<String>,
+    /// Server counter.
+    pub occurrence: u64,
+    /// Server counter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen: Option<String>,
+    /// How often tasks stored an equal card again.
+    pub reinforcements: u64,
+    /// For agent-stored cards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<CardProvenance>,
+    /// Deliveries and retrievals.
+    pub usage: Usage,
+}
+
+/// Filters of `GET /v1/workspaces/{ws}/cards` and `GET /v1/workspaces/{ws}/search` (a
+/// query string; `q` is the search text, for `search` only).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Free text to search for (`search` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub q: Option<String>,
+    /// Only unverified (true) or only verified (false) cards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unverified: Option<bool>,
+    /// Only this type.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub card_type: Option<String>,
+    /// Only cards with this label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Only cards bound to this asset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asset: Option<String>,
+    /// Only cards bound to (or, unverified, authored by) this user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Only cards delivered to no task in this many days.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale_days: Option<u32>,
+    /// Include archived cards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archived: Option<bool>,
+    /// Entries to skip.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<usize>,
+    /// Page size ([`DEFAULT_PAGE`], at most [`MAX_PAGE`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+}
+
+/// A page of cards.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CardPage {
+    /// Cards matching the filters, in all.
+    pub total: usize,
+    /// Where this page starts.
+    pub offset: usize,
+    /// This page.
+    pub cards: Vec<CardInfo>,
+}
+
+/// A card close to another, by BM25 over the workspace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Nearest {
+    /// The card.
+    pub id: CardId,
+    /// Its type.
+    #[serde(rename = "type")]
+    pub card_type: CardType,
+    /// Its title.
+    pub title: String,
+    /// True when unverified.
+    pub unverified: bool,
+    /// BM25 score.
+    pub score: f32,
+}
+
+/// One entry of the review queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReviewItem {
+    /// The unverified card.
+    pub card: CardInfo,
+    /// Live cards closest to it, best first (a merge candidate is usually the first).
+    pub nearest: Vec<Nearest>,
+}
+
+/// `GET /v1/workspaces/{ws}/review`: unverified live cards, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReviewQueue {
+    /// Unverified live cards in all.
+    pub total: usize,
+    /// Where this page starts.
+    pub offset: usize,
+    /// This page.
+    pub items: Vec<ReviewItem>,
+}
+
+/// Paging of the review queue.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PageQuery {
+    /// Entries to skip.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<usize>,
+    /// Page size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+}
+
+/// One audit row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryRow {
+    /// Order of mutations.
+    pub seq: i64,
+    /// The card, absent for workspace-wide rows (counter publication).
+    pub card_id: Option<String>,
+    /// Workspace revision the change produced (or the current one, for changes the
+    /// manifest does not show yet).
+    pub revision: u64,
+    /// When.
+    pub at: String,
+    /// Token id (`token:<id>`), or `cli:<command>`.
+    pub actor: String,
+    /// The name of the person behind an admin token, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor_name: Option<String>,
+    /// What.
+    pub action: String,
+    /// Hash before.
+    pub sha256_before: Option<String>,
+    /// Hash after.
+    pub sha256_after: Option<String>,
+    /// Card text after the change; `None` when redacted or not applicable.
+    pub content: Option<String>,
+    /// True once a purge or hard delete removed the content.
+    pub redacted: bool,
+    /// Extra facts (outcome of a store, superseding card, a rejection's reason, …).
+    pub detail: Option<String>,
+}
+
+/// `GET /v1/workspaces/{ws}/cards/{id}/details`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CardDetails {
+    /// The card.
+    pub card: CardInfo,
+    /// Its audit history, oldest first.
+    pub history: Vec<HistoryRow>,
+}
+
+/// What a card mutation did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CardChange {
+    /// The card.
+    pub id: CardId,
+    /// The workspace revision after the change.
+    pub revision: u64,
+    /// The card file's hash after the change (absent once deleted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// False when the request changed nothing (same bytes).
+    pub changed: bool,
+    /// The card's version tag after the change (absent once deleted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
+}
+
+/// `POST …/cards/{id}/reject`: archive an unverified card, saying why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RejectRequest {
+    /// Why (1 to 500 characters; kept in the history).
+    pub reason: String,
+}
+
+/// `POST …/cards/{id}/merge`: fold a card into an existing one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MergeRequest {
+    /// The card that stays; it takes over the merged card's counters.
+    pub into: CardId,
+}
+
+/// `POST …/cards/{id}/supersede`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SupersedeRequest {
+    /// The newer card.
+    pub by: CardId,
+}
+
+/// A search hit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchHit {
+    /// The card.
+    pub card: CardInfo,
+    /// BM25 score.
+    pub score: f32,
+}
+
+/// The answer to a search.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchResults {
+    /// Hits, best first.
+    pub hits: Vec<SearchHit>,
+    /// Live cards searched.
+    pub searched: usize,
+}
+
+/// `GET /v1/workspaces/{ws}/stale` parameters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaleQuery {
+    /// The window, in days (default 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub days: Option<u32>,
+    /// Supersede chains longer than this are reported (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<usize>,
+}
+
+/// A card the staleness report names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StaleCard {
+    /// The card.
+    pub id: CardId,
+    /// Its type.
+    #[serde(rename = "type")]
+    pub card_type: CardType,
+    /// Its title.
+    pub title: String,
+    /// True when unverified.
+    pub unverified: bool,
+    /// Its asset, when bound to one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asset_id: Option<String>,
+    /// When it was made (its `created_at`, else when the server first had it).
+    pub created_at: String,
+    /// Its last delivery, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_delivered_at: Option<Timestamp>,
+    /// When a task last named its asset, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asset_last_named_at: Option<Timestamp>,
+}
+
+/// A chain of supersessions, oldest first; the last card is the live one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Chain {
+    /// The cards, oldest first.
+    pub ids: Vec<CardId>,
+    /// The live card's title.
+    pub title: String,
+}
+
+/// The staleness report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StaleReport {
+    /// The window used.
+    pub days: u32,
+    /// The chain length used.
+    pub chain: usize,
+    /// Live cards made before the window that no task received in it.
+    pub undelivered: Vec<StaleCard>,
+    /// Live asset-bound cards whose asset no task named in the window.
+    pub unnamed_assets: Vec<StaleCard>,
+    /// Supersede chains longer than `chain`.
+    pub long_chains: Vec<Chain>,
+    /// Unverified live cards older than the window.
+    pub old_unverified: Vec<StaleCard>,
+}
+
+/// `POST /v1/workspaces/{ws}/tokens`-style token rows are managed by `mop-server token`;
+/// this is how curators' tools show them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRow {
+    /// Public id.
+    pub id: String,
+    /// `node` or `admin`.
+    pub role: String,
+    /// Workspaces in scope.
+    pub workspaces: Vec<String>,
+    /// The person behind an admin token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Free note.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Creation time.
+    pub created_at: String,
+    /// When it stops working, if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// Its last use (recorded at most once a minute).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_used_at: Option<String>,
+    /// Revocation time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_at: Option<String>,
+}

@@ -1,0 +1,344 @@
+//! Task receipts: what a daemon delivered to one task and what the task's agent did
+//! through its socket. Kept on the host (`mop receipt TASK`) and reported to the card
+//! server in batches (`POST /v1/workspaces/{ws}/receipts`), where they become per-card
+//! usage counters.
+//!
+//! A receipt holds ids, hashes and counts only: no card text and no query text. A
+//! retrieval's query is kept as a keyed hash (the key stays on the host), so repeated
+//! queries can be told apart without the server being able to guess short ones.
+
+use jiff::Timestamp;
+use mop_cards::{CardId, is_scope_id, is_sha256_hex, is_slug, is_task_id};
+use serde::{Deserialize, Serialize};
+
+/// The `schema` of every receipt this version writes.
+pub const RECEIPT_SCHEMA: &str = "mop.receipt/1";
+
+/// Most retrieves, gets and stores a receipt lists one by one; past that, only counted
+/// (in [`Activity::unlisted`]), so a chatty agent cannot grow a receipt without bound.
+pub const MAX_EVENTS: usize = 500;
+
+/// Most cards one receipt may list (a view mounts at most a few hundred).
+pub const MAX_RECEIPT_CARDS: usize = 5_000;
+
+/// Most receipts in one report batch.
+pub const MAX_BATCH: usize = 200;
+
+/// One task's receipt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Receipt {
+    /// Always [`RECEIPT_SCHEMA`].
+    pub schema: String,
+    /// The task.
+    pub task_id: String,
+    /// Its workspace.
+    pub workspace: String,
+    /// The host that ran it (its host name).
+    pub host: String,
+    /// The generation the view was built from, `<epoch>-<revision>`.
+    pub generation: String,
+    /// The sandbox profile.
+    pub profile: String,
+    /// Who asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// What the task targeted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asset_id: Option<String>,
+    /// When the task was prepared; with the task id, what makes a receipt unique (a task
+    /// id may be used again once its task has ended).
+    pub prepared_at: Timestamp,
+    /// When the task ended; absent while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<Timestamp>,
+    /// Every selected card, best first.
+    pub cards: Vec<ReceiptCard>,
+    /// Selected cards the mount cap left out, per tier (L0, L1, L2).
+    pub left_out: [usize; 3],
+    /// What the agent did through its socket.
+    pub activity: Activity,
+}
+
+/// One card a task was given.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiptCard {
+    /// The card.
+    pub id: CardId,
+    /// Its file's hash in the task's generation.
+    pub sha256: String,
+    /// `L0`, `L1` or `L2`.
+    pub tier: String,
+    /// Its place in the task's ranking, from 1.
+    pub rank: u32,
+    /// Mounted in the view (every listed card is; a card the cap left out is only
+    /// counted in `left_out`).
+    pub mounted: bool,
+    /// Listed by name in MEMORY.md (Primary Anchors or the recommendations table), not
+    /// only mounted.
+    pub listed: bool,
+}
+
+/// What an agent did through its task's socket.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Activity {
+    /// Searches, in order.
+    #[serde(default)]
+    pub retrieves: Vec<RetrieveEvent>,
+    /// Cards read in full, in order.
+    #[serde(default)]
+    pub gets: Vec<GetEvent>,
+    /// Stores, in order.
+    #[serde(default)]
+    pub stores: Vec<StoreEvent>,
+    /// Events past [`MAX_EVENTS`] of a kind: counted here, not listed.
+    #[serde(default)]
+    pub unlisted: u64,
+}
+
+/// One search.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrieveEvent {
+    /// When.
+    pub at: Timestamp,
+    /// Keyed SHA-256 of the query (hex); never the query.
+    pub query_hash: String,
+    /// The cards it returned, best first.
+    pub hits: Vec<CardId>,
+}
+
+/// One card read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GetEvent {
+    /// When.
+    pub at: Timestamp,
+    /// The card asked for.
+    pub id: CardId,
+    /// False when it was not found (or not the task's to see).
+    pub found: bool,
+}
+
+/// One store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreEvent {
+    /// When.
+    pub at: Timestamp,
+    /// `created`, `reinforced`, `extended`, `unchanged`, or `refused` (with the status).
+    pub outcome: String,
+    /// The card it created, reinforced or extended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<CardId>,
+    /// The HTTP status of a refusal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+}
+
+impl Activity {
+    /// Adds an event to `list` unless it is full, in which case it is only counted.
+    pub fn push<T>(list: &mut Vec<T>, unlisted: &mut u64, event: T) {
+        if list.len() < MAX_EVENTS {
+            list.push(event);
+        } else {
+            *unlisted += 1;
+        }
+    }
+
+    /// Every card a retrieve returned, each once, in first-seen order.
+    pub fn retrieved(&self) -> Vec<CardId> {
+        let mut seen = std::collections::BTreeSet::new();
+        self.retrieves
+            .iter()
+            .flat_map(|r| r.hits.iter().copied())
+            .filter(|id| seen.insert(*id))
+            .collect()
+    }
+}
+
+/// Why a receipt is not acceptable; names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("receipt {task}: {field} {problem}")]
+pub struct ReceiptError {
+    /// The receipt's task id (shortened).
+    pub task: String,
+    /// The field.
+    pub field: &'static str,
+    /// What is wrong.
+    pub problem: String,
+}
+
+impl Receipt {
+    /// Checks every field a server stores or counts by.
+    pub fn validate(&self) -> Result<(), ReceiptError> {
+        let fail = |field, problem: &str| ReceiptError {
+            task: self.task_id.chars().take(64).collect(),
+            field,
+            problem: problem.to_owned(),
+        };
+        if self.schema != RECEIPT_SCHEMA {
+            return Err(fail("schema", &format!("must be {RECEIPT_SCHEMA}")));
+        }
+        if !is_task_id(&self.task_id) {
+            return Err(fail(
+                "task_id",
+                "must be a task id ([A-Za-z0-9._-], 1 to 64)",
+            ));
+        }
+        if !is_slug(&self.workspace) {
+            return Err(fail("workspace", "must be a workspace slug"));
+        }
+        if !is_scope_id(&self.host) {
+            return Err(fail(
+                "host",
+                "must be 1 to 128 characters, no control characters",
+            ));
+        }
+        for (field, v) in [("user_id", &self.user_id), ("asset_id", &self.asset_id)] {
+            if v.as_deref().is_some_and(|v| !is_scope_id(v)) {
+                return Err(fail(
+                    field,
+                    "must be 1 to 128 characters, no control characters",
+                ));
+            }
+        }
+        if self.generation.len() > 128 || self.profile.len() > 128 {
+            return Err(fail("generation", "and profile must be at most 128 bytes"));
+        }
+        if self.cards.len() > MAX_RECEIPT_CARDS {
+            return Err(fail(
+                "cards",
+                &format!("must list at most {MAX_RECEIPT_CARDS}"),
+            ));
+        }
+        for c in &self.cards {
+            if !is_sha256_hex(&c.sha256) {
+                return Err(fail("cards[].sha256", "must be 64 lowercase hex digits"));
+            }
+            if !matches!(c.tier.as_str(), "L0" | "L1" | "L2") {
+                return Err(fail("cards[].tier", "must be L0, L1 or L2"));
+            }
+        }
+        let a = &self.activity;
+        if a.retrieves.len() > MAX_EVENTS
+            || a.gets.len() > MAX_EVENTS
+            || a.stores.len() > MAX_EVENTS
+        {
+            return Err(fail(
+                "activity",
+                &format!("lists at most {MAX_EVENTS} events of a kind"),
+            ));
+        }
+        for r in &a.retrieves {
+            if !is_sha256_hex(&r.query_hash) {
+                return Err(fail(
+                    "activity.retrieves[].query_hash",
+                    "must be 64 lowercase hex digits",
+                ));
+            }
+            if r.hits.len() > 50 {
+                return Err(fail(
+                    "activity.retrieves[].hits",
+                    "must list at most 50 cards",
+                ));
+            }
+        }
+        for s in &a.stores {
+            if s.outcome.len() > 32 {
+                return Err(fail(
+                    "activity.stores[].outcome",
+                    "must be at most 32 bytes",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `POST /v1/workspaces/{ws}/receipts` (node token): receipts of ended tasks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiptBatch {
+    /// At most [`MAX_BATCH`] receipts of this workspace.
+    pub receipts: Vec<Receipt>,
+}
+
+/// The answer to a receipt batch. Sending the same receipt again is not an error: it is
+/// counted once, and answered as a duplicate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReceiptBatchResponse {
+    /// Receipts counted now.
+    pub accepted: usize,
+    /// Receipts the server had counted before.
+    pub duplicates: usize,
+    /// Receipts of tasks prepared too long ago to be counted (the server keeps what it
+    /// needs to count each receipt once for a limited time only).
+    #[serde(default)]
+    pub too_old: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn receipt() -> Receipt {
+        Receipt {
+            schema: RECEIPT_SCHEMA.into(),
+            task_id: "etl-1".into(),
+            workspace: "acme".into(),
+            host: "host-1".into(),
+            generation: "e-1".into(),
+            profile: "default".into(),
+            user_id: Some("alice".into()),
+            asset_id: None,
+            prepared_at: Timestamp::UNIX_EPOCH,
+            ended_at: None,
+            cards: vec![],
+            left_out: [0; 3],
+            activity: Activity::default(),
+        }
+    }
+
+    #[test]
+    fn events_past_the_cap_are_counted_not_listed() {
+        let mut a = Activity::default();
+        for _ in 0..MAX_EVENTS + 3 {
+            Activity::push(
+                &mut a.gets,
+                &mut a.unlisted,
+                GetEvent {
+                    at: Timestamp::UNIX_EPOCH,
+                    id: CardId::from_uuid(uuid_zero()),
+                    found: true,
+                },
+            );
+        }
+        assert_eq!(a.gets.len(), MAX_EVENTS);
+        assert_eq!(a.unlisted, 3);
+    }
+
+    fn uuid_zero() -> mop_cards::Uuid {
+        mop_cards::Uuid::nil()
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        assert!(receipt().validate().is_ok());
+        let mut bad = receipt();
+        bad.task_id = "../x".into();
+        assert_eq!(bad.validate().unwrap_err().field, "task_id");
+        let mut bad = receipt();
+        bad.activity.retrieves.push(RetrieveEvent {
+            at: Timestamp::UNIX_EPOCH,
+            query_hash: "what was searched".into(),
+            hits: vec![],
+        });
+        let e = bad.validate().unwrap_err();
+        assert_eq!(e.field, "activity.retrieves[].query_hash");
+        // The message names the receipt and field, never echoes the bad value.
+        assert!(!e.to_string().contains("what was searched"), "{e}");
+    }
+}

@@ -1,0 +1,146 @@
+//! The curation API (admin tokens): card listings with provenance, reinforcements and
+//! usage; one card's details and history; the review queue with each entry's nearest
+//! cards; search; the staleness report. The review actions themselves are card actions
+//! (`admin::state`).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use mop_cards::Trust;
+use mop_proto::curation::{
+    CardDetails, CardPage, DEFAULT_PAGE, ListQuery, MAX_PAGE, Nearest, PageQuery, ReviewItem,
+    ReviewQueue, SearchHit, SearchResults, StaleQuery, StaleReport,
+};
+
+use super::admin::admin_on;
+use super::{ApiError, Caller, blocking};
+use crate::search::WorkspaceIndex;
+use crate::state::AppState;
+
+/// Nearest cards shown per review entry.
+const NEAREST: usize = 5;
+/// Default staleness window, in days.
+const STALE_DAYS: u32 = 30;
+/// Default supersede chain length reported as long.
+const STALE_CHAIN: usize = 3;
+
+pub(crate) async fn list(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(ws): Path<String>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<CardPage>, ApiError> {
+    admin_on(&state, &caller, &ws, None)?;
+    if q.q.is_some() {
+        return Err(ApiError::bad_request(
+            "q is the text of a search: send it to /v1/workspaces/{ws}/search",
+        ));
+    }
+    let store = state.store.clone();
+    Ok(Json(blocking(move || store.list_cards(&ws, &q)).await?))
+}
+
+pub(crate) async fn details(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path((ws, id)): Path<(String, String)>,
+) -> Result<Json<CardDetails>, ApiError> {
+    let id = admin_on(&state, &caller, &ws, Some(&id))?.expect("id given");
+    let store = state.store.clone();
+    Ok(Json(blocking(move || store.card_details(&ws, &id)).await?))
+}
+
+/// The workspace's search index at its current revision.
+async fn index(state: &Arc<AppState>, ws: &str) -> Result<Arc<WorkspaceIndex>, ApiError> {
+    let revision = state.revision(ws).unwrap_or_default();
+    Ok(state.search.get(&state.store, ws, revision).await?)
+}
+
+pub(crate) async fn review(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(ws): Path<String>,
+    Query(page): Query<PageQuery>,
+) -> Result<Json<ReviewQueue>, ApiError> {
+    admin_on(&state, &caller, &ws, None)?;
+    let (store, ws2) = (state.store.clone(), ws.clone());
+    let (total, cards) =
+        blocking(move || store.review_queue(&ws2, page.offset, page.limit)).await?;
+    let index = index(&state, &ws).await?;
+    let mut items = Vec::with_capacity(cards.len());
+    for card in cards {
+        let s = &card.summary;
+        let mut text = format!(
+            "{}\n{}\n{}",
+            s.title,
+            s.description.as_deref().unwrap_or(""),
+            s.labels.join(" ")
+        );
+        for code in &s.error_codes {
+            text.push(' ');
+            text.push_str(code);
+        }
+        let id = s.id;
+        let hits = index.search(&text, NEAREST, |c| c.id != id && c.is_live())?;
+        let nearest = hits
+            .into_iter()
+            .map(|(ord, score)| {
+                let c = &index.cards[ord];
+                Nearest {
+                    id: c.id,
+                    card_type: c.card_type,
+                    title: c.title.clone(),
+                    unverified: c.trust == Trust::Unverified,
+                    score,
+                }
+            })
+            .collect();
+        items.push(ReviewItem { card, nearest });
+    }
+    Ok(Json(ReviewQueue {
+        total,
+        offset: page.offset.unwrap_or(0),
+        items,
+    }))
+}
+
+pub(crate) async fn search(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(ws): Path<String>,
+    Query(filters): Query<ListQuery>,
+) -> Result<Json<SearchResults>, ApiError> {
+    admin_on(&state, &caller, &ws, None)?;
+    let text = filters.q.clone().unwrap_or_default();
+    if text.trim().is_empty() || text.len() > 4096 {
+        return Err(ApiError::bad_request("q must be 1 to 4096 bytes of text"));
+    }
+    let limit = filters.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
+    let (store, ws2) = (state.store.clone(), ws.clone());
+    let mut matching = blocking(move || store.matching_cards(&ws2, &filters)).await?;
+    let index = index(&state, &ws).await?;
+    let hits = index.search(&text, limit, |c| matching.contains_key(&c.id))?;
+    let searched = matching.len();
+    let hits = hits
+        .into_iter()
+        .filter_map(|(ord, score)| {
+            let card = matching.remove(&index.cards[ord].id)?;
+            Some(SearchHit { card, score })
+        })
+        .collect();
+    Ok(Json(SearchResults { hits, searched }))
+}
+
+pub(crate) async fn stale(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(ws): Path<String>,
+    Query(q): Query<StaleQuery>,
+) -> Result<Json<StaleReport>, ApiError> {
+    admin_on(&state, &caller, &ws, None)?;
+    let days = q.days.unwrap_or(STALE_DAYS);
+    let chain = q.chain.unwrap_or(STALE_CHAIN);
+    let store = state.store.clone();
+    Ok(Json(blocking(move || store.stale(&ws, days, chain)).await?))
+}

@@ -1,0 +1,130 @@
+//! The server's own BM25 index of each workspace (mop-search, the same ranker the daemons
+//! use), for curators: the nearest cards of a review entry and `search`. Built on first use
+//! from every card that is not archived, in a temporary directory, and rebuilt when the
+//! workspace's revision has moved; one build per workspace at a time.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use mop_cards::{CardSummary, VisibleSet};
+use mop_search::{IndexDoc, SearchIndex, build_index};
+use parking_lot::Mutex;
+
+use crate::store::{Store, StoreError};
+
+/// One workspace's index at one revision.
+pub struct WorkspaceIndex {
+    /// The revision it was built from.
+    pub revision: u64,
+    /// The cards, by ordinal.
+    pub cards: Vec<CardSummary>,
+    index: SearchIndex,
+    _dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for WorkspaceIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkspaceIndex")
+            .field("revision", &self.revision)
+            .field("cards", &self.cards.len())
+            .finish()
+    }
+}
+
+impl WorkspaceIndex {
+    /// The best `limit` cards for `text` among those `keep` admits, as (ordinal, score).
+    pub fn search(
+        &self,
+        text: &str,
+        limit: usize,
+        keep: impl Fn(&CardSummary) -> bool,
+    ) -> Result<Vec<(usize, f32)>, StoreError> {
+        let mut visible = VisibleSet::empty(self.cards.len());
+        for (ord, card) in self.cards.iter().enumerate() {
+            if keep(card) {
+                visible.insert(ord as u32);
+            }
+        }
+        let hits = self
+            .index
+            .search(text, limit, Arc::new(visible))
+            .map_err(|e| StoreError::Index(format!("search failed: {e}")))?;
+        Ok(hits.iter().map(|h| (h.ord as usize, h.score)).collect())
+    }
+}
+
+/// The indexes of the workspaces curators have searched.
+#[derive(Debug, Default)]
+pub struct SearchCache {
+    built: Mutex<HashMap<String, Arc<WorkspaceIndex>>>,
+    building: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl SearchCache {
+    /// The index of `ws` at `revision` or later, built now if needed.
+    pub async fn get(
+        &self,
+        store: &Arc<Store>,
+        ws: &str,
+        revision: u64,
+    ) -> Result<Arc<WorkspaceIndex>, StoreError> {
+        let fresh = |c: &HashMap<String, Arc<WorkspaceIndex>>| {
+            c.get(ws).filter(|i| i.revision >= revision).cloned()
+        };
+        if let Some(i) = fresh(&self.built.lock()) {
+            return Ok(i);
+        }
+        let lock = self
+            .building
+            .lock()
+            .entry(ws.to_owned())
+            .or_default()
+            .clone();
+        let _one_build = lock.lock().await;
+        if let Some(i) = fresh(&self.built.lock()) {
+            return Ok(i);
+        }
+        let (store, name) = (store.clone(), ws.to_owned());
+        let started = std::time::Instant::now();
+        let index = tokio::task::spawn_blocking(move || build(&store, &name))
+            .await
+            .map_err(|e| StoreError::Index(format!("build failed: {e}")))??;
+        tracing::info!(
+            workspace = ws,
+            cards = index.cards.len(),
+            revision = index.revision,
+            millis = started.elapsed().as_millis() as u64,
+            "curation search index built"
+        );
+        let index = Arc::new(index);
+        self.built.lock().insert(ws.to_owned(), index.clone());
+        Ok(index)
+    }
+}
+
+fn build(store: &Store, ws: &str) -> Result<WorkspaceIndex, StoreError> {
+    let (revision, cards) = store.searchable_cards(ws)?;
+    let io = |e: std::io::Error| StoreError::Index(format!("cannot make a directory for it: {e}"));
+    let dir = tempfile::Builder::new()
+        .prefix("mop-server-index-")
+        .tempdir()
+        .map_err(io)?;
+    let docs = cards.iter().enumerate().map(|(ord, (s, body))| IndexDoc {
+        ord: ord as u32,
+        title: &s.title,
+        description: s.description.as_deref().unwrap_or(""),
+        labels: &s.labels,
+        body: std::borrow::Cow::Borrowed(body),
+        // Curators see every card: statistics over all of them.
+        open: true,
+    });
+    let fail = |e: mop_search::SearchError| StoreError::Index(format!("build failed: {e}"));
+    build_index(dir.path(), docs).map_err(fail)?;
+    let index = SearchIndex::open(dir.path()).map_err(fail)?;
+    Ok(WorkspaceIndex {
+        revision,
+        cards: cards.into_iter().map(|(s, _)| s).collect(),
+        index,
+        _dir: dir,
+    })
+}

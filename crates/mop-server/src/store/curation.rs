@@ -1,0 +1,573 @@
+//! What curators read and do: cards with their provenance, reinforcements and usage; the
+//! review actions (verify with edits, reject, merge); the staleness report. Every action is
+//! one transaction with its audit rows, conditional on the card's version when the caller
+//! sends one ([`Expect`]).
+
+use std::collections::{BTreeMap, HashMap};
+
+use jiff::{Timestamp, ToSpan};
+use mop_cards::{CardId, CardSummary, CardType, Trust, parse_card, render_card};
+use mop_proto::curation::{
+    CardChange, CardDetails, CardInfo, CardPage, CardProvenance, Chain, DEFAULT_PAGE, ListQuery,
+    MAX_PAGE, StaleCard, StaleReport, card_etag,
+};
+use rusqlite::{Transaction, params};
+
+use super::cards::{
+    CardState, Expect, Kept, audit, change, current_revision, load_row, write_card,
+};
+use super::{Result, Store, StoreError, bump};
+
+/// Longest reason a rejection may give.
+const MAX_REASON: usize = 500;
+
+/// A card row with what curators see of it.
+struct Full {
+    info: CardInfo,
+    /// When the card was made: its `created_at`, else when the server first had it (a
+    /// stored time, comparable as a string).
+    created_at: String,
+}
+
+fn invalid(field: &str, rule: &str) -> StoreError {
+    StoreError::Invalid(format!("{field} {rule}"))
+}
+
+/// The listing filters, checked.
+struct Filter<'a> {
+    q: &'a ListQuery,
+    card_type: Option<CardType>,
+    stale_before: Option<Timestamp>,
+}
+
+impl<'a> Filter<'a> {
+    fn new(q: &'a ListQuery) -> Result<Filter<'a>> {
+        let card_type = match q.card_type.as_deref() {
+            None => None,
+            Some(t) => Some(CardType::parse(t).ok_or_else(|| {
+                invalid(
+                    "type",
+                    &format!("must be one of: {}", CardType::NAMES.join(", ")),
+                )
+            })?),
+        };
+        Ok(Filter {
+            q,
+            card_type,
+            stale_before: q
+                .stale_days
+                .map(|d| Timestamp::now() - (i64::from(d) * 24).hours()),
+        })
+    }
+
+    fn keeps(&self, f: &Full) -> bool {
+        let s = &f.info.summary;
+        let q = self.q;
+        let unverified = s.trust == Trust::Unverified;
+        (q.archived == Some(true) || f.info.archived_at.is_none())
+            && q.unverified.is_none_or(|u| u == unverified)
+            && self.card_type.is_none_or(|t| t == s.card_type)
+            && q.label.as_ref().is_none_or(|l| s.labels.contains(l))
+            && q.asset
+                .as_ref()
+                .is_none_or(|a| s.scope.asset_id.as_ref() == Some(a))
+            && q.user.as_ref().is_none_or(|u| {
+                s.scope.user_id.as_ref() == Some(u)
+                    || (unverified
+                        && s.provenance.as_ref().and_then(|p| p.user_id.as_ref()) == Some(u))
+            })
+            && self.stale_before.is_none_or(|cut| {
+                f.info.usage.last_delivered_at.is_none_or(|t| t < cut)
+                    && f.created_at < super::stamp(cut)
+            })
+    }
+}
+
+fn page_of(offset: Option<usize>, limit: Option<usize>) -> (usize, usize) {
+    (
+        offset.unwrap_or(0),
+        limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE),
+    )
+}
+
+impl Store {
+    /// Every card of `ws` with its server facts, usage and provenance.
+    fn full_cards(&self, tx: &Transaction<'_>, ws: &str) -> Result<Vec<Full>> {
+        let e = self.err("read cards");
+        let mut usage = self.usage_map(tx, ws)?;
+        let mut reinforced: HashMap<String, u64> = HashMap::new();
+        let mut origins: HashMap<String, (String, String)> = HashMap::new();
+        {
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT card_id, action, actor, at FROM history
+                     WHERE workspace = ?1 AND action IN ('reinforce', 'store') ORDER BY seq",
+                )
+                .map_err(&e)?;
+            let rows = stmt
+                .query_map(params![ws], |r| {
+                    Ok((
+                        r.get::<_, Option<String>>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, String>(3)?,
+                    ))
+                })
+                .map_err(&e)?;
+            for row in rows {
+                let (Some(id), action, actor, at) = row.map_err(&e)? else {
+                    continue;
+                };
+                if action == "reinforce" {
+                    *reinforced.entry(id).or_default() += 1;
+                } else {
+                    origins.entry(id).or_insert((actor, at));
+                }
+            }
+        }
+        let mut stmt = tx
+            .prepare_cached(
+                "SELECT summary, sha256, occurrence, last_seen, archived_at, created_at
+                 FROM cards WHERE workspace = ?1",
+            )
+            .map_err(&e)?;
+        let rows = stmt
+            .query_map(params![ws], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, Option<String>>(4)?,
+                    r.get::<_, String>(5)?,
+                ))
+            })
+            .map_err(&e)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (summary, sha, occurrence, last_seen, archived_at, created_at) = row.map_err(&e)?;
+            let summary: CardSummary = serde_json::from_str(&summary)
+                .map_err(|err| StoreError::Invalid(format!("stored summary unreadable: {err}")))?;
+            let id = summary.id.to_string();
+            let origin = origins.remove(&id);
+            let provenance = (summary.provenance.is_some() || origin.is_some()).then(|| {
+                let p = summary.provenance.clone().unwrap_or_default();
+                let (node_token, stored_at) = match origin {
+                    Some((actor, at)) => (
+                        Some(actor.strip_prefix("token:").unwrap_or(&actor).to_owned()),
+                        Some(at),
+                    ),
+                    None => (None, None),
+                };
+                CardProvenance {
+                    task_id: p.task_id,
+                    user_id: p.user_id,
+                    asset_id: p.asset_id,
+                    node_token,
+                    stored_at,
+                }
+            });
+            let created_at = summary.created_at.map(super::stamp).unwrap_or(created_at);
+            out.push(Full {
+                info: CardInfo {
+                    etag: card_etag(&sha, archived_at.is_some()),
+                    archived_at,
+                    occurrence: occurrence as u64,
+                    last_seen,
+                    reinforcements: reinforced.remove(&id).unwrap_or(0),
+                    provenance,
+                    usage: usage.remove(&id).unwrap_or_default(),
+                    summary,
+                },
+                created_at,
+            });
+        }
+        Ok(out)
+    }
+
+    /// One card as curators see it.
+    pub fn card_info(&self, ws: &str, id: &CardId) -> Result<CardInfo> {
+        self.read(|tx| {
+            self.full_cards(tx, ws)?
+                .into_iter()
+                .find(|f| f.info.summary.id == *id)
+                .map(|f| f.info)
+                .ok_or_else(|| not_found(ws, id))
+        })
+    }
+
+    /// A page of the cards matching `q`, ordered by type, title and id.
+    pub fn list_cards(&self, ws: &str, q: &ListQuery) -> Result<CardPage> {
+        let filter = Filter::new(q)?;
+        let (offset, limit) = page_of(q.offset, q.limit);
+        self.read(|tx| {
+            let mut cards: Vec<CardInfo> = self
+                .full_cards(tx, ws)?
+                .into_iter()
+                .filter(|f| filter.keeps(f))
+                .map(|f| f.info)
+                .collect();
+            cards.sort_by(|a, b| {
+                (a.summary.card_type.as_str(), &a.summary.title, a.summary.id).cmp(&(
+                    b.summary.card_type.as_str(),
+                    &b.summary.title,
+                    b.summary.id,
+                ))
+            });
+            let total = cards.len();
+            Ok(CardPage {
+                total,
+                offset,
+                cards: cards.into_iter().skip(offset).take(limit).collect(),
+            })
+        })
+    }
+
+    /// Every card matching `q` (no paging), by id: what a search filters its hits with.
+    pub fn matching_cards(&self, ws: &str, q: &ListQuery) -> Result<HashMap<CardId, CardInfo>> {
+        let filter = Filter::new(q)?;
+        self.read(|tx| {
+            Ok(self
+                .full_cards(tx, ws)?
+                .into_iter()
+                .filter(|f| filter.keeps(f))
+                .map(|f| (f.info.summary.id, f.info))
+                .collect())
+        })
+    }
+
+    /// Unverified live cards, oldest first: the review queue (without the nearest cards,
+    /// which need the workspace's search index).
+    pub fn review_queue(
+        &self,
+        ws: &str,
+        offset: Option<usize>,
+        limit: Option<usize>,
+    ) -> Result<(usize, Vec<CardInfo>)> {
+        let (offset, limit) = page_of(offset, limit);
+        self.read(|tx| {
+            let mut queue: Vec<Full> = self
+                .full_cards(tx, ws)?
+                .into_iter()
+                .filter(|f| {
+                    f.info.summary.trust == Trust::Unverified
+                        && f.info.summary.is_live()
+                        && f.info.archived_at.is_none()
+                })
+                .collect();
+            queue.sort_by(|a, b| {
+                (&a.created_at, a.info.summary.id).cmp(&(&b.created_at, b.info.summary.id))
+            });
+            let total = queue.len();
+            Ok((
+                total,
+                queue
+                    .into_iter()
+                    .skip(offset)
+                    .take(limit)
+                    .map(|f| f.info)
+                    .collect(),
+            ))
+        })
+    }
+
+    /// A card, its server facts and its whole history.
+    pub fn card_details(&self, ws: &str, id: &CardId) -> Result<CardDetails> {
+        let card = self.card_info(ws, id)?;
+        let history = self.history(ws, id)?;
+        Ok(CardDetails { card, history })
+    }
+
+    /// Every live card's text, for the server's search index of `ws`: (id, title,
+    /// description, labels, body, live).
+    pub fn searchable_cards(&self, ws: &str) -> Result<(u64, Vec<(CardSummary, String)>)> {
+        self.read(|tx| {
+            let e = self.err("read cards for search");
+            let revision = current_revision(tx, ws).map_err(&e)?;
+            let mut stmt = tx
+                .prepare(
+                    "SELECT c.summary, o.body FROM cards c
+                     JOIN objects o ON o.workspace = c.workspace AND o.sha256 = c.sha256
+                     WHERE c.workspace = ?1 AND c.archived_at IS NULL ORDER BY c.id",
+                )
+                .map_err(&e)?;
+            let rows = stmt
+                .query_map(params![ws], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+                })
+                .map_err(&e)?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (summary, raw) = row.map_err(&e)?;
+                let summary: CardSummary = serde_json::from_str(&summary).map_err(|err| {
+                    StoreError::Invalid(format!("stored summary unreadable: {err}"))
+                })?;
+                let body = mop_cards::card_body(&raw)
+                    .map(str::to_owned)
+                    .unwrap_or_default();
+                out.push((summary, body));
+            }
+            Ok((revision, out))
+        })
+    }
+
+    /// Verifies a card, after replacing its text with `edited` when given (the edit must
+    /// keep the card's id). One audit row says both.
+    pub fn verify(
+        &self,
+        ws: &str,
+        id: &CardId,
+        edited: Option<&[u8]>,
+        actor: &str,
+        expect: Expect<'_>,
+    ) -> Result<CardChange> {
+        let Some(raw) = edited else {
+            return self.set_state(ws, id, CardState::Verify, actor, expect);
+        };
+        let mut card = parse_card(raw)
+            .map_err(|e| StoreError::Invalid(format!("edited card is not valid OKF: {e}")))?;
+        if card.summary.id != *id {
+            return Err(StoreError::Invalid(format!(
+                "the edited text has id {} but the request names {id}; keep the id",
+                card.summary.id
+            )));
+        }
+        card.summary.trust = Trust::Verified;
+        let new_raw = render_card(&card).into_bytes();
+        self.write(|tx| {
+            let e = self.err("verify card");
+            let row = load_row(tx, ws, id)
+                .map_err(&e)?
+                .ok_or_else(|| not_found(ws, id))?;
+            expect.check(id, &row)?;
+            if row.archived_at.is_some() {
+                return Err(StoreError::Conflict(format!(
+                    "card {id} is archived; unarchive it before verifying"
+                )));
+            }
+            let rev = bump(tx, ws).map_err(&e)?;
+            let sha = write_card(
+                tx,
+                ws,
+                &card,
+                &new_raw,
+                rev,
+                Kept {
+                    occurrence: row.occurrence,
+                    last_seen: row.last_seen.as_deref(),
+                    archived_at: None,
+                },
+            )
+            .map_err(&e)?;
+            audit(
+                tx,
+                ws,
+                Some(id),
+                rev,
+                actor,
+                "verify",
+                Some(&row.sha256),
+                Some(&sha),
+                Some(&new_raw),
+                Some("with edits"),
+            )
+            .map_err(&e)?;
+            Ok(change(*id, rev, Some(sha), false, true))
+        })
+    }
+
+    /// Rejects a card: archives it (out of every task now, purged after the archive
+    /// retention) with the curator's reason in its history.
+    pub fn reject(
+        &self,
+        ws: &str,
+        id: &CardId,
+        reason: &str,
+        actor: &str,
+        expect: Expect<'_>,
+    ) -> Result<CardChange> {
+        let reason = reason.trim();
+        if reason.is_empty()
+            || reason.chars().count() > MAX_REASON
+            || reason.chars().any(char::is_control)
+        {
+            return Err(invalid(
+                "reason",
+                &format!(
+                    "must be 1 to {MAX_REASON} characters on one line (say why the card is rejected)"
+                ),
+            ));
+        }
+        let detail = format!("reason={reason}");
+        self.write(|tx| {
+            self.set_state_in(tx, ws, id, CardState::Reject, actor, expect, Some(&detail))
+        })
+    }
+
+    /// Merges card `id` into `into`: `id` is superseded by `into`, and `into` takes over
+    /// its counters (occurrence added, the later last-seen kept). Both cards' histories
+    /// record it.
+    pub fn merge(
+        &self,
+        ws: &str,
+        id: &CardId,
+        into: &CardId,
+        actor: &str,
+        expect: Expect<'_>,
+    ) -> Result<CardChange> {
+        if id == into {
+            return Err(invalid(
+                "into",
+                "must name another card, not the card itself",
+            ));
+        }
+        self.write(|tx| {
+            let e = self.err("merge cards");
+            let from = load_row(tx, ws, id).map_err(&e)?.ok_or_else(|| not_found(ws, id))?;
+            let pending: (i64, Option<String>) = tx
+                .query_row(
+                    "SELECT pending_occurrence, pending_last_seen FROM cards WHERE workspace = ?1 AND id = ?2",
+                    params![ws, id.to_string()],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .map_err(&e)?;
+            let detail = format!("merged into {into}");
+            let result = self.set_state_in(tx, ws, id, CardState::Supersede(*into), actor, expect, Some(&detail))?;
+            let target = load_row(tx, ws, into).map_err(&e)?.ok_or_else(|| not_found(ws, into))?;
+            let last_seen = match (&target.last_seen, &from.last_seen) {
+                (Some(a), Some(b)) => Some(a.max(b).clone()),
+                (a, b) => a.clone().or_else(|| b.clone()),
+            };
+            let occurrence = target.occurrence + from.occurrence;
+            let rev = result.revision;
+            tx.execute(
+                "UPDATE cards SET occurrence = ?3, last_seen = ?4, rev = ?5,
+                    pending_occurrence = pending_occurrence + ?6,
+                    pending_last_seen = MAX(COALESCE(pending_last_seen, ''), COALESCE(?7, ''))
+                 WHERE workspace = ?1 AND id = ?2",
+                params![ws, into.to_string(), occurrence as i64, last_seen, rev as i64, pending.0, pending.1],
+            )
+            .map_err(&e)?;
+            tx.execute(
+                "UPDATE cards SET pending_occurrence = 0, pending_last_seen = NULL WHERE workspace = ?1 AND id = ?2",
+                params![ws, id.to_string()],
+            )
+            .map_err(&e)?;
+            audit(
+                tx,
+                ws,
+                Some(into),
+                rev,
+                actor,
+                "merge",
+                Some(&target.sha256),
+                Some(&target.sha256),
+                None,
+                Some(&format!("merged {id} in: occurrence {} + {} = {occurrence}", target.occurrence, from.occurrence)),
+            )
+            .map_err(&e)?;
+            Ok(result)
+        })
+    }
+
+    /// The staleness report over a window of `days`.
+    pub fn stale(&self, ws: &str, days: u32, chain: usize) -> Result<StaleReport> {
+        let cut = Timestamp::now() - (i64::from(days) * 24).hours();
+        let cut_stamp = super::stamp(cut);
+        self.read(|tx| {
+            let cards = self.full_cards(tx, ws)?;
+            let named = self.assets_named(tx, ws)?;
+            let stale = |f: &Full| StaleCard {
+                id: f.info.summary.id,
+                card_type: f.info.summary.card_type,
+                title: f.info.summary.title.clone(),
+                unverified: f.info.summary.trust == Trust::Unverified,
+                asset_id: f.info.summary.scope.asset_id.clone(),
+                created_at: f.created_at.clone(),
+                last_delivered_at: f.info.usage.last_delivered_at,
+                asset_last_named_at: f
+                    .info
+                    .summary
+                    .scope
+                    .asset_id
+                    .as_ref()
+                    .and_then(|a| named.get(a).copied()),
+            };
+            let live: Vec<&Full> = cards
+                .iter()
+                .filter(|f| f.info.summary.is_live() && f.info.archived_at.is_none())
+                .collect();
+            let old = |f: &&&Full| f.created_at < cut_stamp;
+            let undelivered = live
+                .iter()
+                .filter(old)
+                .filter(|f| f.info.usage.last_delivered_at.is_none_or(|t| t < cut))
+                .map(|f| stale(f))
+                .collect();
+            let unnamed_assets = live
+                .iter()
+                .filter(old)
+                .filter(|f| {
+                    f.info
+                        .summary
+                        .scope
+                        .asset_id
+                        .as_ref()
+                        .is_some_and(|a| named.get(a).is_none_or(|t| *t < cut))
+                })
+                .map(|f| stale(f))
+                .collect();
+            let old_unverified = live
+                .iter()
+                .filter(old)
+                .filter(|f| f.info.summary.trust == Trust::Unverified)
+                .map(|f| stale(f))
+                .collect();
+            Ok(StaleReport {
+                days,
+                chain,
+                undelivered,
+                unnamed_assets,
+                long_chains: chains(&cards, chain),
+                old_unverified,
+            })
+        })
+    }
+}
+
+/// Supersede chains longer than `longer_than`, each from its oldest card to the card
+/// that ends it, ordered by the end card's id.
+fn chains(cards: &[Full], longer_than: usize) -> Vec<Chain> {
+    let by_id: HashMap<CardId, &Full> = cards.iter().map(|f| (f.info.summary.id, f)).collect();
+    let next: HashMap<CardId, CardId> = cards
+        .iter()
+        .filter_map(|f| Some((f.info.summary.id, f.info.summary.superseded_by?)))
+        .collect();
+    let has_older: std::collections::HashSet<CardId> = next.values().copied().collect();
+    let mut out: BTreeMap<CardId, Chain> = BTreeMap::new();
+    for start in next.keys().filter(|id| !has_older.contains(id)) {
+        let mut ids = vec![*start];
+        let mut at = *start;
+        // A loop (which the server never writes) ends the walk.
+        while let Some(n) = next.get(&at) {
+            if ids.contains(n) {
+                break;
+            }
+            ids.push(*n);
+            at = *n;
+        }
+        let longer = out.get(&at).is_none_or(|c| c.ids.len() < ids.len());
+        if ids.len() > longer_than && longer {
+            let title = by_id
+                .get(&at)
+                .map(|f| f.info.summary.title.clone())
+                .unwrap_or_default();
+            out.insert(at, Chain { ids, title });
+        }
+    }
+    out.into_values().collect()
+}
+
+fn not_found(ws: &str, id: &CardId) -> StoreError {
+    StoreError::NotFound(format!("card {id} not found in workspace {ws}"))
+}

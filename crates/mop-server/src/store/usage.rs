@@ -1,0 +1,232 @@
+//! Usage from task receipts: each receipt a daemon reports is counted once (a row per
+//! task, keyed by workspace, task id and prepare time), into per-card counters per day,
+//! the hosts that saw each card, and when a task last named each asset. Nothing per
+//! delivery is kept, and no card or query text ever arrives here.
+
+use std::collections::HashMap;
+
+use jiff::{Timestamp, ToSpan};
+use mop_proto::curation::Usage;
+use mop_proto::receipts::{Receipt, ReceiptBatchResponse};
+use rusqlite::{Transaction, params};
+
+use super::{Result, Store, StoreError, now, stamp};
+
+/// Receipts older than this are not counted (their dedup rows are gone by then); the
+/// daemon drops what it could not report in this time.
+pub const RECEIPT_MAX_AGE_DAYS: i64 = 30;
+/// Dedup rows live a little longer than the oldest receipt a daemon may still send.
+const RECEIPT_KEEP_DAYS: i64 = RECEIPT_MAX_AGE_DAYS + 5;
+/// Day counters are kept this long (the longest window reported is 30 days).
+const DAYS_KEPT: i64 = 60;
+
+/// `YYYY-MM-DD` of a time, in UTC (a stored time starts with it).
+fn day(t: Timestamp) -> String {
+    stamp(t)[..10].to_owned()
+}
+
+/// The day `days` days before today (UTC).
+fn days_ago(days: i64) -> String {
+    day(Timestamp::now() - (days * 24).hours())
+}
+
+impl Store {
+    /// Counts a batch of receipts of `ws` reported by `actor` (a node token id). Each
+    /// receipt counts once, however often it is sent; all of the batch or none of it is
+    /// written.
+    pub fn ingest_receipts(
+        &self,
+        ws: &str,
+        actor: &str,
+        receipts: &[Receipt],
+    ) -> Result<ReceiptBatchResponse> {
+        for r in receipts {
+            r.validate()
+                .map_err(|e| StoreError::Invalid(e.to_string()))?;
+            if r.workspace != ws {
+                return Err(StoreError::Invalid(format!(
+                    "receipt {}: workspace {} is not the workspace of this request ({ws})",
+                    r.task_id, r.workspace
+                )));
+            }
+        }
+        let oldest = Timestamp::now() - (RECEIPT_MAX_AGE_DAYS * 24).hours();
+        self.write(|tx| {
+            let e = self.err("count receipts");
+            let mut answer = ReceiptBatchResponse::default();
+            for r in receipts {
+                if r.prepared_at < oldest {
+                    answer.too_old += 1;
+                    continue;
+                }
+                let inserted = tx
+                    .execute(
+                        "INSERT OR IGNORE INTO receipts (workspace, task_id, prepared_at, actor, host, received_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                        params![ws, r.task_id, stamp(r.prepared_at), actor, r.host, now()],
+                    )
+                    .map_err(&e)?;
+                if inserted == 0 {
+                    answer.duplicates += 1;
+                    continue;
+                }
+                count(tx, ws, r).map_err(&e)?;
+                answer.accepted += 1;
+            }
+            Ok(answer)
+        })
+    }
+
+    /// Usage of every card of `ws` that has any, by card id.
+    pub(crate) fn usage_map(
+        &self,
+        tx: &Transaction<'_>,
+        ws: &str,
+    ) -> Result<HashMap<String, Usage>> {
+        let e = self.err("read usage");
+        let mut map: HashMap<String, Usage> = HashMap::new();
+        let (week, month) = (days_ago(6), days_ago(29));
+        let mut stmt = tx
+            .prepare_cached(
+                "SELECT card_id,
+                        SUM(CASE WHEN day >= ?2 THEN delivered ELSE 0 END), SUM(delivered),
+                        SUM(CASE WHEN day >= ?2 THEN retrieved ELSE 0 END), SUM(retrieved)
+                 FROM card_usage_days WHERE workspace = ?1 AND day >= ?3 GROUP BY card_id",
+            )
+            .map_err(&e)?;
+        let rows = stmt
+            .query_map(params![ws, week, month], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)? as u64,
+                    r.get::<_, i64>(2)? as u64,
+                    r.get::<_, i64>(3)? as u64,
+                    r.get::<_, i64>(4)? as u64,
+                ))
+            })
+            .map_err(&e)?;
+        for row in rows {
+            let (id, d7, d30, r7, r30) = row.map_err(&e)?;
+            let u = map.entry(id).or_default();
+            (
+                u.delivered_7d,
+                u.delivered_30d,
+                u.retrieved_7d,
+                u.retrieved_30d,
+            ) = (d7, d30, r7, r30);
+        }
+        let mut stmt = tx
+            .prepare_cached(
+                "SELECT card_id, last_delivered_at FROM card_usage WHERE workspace = ?1",
+            )
+            .map_err(&e)?;
+        let rows = stmt
+            .query_map(params![ws], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+            })
+            .map_err(&e)?;
+        for row in rows {
+            let (id, at) = row.map_err(&e)?;
+            map.entry(id).or_default().last_delivered_at = at.and_then(|t| t.parse().ok());
+        }
+        let mut stmt = tx
+            .prepare_cached(
+                "SELECT card_id, host FROM card_hosts WHERE workspace = ?1 ORDER BY card_id, host",
+            )
+            .map_err(&e)?;
+        let rows = stmt
+            .query_map(params![ws], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(&e)?;
+        for row in rows {
+            let (id, host) = row.map_err(&e)?;
+            map.entry(id).or_default().hosts.push(host);
+        }
+        Ok(map)
+    }
+
+    /// When a task last named each asset of `ws`.
+    pub(crate) fn assets_named(
+        &self,
+        tx: &Transaction<'_>,
+        ws: &str,
+    ) -> Result<HashMap<String, Timestamp>> {
+        let e = self.err("read asset usage");
+        let mut stmt = tx
+            .prepare_cached("SELECT asset_id, last_named_at FROM asset_usage WHERE workspace = ?1")
+            .map_err(&e)?;
+        let rows = stmt
+            .query_map(params![ws], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(&e)?;
+        let mut out = HashMap::new();
+        for row in rows {
+            let (asset, at) = row.map_err(&e)?;
+            if let Ok(at) = at.parse() {
+                out.insert(asset, at);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Forgets day counters and dedup rows nobody reads any more.
+    pub(crate) fn prune_usage(&self, tx: &Transaction<'_>) -> Result<()> {
+        let e = self.err("prune usage");
+        tx.execute(
+            "DELETE FROM card_usage_days WHERE day < ?1",
+            params![days_ago(DAYS_KEPT)],
+        )
+        .map_err(&e)?;
+        let cut = stamp(Timestamp::now() - (RECEIPT_KEEP_DAYS * 24).hours());
+        tx.execute("DELETE FROM receipts WHERE prepared_at < ?1", params![cut])
+            .map_err(&e)?;
+        Ok(())
+    }
+}
+
+/// Adds one new receipt to the counters.
+fn count(tx: &Transaction<'_>, ws: &str, r: &Receipt) -> rusqlite::Result<()> {
+    let d = day(r.prepared_at);
+    let at = stamp(r.prepared_at);
+    let bump = |id: &str, delivered: i64, retrieved: i64| -> rusqlite::Result<()> {
+        tx.execute(
+            "INSERT INTO card_usage_days (workspace, card_id, day, delivered, retrieved) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (workspace, card_id, day) DO UPDATE SET
+                delivered = delivered + excluded.delivered, retrieved = retrieved + excluded.retrieved",
+            params![ws, id, d, delivered, retrieved],
+        )?;
+        tx.execute(
+            "INSERT INTO card_hosts (workspace, card_id, host, last_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (workspace, card_id, host) DO UPDATE SET last_at = MAX(last_at, excluded.last_at)",
+            params![ws, id, r.host, at],
+        )?;
+        Ok(())
+    };
+    let mut delivered = std::collections::BTreeSet::new();
+    for c in r.cards.iter().filter(|c| c.mounted) {
+        let id = c.id.to_string();
+        if !delivered.insert(id.clone()) {
+            continue;
+        }
+        bump(&id, 1, 0)?;
+        tx.execute(
+            "INSERT INTO card_usage (workspace, card_id, last_delivered_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (workspace, card_id) DO UPDATE SET
+                last_delivered_at = MAX(COALESCE(last_delivered_at, ''), excluded.last_delivered_at)",
+            params![ws, id, at],
+        )?;
+    }
+    for id in r.activity.retrieved() {
+        bump(&id.to_string(), 0, 1)?;
+    }
+    if let Some(asset) = &r.asset_id {
+        tx.execute(
+            "INSERT INTO asset_usage (workspace, asset_id, last_named_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (workspace, asset_id) DO UPDATE SET last_named_at = MAX(last_named_at, excluded.last_named_at)",
+            params![ws, asset, at],
+        )?;
+    }
+    Ok(())
+}

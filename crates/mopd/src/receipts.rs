@@ -1,0 +1,516 @@
+//! Task receipts on the host: for each task, what it was delivered (generation, profile,
+//! each selected card's id, hash, tier and rank) and what its agent did through its socket
+//! (retrieves as keyed query hashes with the returned ids, gets, stores with their outcome).
+//! Ids, hashes and counts only: never card text, never query text.
+//!
+//! A receipt lives in `receipts/live/` while its task runs, moves to `receipts/pending/`
+//! when the task ends, and to `receipts/sent/` once the server has counted it (the
+//! [`reporter`] sends batches, retries with backoff, and the server counts a receipt once
+//! however often it arrives). What the server refuses goes to `receipts/refused/`, logged.
+//! Reported receipts are kept for `mop receipt` up to `receipts.keep` of them and
+//! `receipts.keep_days` days; receipts still unreported after `keep_days` are dropped
+//! with a warning (the server would not count them any more).
+//!
+//! Must not decide what a task sees, nor fail a task: a receipt that cannot be written is
+//! logged and the task goes on.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use mop_proto::receipts::{Activity, MAX_BATCH, Receipt, ReceiptBatch};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, watch};
+
+use crate::client::ClientError;
+use crate::paths::{Paths, ReceiptKind};
+use crate::state::State;
+
+/// A receipt as the host keeps it: with the uid of the runner that prepared the task,
+/// which alone (besides root and the daemon's user) may read it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocalReceipt {
+    /// The runner's uid.
+    pub owner_uid: u32,
+    /// The receipt, as reported.
+    pub receipt: Receipt,
+}
+
+/// How reporting goes, for `mopd status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReportState {
+    /// The last report the server took.
+    pub last_reported_at: Option<Timestamp>,
+    /// The last report's failure, until one succeeds.
+    pub last_error: Option<String>,
+    /// Receipts dropped unreported (older than `receipts.keep_days`) since the start.
+    pub dropped: u64,
+}
+
+/// The receipts of this host.
+pub struct Receipts {
+    paths: Paths,
+    key: [u8; 32],
+    live: Mutex<HashMap<String, LocalReceipt>>,
+    ended: Notify,
+    report: Mutex<ReportState>,
+}
+
+fn micros(t: Timestamp) -> i64 {
+    t.as_microsecond()
+}
+
+fn write_json(path: &std::path::Path, value: &LocalReceipt) -> std::io::Result<()> {
+    let dir = path.parent().expect("receipt files have a directory");
+    crate::pool::make_dir(dir).map_err(std::io::Error::other)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(&serde_json::to_vec(value).expect("receipts serialize"))?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+fn read_json(path: &std::path::Path) -> Option<LocalReceipt> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
+/// The host's hashing key: made once (0600), so the same query gives the same hash on
+/// this host and the server cannot try guesses against it.
+fn load_key(paths: &Paths) -> std::io::Result<[u8; 32]> {
+    let path = paths.receipt_key();
+    if let Ok(bytes) = std::fs::read(&path)
+        && let Ok(key) = <[u8; 32]>::try_from(bytes.as_slice())
+    {
+        return Ok(key);
+    }
+    crate::pool::make_dir(&paths.receipts()).map_err(std::io::Error::other)?;
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(std::io::Error::other)?;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(&key)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(key)
+}
+
+impl Receipts {
+    /// The receipts under the state directory (its key made on first use).
+    pub fn open(paths: &Paths) -> std::io::Result<Receipts> {
+        let key = load_key(paths)?;
+        Ok(Receipts {
+            paths: paths.clone(),
+            key,
+            live: Mutex::default(),
+            ended: Notify::new(),
+            report: Mutex::default(),
+        })
+    }
+
+    /// The keyed hash of a query (hex).
+    pub fn query_hash(&self, query: &str) -> String {
+        let mut keyed = Vec::with_capacity(self.key.len() + 1 + query.len());
+        keyed.extend_from_slice(&self.key);
+        keyed.push(0);
+        keyed.extend_from_slice(query.as_bytes());
+        mop_cards::sha256_hex(&keyed)
+    }
+
+    /// Starts a task's receipt.
+    pub fn begin(&self, owner_uid: u32, receipt: Receipt) {
+        let local = LocalReceipt { owner_uid, receipt };
+        self.save_live(&local);
+        self.live
+            .lock()
+            .insert(local.receipt.task_id.clone(), local);
+    }
+
+    fn save_live(&self, local: &LocalReceipt) {
+        let r = &local.receipt;
+        let path = self.paths.receipt(ReceiptKind::Live, &r.task_id, 0);
+        if let Err(e) = write_json(&path, local) {
+            tracing::warn!(task = %r.task_id, path = %path.display(), error = %e, "cannot save the task's receipt");
+        }
+    }
+
+    /// Adds what a task's agent did.
+    pub fn record(&self, task_id: &str, f: impl FnOnce(&mut Activity)) {
+        let snapshot = {
+            let mut live = self.live.lock();
+            let Some(local) = live.get_mut(task_id) else {
+                return;
+            };
+            f(&mut local.receipt.activity);
+            local.clone()
+        };
+        self.save_live(&snapshot);
+    }
+
+    /// Ends a task's receipt: it waits in `pending/` for the next report.
+    pub fn end(&self, task_id: &str, at: Timestamp) {
+        let live_path = self.paths.receipt(ReceiptKind::Live, task_id, 0);
+        let Some(mut local) = self
+            .live
+            .lock()
+            .remove(task_id)
+            .or_else(|| read_json(&live_path))
+        else {
+            return;
+        };
+        local.receipt.ended_at = Some(at);
+        let r = &local.receipt;
+        let path = self
+            .paths
+            .receipt(ReceiptKind::Pending, task_id, micros(r.prepared_at));
+        match write_json(&path, &local) {
+            Ok(()) => {
+                let _ = std::fs::remove_file(&live_path);
+                self.ended.notify_one();
+            }
+            Err(e) => {
+                tracing::warn!(task = task_id, path = %path.display(), error = %e, "cannot queue the task's receipt for reporting")
+            }
+        }
+    }
+
+    /// After a restart: the receipts of tasks still live are taken back, the others (their
+    /// task ended while the daemon was down) are ended now.
+    pub fn recover(&self, live_tasks: &[String]) {
+        let dir = self.paths.receipt_dir(ReceiptKind::Live);
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = e.path();
+            let Some(local) = read_json(&path) else {
+                tracing::warn!(path = %path.display(), "unreadable receipt removed");
+                let _ = std::fs::remove_file(&path);
+                continue;
+            };
+            let id = local.receipt.task_id.clone();
+            if path != self.paths.receipt(ReceiptKind::Live, &id, 0) {
+                let _ = std::fs::remove_file(&path);
+                continue;
+            }
+            self.live.lock().insert(id.clone(), local);
+            if !live_tasks.contains(&id) {
+                self.end(&id, Timestamp::now());
+            }
+        }
+    }
+
+    /// A task's receipt: its live one, else the newest kept.
+    pub fn find(&self, task_id: &str) -> Option<LocalReceipt> {
+        if let Some(l) = self.live.lock().get(task_id) {
+            return Some(l.clone());
+        }
+        let suffix = format!("-{task_id}.json");
+        let mut newest: Option<(String, PathBuf)> = None;
+        for kind in [
+            ReceiptKind::Pending,
+            ReceiptKind::Sent,
+            ReceiptKind::Refused,
+        ] {
+            for e in std::fs::read_dir(self.paths.receipt_dir(kind))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.ends_with(&suffix) && newest.as_ref().is_none_or(|(n, _)| *n < name) {
+                    newest = Some((name, e.path()));
+                }
+            }
+        }
+        read_json(&newest?.1)
+    }
+
+    /// Receipts waiting to be reported, oldest first.
+    fn pending(&self) -> Vec<(PathBuf, Receipt)> {
+        let mut files: Vec<PathBuf> =
+            std::fs::read_dir(self.paths.receipt_dir(ReceiptKind::Pending))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "json"))
+                .collect();
+        files.sort();
+        files
+            .into_iter()
+            .filter_map(|p| match read_json(&p) {
+                Some(l) => Some((p, l.receipt)),
+                None => {
+                    tracing::warn!(path = %p.display(), "unreadable receipt removed");
+                    let _ = std::fs::remove_file(&p);
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// Moves a pending receipt on.
+    fn mark(&self, path: &std::path::Path, kind: ReceiptKind) {
+        let Some(name) = path.file_name() else { return };
+        let dir = self.paths.receipt_dir(kind);
+        let moved = crate::pool::make_dir(&dir)
+            .map_err(std::io::Error::other)
+            .and_then(|_| std::fs::rename(path, dir.join(name)));
+        if let Err(e) = moved {
+            tracing::warn!(path = %path.display(), error = %e, "cannot move a reported receipt");
+        }
+    }
+
+    /// How many receipts wait, and how many the server refused.
+    pub fn counts(&self) -> (usize, usize) {
+        let count = |kind| {
+            std::fs::read_dir(self.paths.receipt_dir(kind))
+                .map(|d| d.flatten().count())
+                .unwrap_or(0)
+        };
+        (count(ReceiptKind::Pending), count(ReceiptKind::Refused))
+    }
+
+    /// How reporting goes.
+    pub fn report_state(&self) -> ReportState {
+        self.report.lock().clone()
+    }
+
+    /// Removes what is past `keep` (reported receipts) or `keep_days` (every ended one).
+    pub fn rotate(&self, keep: usize, keep_days: u64) {
+        let cutoff = micros(Timestamp::now()) - keep_days.min(100_000) as i64 * 86_400_000_000;
+        for kind in [
+            ReceiptKind::Sent,
+            ReceiptKind::Pending,
+            ReceiptKind::Refused,
+        ] {
+            let mut names: Vec<(String, PathBuf)> = std::fs::read_dir(self.paths.receipt_dir(kind))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+                .collect();
+            names.sort();
+            let over = if kind == ReceiptKind::Sent {
+                names.len().saturating_sub(keep)
+            } else {
+                0
+            };
+            for (i, (name, path)) in names.iter().enumerate() {
+                let prepared: i64 = name
+                    .split('-')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+                if i < over || prepared < cutoff {
+                    if kind == ReceiptKind::Pending {
+                        self.report.lock().dropped += 1;
+                        tracing::warn!(receipt = %name, keep_days, "receipt dropped unreported: older than receipts.keep_days");
+                    }
+                    let _ = std::fs::remove_file(path);
+                }
+            }
+        }
+    }
+
+    /// Sends every pending receipt, in batches per workspace. Stops at the first failure
+    /// that is not the receipt's own fault (the server is away, say), which is returned.
+    async fn report_once(&self, state: &State) -> Result<usize, ClientError> {
+        let mut by_ws: BTreeMap<String, Vec<(PathBuf, Receipt)>> = BTreeMap::new();
+        for (path, r) in self.pending() {
+            by_ws
+                .entry(r.workspace.clone())
+                .or_default()
+                .push((path, r));
+        }
+        let client = state.client();
+        let mut sent = 0;
+        for (ws, items) in by_ws {
+            for chunk in items.chunks(MAX_BATCH) {
+                let batch = ReceiptBatch {
+                    receipts: chunk.iter().map(|(_, r)| r.clone()).collect(),
+                };
+                match client.report_receipts(&ws, &batch).await {
+                    Ok(answer) => {
+                        tracing::info!(workspace = %ws, accepted = answer.accepted, duplicates = answer.duplicates,
+                            too_old = answer.too_old, "receipts reported");
+                        for (path, _) in chunk {
+                            self.mark(path, ReceiptKind::Sent);
+                        }
+                        sent += chunk.len();
+                    }
+                    Err(e) if refused(&e) => {
+                        // One bad receipt must not hold back the others: each alone.
+                        for (path, r) in chunk {
+                            let one = ReceiptBatch {
+                                receipts: vec![r.clone()],
+                            };
+                            match client.report_receipts(&ws, &one).await {
+                                Ok(_) => {
+                                    self.mark(path, ReceiptKind::Sent);
+                                    sent += 1;
+                                }
+                                Err(e) if refused(&e) => {
+                                    tracing::warn!(workspace = %ws, task = %r.task_id, error = %e, "the server refused a receipt; kept in receipts/refused");
+                                    self.mark(path, ReceiptKind::Refused);
+                                }
+                                Err(e) => return Err(e),
+                            }
+                        }
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(sent)
+    }
+}
+
+/// The server answered that this receipt (not the server, nor the token) is at fault.
+fn refused(e: &ClientError) -> bool {
+    matches!(e, ClientError::Status { status, .. } if matches!(status, 400 | 413 | 422))
+}
+
+/// Reports ended tasks' receipts: when a task ends and every
+/// `receipts.report_interval_secs`, with exponential backoff (up to ten minutes) while
+/// reports fail. Also rotates the kept receipts.
+pub async fn reporter(state: Arc<State>, receipts: Arc<Receipts>, mut stop: watch::Receiver<bool>) {
+    let mut failures = 0u32;
+    loop {
+        let config = state.config();
+        let interval = config.receipts.report_interval_secs.max(1);
+        let wait = if failures == 0 {
+            interval
+        } else {
+            interval.saturating_mul(1 << failures.min(10)).min(600)
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(wait)) => {}
+            _ = receipts.ended.notified(), if failures == 0 => {}
+            _ = stop.changed() => return,
+        }
+        let (keep, keep_days) = (config.receipts.keep, config.receipts.keep_days);
+        let r = receipts.clone();
+        let _ = tokio::task::spawn_blocking(move || r.rotate(keep, keep_days)).await;
+        match receipts.report_once(&state).await {
+            Ok(sent) => {
+                failures = 0;
+                let mut report = receipts.report.lock();
+                report.last_error = None;
+                if sent > 0 {
+                    report.last_reported_at = Some(Timestamp::now());
+                }
+            }
+            Err(e) => {
+                failures += 1;
+                tracing::warn!(error = %e, failures, "cannot report receipts now; retrying with backoff");
+                receipts.report.lock().last_error = Some(e.to_string());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mop_proto::receipts::{GetEvent, RECEIPT_SCHEMA};
+
+    fn receipt(task: &str, prepared_at: Timestamp) -> Receipt {
+        Receipt {
+            schema: RECEIPT_SCHEMA.into(),
+            task_id: task.into(),
+            workspace: "acme".into(),
+            host: "h".into(),
+            generation: "g".into(),
+            profile: "default".into(),
+            user_id: None,
+            asset_id: None,
+            prepared_at,
+            ended_at: None,
+            cards: vec![],
+            left_out: [0; 3],
+            activity: Activity::default(),
+        }
+    }
+
+    #[test]
+    fn a_receipt_moves_from_live_to_pending_and_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = Paths::under(dir.path());
+        let receipts = Receipts::open(&paths).unwrap();
+        let t0 = Timestamp::now();
+        receipts.begin(1000, receipt("t1", t0));
+        receipts.begin(1000, receipt("t2", t0));
+        receipts.record("t1", |a| {
+            a.gets.push(GetEvent {
+                at: t0,
+                id: mop_cards::CardId::from_uuid(mop_cards::Uuid::nil()),
+                found: false,
+            })
+        });
+        // A restart: t1 still runs, t2 ended while the daemon was down.
+        let again = Receipts::open(&paths).unwrap();
+        assert_eq!(again.key, receipts.key, "the key is kept");
+        again.recover(&["t1".to_owned()]);
+        assert_eq!(again.find("t1").unwrap().receipt.activity.gets.len(), 1);
+        assert_eq!(again.counts(), (1, 0));
+        let t2 = again.find("t2").unwrap();
+        assert!(t2.receipt.ended_at.is_some());
+        again.end("t1", Timestamp::now());
+        assert_eq!(again.counts(), (2, 0));
+        let pending = again.pending();
+        assert_eq!(pending.len(), 2);
+        again.mark(&pending[0].0, ReceiptKind::Sent);
+        assert_eq!(again.counts(), (1, 0));
+        assert!(
+            again.find(&pending[0].1.task_id).is_some(),
+            "a sent receipt is still shown"
+        );
+    }
+
+    #[test]
+    fn rotation_keeps_the_newest_sent_and_drops_old_pending() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = Paths::under(dir.path());
+        let receipts = Receipts::open(&paths).unwrap();
+        let now = Timestamp::now();
+        for i in 0..5 {
+            let at = now - jiff::SignedDuration::from_secs(60 * (5 - i));
+            receipts.begin(0, receipt(&format!("s{i}"), at));
+            receipts.end(&format!("s{i}"), now);
+        }
+        for (p, _) in receipts.pending() {
+            receipts.mark(&p, ReceiptKind::Sent);
+        }
+        let old = now - jiff::SignedDuration::from_hours(24 * 40);
+        receipts.begin(0, receipt("old", old));
+        receipts.end("old", now);
+        receipts.rotate(3, 30);
+        assert!(receipts.find("s0").is_none() && receipts.find("s1").is_none());
+        assert!(receipts.find("s4").is_some());
+        assert!(receipts.find("old").is_none());
+        assert_eq!(receipts.report_state().dropped, 1);
+    }
+
+    #[test]
+    fn query_hashes_are_keyed_and_never_the_query() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Receipts::open(&Paths::under(&dir.path().join("a"))).unwrap();
+        let b = Receipts::open(&Paths::under(&dir.path().join("b"))).unwrap();
+        let q = "ORA-01555 on the ledger";
+        assert_eq!(a.query_hash(q), a.query_hash(q));
+        assert_ne!(
+            a.query_hash(q),
+            b.query_hash(q),
+            "another host, another key"
+        );
+        assert_ne!(a.query_hash(q), mop_cards::sha256_hex(q.as_bytes()));
+        assert_eq!(a.query_hash(q).len(), 64);
+    }
+}

@@ -1,0 +1,653 @@
+//! The curation loop, walked with the real binaries: an agent stores a card in alice's
+//! task (a real `mop run` sandbox), the curator's `mop-curate review` lists it with its
+//! provenance and nearest cards and verifies it, bob's next task on the same asset receives
+//! it, both tasks' receipts show their cards, `show` has the usage the daemon reported,
+//! `stale` lists a card no task received, a concurrent edit is refused with 412 and loses
+//! nothing, and every step is in the history under the curator's name. Then: receipts
+//! survive a server outage and arrive once.
+
+use std::ffi::OsStr;
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use mop_tests::procs::{
+    Daemon, DaemonOptions, Server, as_runner, bin, bwrap_available, output_text as text, run,
+    run_with_stdin, runner_user,
+};
+use mop_tests::{example_cards_dir, http, profiles_config};
+use serde_json::Value;
+
+const WS: &str = "acme";
+const CURATOR: &str = "Carol Curator";
+const ASSET: &str = "db-prod-01";
+
+struct Env {
+    server: Server,
+    daemon: Daemon,
+    admin_file: tempfile::NamedTempFile,
+    home: tempfile::TempDir,
+    uid: u32,
+    gid: u32,
+}
+
+fn setup() -> Option<Env> {
+    let (uid, gid) = runner_user()?;
+    if !bwrap_available() {
+        return None;
+    }
+    let server = Server::start();
+    let admin = server.token_named("admin", &[WS], Some(CURATOR));
+    assert!(server.import(&example_cards_dir(), WS).status.success());
+    let extra = format!(
+        "{}[receipts]\nreport_interval_secs = 1\n",
+        profiles_config(&[])
+    );
+    let daemon = Daemon::start(
+        &server,
+        DaemonOptions {
+            extra: &extra,
+            ..Default::default()
+        },
+    );
+    daemon.wait_synced();
+    let admin_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(admin_file.path(), &admin).unwrap();
+    Some(Env {
+        server,
+        daemon,
+        admin_file,
+        home: tempfile::tempdir().unwrap(),
+        uid,
+        gid,
+    })
+}
+
+impl Env {
+    /// `mop-curate <args>` as a curator on a laptop: URL, workspace and token from the
+    /// environment, an empty home (no config file).
+    fn curate(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(bin("mop-curate"));
+        cmd.args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.home.path())
+            .env("MOP_SERVER_URL", &self.server.url)
+            .env("MOP_WORKSPACE", WS)
+            .env("MOP_ADMIN_TOKEN_FILE", self.admin_file.path());
+        cmd
+    }
+
+    fn curate_json(&self, args: &[&str]) -> Value {
+        let out = run(&mut self.curate(args));
+        assert!(out.status.success(), "mop-curate {args:?}: {}", text(&out));
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)))
+    }
+
+    fn workdir(&self) -> tempfile::TempDir {
+        let w = tempfile::Builder::new().prefix("mopw").tempdir().unwrap();
+        std::fs::set_permissions(w.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        nix::unistd::chown(w.path(), Some(self.uid.into()), Some(self.gid.into())).unwrap();
+        w
+    }
+
+    /// `mop run` as the runner for `user` on the asset, running `script` in the sandbox.
+    fn mop_run(&self, task: &str, user: &str, title: &str, script: &str) -> Output {
+        let w = self.workdir();
+        let socket = self.daemon.socket();
+        let args: Vec<&OsStr> = [
+            OsStr::new("run"),
+            OsStr::new("--socket"),
+            socket.as_os_str(),
+            OsStr::new("--workdir"),
+            w.path().as_os_str(),
+        ]
+        .into_iter()
+        .chain(
+            [
+                "--workspace",
+                WS,
+                "--task-id",
+                task,
+                "--user",
+                user,
+                "--asset",
+                ASSET,
+                "--title",
+                title,
+                "--",
+                "/bin/sh",
+                "-c",
+                script,
+            ]
+            .map(OsStr::new),
+        )
+        .collect();
+        run(&mut as_runner(&args))
+    }
+
+    /// `mop receipt TASK --json`, as the runner.
+    fn receipt(&self, task: &str) -> Value {
+        let socket = self.daemon.socket();
+        let out = run(&mut as_runner(&[
+            OsStr::new("receipt"),
+            OsStr::new(task),
+            OsStr::new("--json"),
+            OsStr::new("--socket"),
+            socket.as_os_str(),
+        ]));
+        assert!(out.status.success(), "receipt {task}: {}", text(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// Waits until `f` holds for the card's details.
+    fn wait_details(&self, id: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let v = self.curate_json(&["show", id, "--json"]);
+            if f(&v) {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {v:#}\ndaemon log:\n{}\nserver log:\n{}",
+                self.daemon.log(),
+                self.server.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+fn ids(list: &Value) -> Vec<String> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            c["id"]
+                .as_str()
+                .or_else(|| c["summary"]["id"].as_str())
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn the_curation_loop_end_to_end() {
+    let Some(env) = setup() else { return };
+    const TITLE: &str = "Ledger ETL needs undo_retention raised before the nightly export";
+
+    // 1. An agent stores a card in alice's task; it also searches and reads a card.
+    let script = format!(
+        "mop memory retrieve 'ORA-01555 snapshot too old' >/dev/null && \
+         mop memory store --type pitfall --asset --title '{TITLE}' \
+           --label oracle --error-code ORA-01555 \
+           --content-stdin <<'EOF'\n\
+         The nightly ledger export fails with ORA-01555 unless undo_retention is at least 10800.\n\
+         EOF"
+    );
+    let out = env.mop_run(
+        "alice-etl-1",
+        "alice",
+        "Nightly ledger export fails",
+        &script,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(stdout.contains("created"), "{stdout}");
+    let card = stdout
+        .split('(')
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .unwrap_or_else(|| panic!("no id in {stdout:?}"))
+        .to_owned();
+
+    // 2. The curator's review lists it, with provenance and nearest cards; 3. verifies it.
+    let review = env.curate_json(&["review", "--json"]);
+    let item = review["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["card"]["summary"]["id"] == card.as_str())
+        .unwrap_or_else(|| panic!("{card} is not in the queue: {review:#}"));
+    let p = &item["card"]["provenance"];
+    assert_eq!(p["task_id"], "alice-etl-1");
+    assert_eq!(p["user_id"], "alice");
+    assert_eq!(p["asset_id"], ASSET);
+    assert!(p["node_token"].as_str().unwrap().starts_with("tok"), "{p}");
+    assert!(p["stored_at"].is_string(), "{p}");
+    let nearest = item["nearest"].as_array().unwrap();
+    assert!(!nearest.is_empty(), "nearest cards: {item:#}");
+    assert!(
+        nearest.iter().all(|n| n["id"] != card.as_str()),
+        "a card is not its own neighbour"
+    );
+    let before = review["total"].as_u64().unwrap();
+    // The queue is oldest first: skip the example workspace's unverified cards, verify ours.
+    let mut answers = String::new();
+    for i in review["items"].as_array().unwrap() {
+        if i["card"]["summary"]["id"] == card.as_str() {
+            answers.push_str("v\n");
+            break;
+        }
+        answers.push_str("s\n");
+    }
+    let out = run_with_stdin(&mut env.curate(&["review"]), answers.as_bytes());
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains(TITLE), "{shown}");
+    assert!(
+        shown.contains("provenance   task alice-etl-1, user alice, asset db-prod-01"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("nearest:") && shown.contains("1. "),
+        "{shown}"
+    );
+    assert!(shown.contains(&format!("verified {card}")), "{shown}");
+    let after = env.curate_json(&["review", "--json"]);
+    assert_eq!(after["total"].as_u64().unwrap(), before - 1, "{after:#}");
+
+    // 4. Bob's next task on the same asset receives it (and finds it by search).
+    env.daemon.sync(WS);
+    let out = env.mop_run(
+        "bob-etl-2",
+        "bob",
+        "Ledger export: undo retention",
+        "cat .claude/memory/MEMORY.md && mop memory retrieve 'undo_retention nightly export'",
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let bob_out = String::from_utf8_lossy(&out.stdout);
+    assert!(bob_out.contains(TITLE), "bob's MEMORY.md: {bob_out}");
+
+    // 5. The receipts show both tasks and their cards.
+    let alice = env.receipt("alice-etl-1");
+    assert_eq!(alice["schema"], "mop.receipt/1");
+    assert_eq!(alice["user_id"], "alice");
+    assert!(alice["ended_at"].is_string(), "{alice:#}");
+    assert!(!alice["cards"].as_array().unwrap().is_empty());
+    let stores = alice["activity"]["stores"].as_array().unwrap();
+    assert_eq!(stores.len(), 1, "{alice:#}");
+    assert_eq!(stores[0]["outcome"], "created");
+    assert_eq!(stores[0]["id"], card.as_str());
+    let retrieves = alice["activity"]["retrieves"].as_array().unwrap();
+    assert_eq!(retrieves.len(), 1);
+    let hash = retrieves[0]["query_hash"].as_str().unwrap();
+    assert_eq!(hash.len(), 64, "a hash, not the query: {hash}");
+    let alice_text = serde_json::to_string(&alice).unwrap();
+    assert!(
+        !alice_text.contains("snapshot too old"),
+        "no query text in a receipt"
+    );
+    assert!(
+        !alice_text.contains("undo_retention is at least"),
+        "no card text in a receipt"
+    );
+    let bob = env.receipt("bob-etl-2");
+    let bob_cards = ids(&bob["cards"]);
+    assert!(
+        bob_cards.contains(&card),
+        "bob's receipt lists the card: {bob:#}"
+    );
+    assert!(
+        !ids(&alice["cards"]).contains(&card),
+        "alice's task was not given it"
+    );
+    let listed = bob["cards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == card.as_str())
+        .unwrap();
+    assert_eq!(listed["tier"], "L2");
+    assert_eq!(listed["mounted"], true);
+    let bob_hits = &bob["activity"]["retrieves"][0]["hits"];
+    assert!(ids_of(bob_hits).contains(&card), "{bob:#}");
+
+    // 6. `show` has the usage counts, once the daemon has reported both receipts.
+    let details = env.wait_details(&card, "bob's receipt to be counted", |v| {
+        v["card"]["usage"]["delivered_7d"] == 1
+    });
+    let usage = &details["card"]["usage"];
+    assert_eq!(usage["delivered_30d"], 1, "{usage}");
+    assert_eq!(
+        usage["retrieved_7d"], 1,
+        "bob's retrieve returned it: {usage}"
+    );
+    assert!(usage["last_delivered_at"].is_string());
+    assert_eq!(usage["hosts"].as_array().unwrap().len(), 1, "{usage}");
+    let shown = run(&mut env.curate(&["show", &card]));
+    let shown = text(&shown);
+    assert!(
+        shown.contains("delivered to 1 task(s) in 7 days, 1 in 30; retrieved by 1 in 7 days"),
+        "{shown}"
+    );
+
+    // 7. `stale` lists a card that no task received, and none that one did.
+    let delivered: Vec<String> = ids(&alice["cards"]).into_iter().chain(bob_cards).collect();
+    let stale = env.curate_json(&["stale", "--days", "30", "--json"]);
+    let undelivered = ids(&stale["undelivered"]);
+    assert!(!undelivered.is_empty(), "{stale:#}");
+    assert!(
+        undelivered.iter().all(|id| !delivered.contains(id)),
+        "a delivered card is not stale: {stale:#}"
+    );
+    assert!(!undelivered.contains(&card), "a new card is not stale yet");
+    let stale_text = text(&run(&mut env.curate(&["stale", "--days", "30"])));
+    assert!(
+        stale_text.contains("delivered to no task in 30 days"),
+        "{stale_text}"
+    );
+
+    // 8. A concurrent edit is refused with 412 and loses nothing. The curator's editor
+    // appends a line; while it is open, another curator's edit of the same card lands.
+    let editors = tempfile::tempdir().unwrap();
+    let inner = editors.path().join("inner.sh");
+    std::fs::write(
+        &inner,
+        "#!/bin/sh\nprintf '\\nSecond curator: also raise it on the standby.\\n' >> \"$1\"\n",
+    )
+    .unwrap();
+    let outer = editors.path().join("outer.sh");
+    std::fs::write(
+        &outer,
+        format!(
+            "#!/bin/sh\nprintf '\\nFirst curator: check v$undo_retention first.\\n' >> \"$1\"\n\
+             EDITOR={} {} edit {card} >/dev/null || exit 9\n",
+            inner.display(),
+            bin("mop-curate").display()
+        ),
+    )
+    .unwrap();
+    for f in [&inner, &outer] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let out = run(env.curate(&["edit", &card]).env("EDITOR", &outer));
+    let said = text(&out);
+    assert!(!out.status.success(), "the stale edit must fail: {said}");
+    assert!(said.contains("changed since you opened it"), "{said}");
+    let kept = said
+        .split("Your text is kept in ")
+        .nth(1)
+        .and_then(|s| s.split(':').next())
+        .unwrap_or_else(|| panic!("no kept file named: {said}"));
+    let kept_text = std::fs::read_to_string(kept).unwrap();
+    assert!(kept_text.contains("First curator"), "{kept_text}");
+    let _ = std::fs::remove_file(kept);
+    let url = format!("{}/v1/workspaces/{WS}/cards/{card}", env.server.url);
+    let admin = std::fs::read_to_string(env.admin_file.path()).unwrap();
+    let now = http().get(&url).bearer_auth(admin.trim()).send().unwrap();
+    let etag = now.headers()["etag"].to_str().unwrap().to_owned();
+    let now = now.text().unwrap();
+    assert!(
+        now.contains("Second curator"),
+        "the other edit landed: {now}"
+    );
+    assert!(
+        !now.contains("First curator"),
+        "the stale edit did not: {now}"
+    );
+    // The same race over the API: an If-Match of an old version is answered 412.
+    let stale_put = http()
+        .put(&url)
+        .bearer_auth(admin.trim())
+        .header("If-Match", "\"0000\"")
+        .body(now.replace("standby", "standby and the DR site"))
+        .send()
+        .unwrap();
+    assert_eq!(stale_put.status().as_u16(), 412);
+    assert_eq!(
+        http()
+            .get(&url)
+            .bearer_auth(admin.trim())
+            .send()
+            .unwrap()
+            .text()
+            .unwrap(),
+        now,
+        "a refused edit changes nothing"
+    );
+    let fresh_put = http()
+        .put(&url)
+        .bearer_auth(admin.trim())
+        .header("If-Match", &etag)
+        .body(now.replace("standby", "standby and the DR site"))
+        .send()
+        .unwrap();
+    assert!(
+        fresh_put.status().is_success(),
+        "the current version is accepted"
+    );
+
+    // Reject and merge, on two more agent cards of alice's.
+    let script = "mop memory store --type fact --title 'Ledger ETL owner is team data' --content-stdin <<'EOF'\nAsk the data team.\nEOF\n\
+                  mop memory store --type pitfall --title 'ledger export ORA-01555 again' --content-stdin <<'EOF'\nSame as before: raise undo_retention.\nEOF";
+    let out = env.mop_run("alice-etl-3", "alice", "Ledger export again", script);
+    assert!(out.status.success(), "{}", text(&out));
+    let queue = env.curate_json(&["list", "--unverified", "--json"]);
+    let by_title = |t: &str| {
+        queue["cards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["summary"]["title"] == t)
+            .unwrap_or_else(|| panic!("{t}: {queue:#}"))["summary"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (owner_card, again_card) = (
+        by_title("Ledger ETL owner is team data"),
+        by_title("ledger export ORA-01555 again"),
+    );
+    let out = run(&mut env.curate(&["reject", &owner_card, "--reason", "not a memory"]));
+    assert!(out.status.success(), "{}", text(&out));
+    let before_merge = env.curate_json(&["show", &card, "--json"])["card"]["occurrence"]
+        .as_u64()
+        .unwrap();
+    let out = run(&mut env.curate(&["merge", &again_card, "--into", &card]));
+    assert!(out.status.success(), "{}", text(&out));
+    let merged = env.curate_json(&["show", &card, "--json"]);
+    assert_eq!(
+        merged["card"]["occurrence"].as_u64().unwrap(),
+        before_merge + 1,
+        "the merged card's counters carried over: {merged:#}"
+    );
+    let gone = env.curate_json(&["show", &again_card, "--json"]);
+    assert_eq!(gone["card"]["summary"]["superseded_by"], card.as_str());
+    let rejected = env.curate_json(&["list", "--archived", "--json"]);
+    assert!(ids_of_cards(&rejected).contains(&owner_card));
+    assert!(
+        !ids_of_cards(&env.curate_json(&["list", "--json", "--limit", "500"]))
+            .contains(&owner_card),
+        "a rejected card is archived"
+    );
+
+    // 9. Every step is in the history, under the curator's name.
+    let history = env.curate_json(&["history", &card, "--json"]);
+    let rows = history.as_array().unwrap();
+    let actions: Vec<(&str, Option<&str>)> = rows
+        .iter()
+        .map(|r| (r["action"].as_str().unwrap(), r["actor_name"].as_str()))
+        .collect();
+    assert_eq!(actions[0].0, "store", "{actions:?}");
+    assert!(actions[0].1.is_none(), "a node token has no person's name");
+    for step in ["verify", "update", "merge"] {
+        assert!(
+            actions.contains(&(step, Some(CURATOR))),
+            "{step} under {CURATOR}: {actions:?}"
+        );
+    }
+    assert_eq!(
+        actions.iter().filter(|(a, _)| *a == "update").count(),
+        2,
+        "the two accepted edits, not the refused ones: {actions:?}"
+    );
+    let owner_history = env.curate_json(&["history", &owner_card, "--json"]);
+    let reject = owner_history
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["action"] == "reject")
+        .unwrap();
+    assert_eq!(reject["actor_name"], CURATOR);
+    assert_eq!(reject["detail"], "reason=not a memory");
+    let diffs = text(&run(&mut env.curate(&["history", &card])));
+    assert!(diffs.contains(&format!("verify by {CURATOR}")), "{diffs}");
+    assert!(
+        diffs.contains("+ Second curator: also raise it on the standby."),
+        "{diffs}"
+    );
+}
+
+fn ids_of(list: &Value) -> Vec<String> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn ids_of_cards(page: &Value) -> Vec<String> {
+    ids(&page["cards"])
+}
+
+#[test]
+fn receipts_survive_a_server_outage_and_arrive_once() {
+    let Some((_, _)) = runner_user() else { return };
+    let mut server = Server::start();
+    let admin = server.token("admin", &[WS]);
+    assert!(server.import(&example_cards_dir(), WS).status.success());
+    let extra = format!(
+        "{}[receipts]\nreport_interval_secs = 1\n",
+        profiles_config(&[])
+    );
+    let daemon = Daemon::start(
+        &server,
+        DaemonOptions {
+            extra: &extra,
+            ..Default::default()
+        },
+    );
+    daemon.wait_synced();
+    assert!(server.stop());
+    let socket = daemon.socket();
+    let prepare = |task: &str| {
+        let out = run(&mut as_runner(&[
+            OsStr::new("prepare"),
+            OsStr::new("--socket"),
+            socket.as_os_str(),
+            OsStr::new("--json"),
+            OsStr::new("--workspace"),
+            OsStr::new(WS),
+            OsStr::new("--task-id"),
+            OsStr::new(task),
+            OsStr::new("--user"),
+            OsStr::new("alice"),
+            OsStr::new("--asset"),
+            OsStr::new(ASSET),
+            OsStr::new("--title"),
+            OsStr::new("ORA-01555 in the ledger export"),
+        ]));
+        assert!(out.status.success(), "{}", text(&out));
+        let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let out = run(&mut as_runner(&[
+            OsStr::new("release"),
+            OsStr::new("--socket"),
+            socket.as_os_str(),
+            OsStr::new("--task-id"),
+            OsStr::new(task),
+        ]));
+        assert!(out.status.success(), "{}", text(&out));
+        plan
+    };
+    // Two tasks end while the server is down: their receipts wait, and status says why.
+    let plan = prepare("offline-1");
+    prepare("offline-2");
+    let status = daemon.wait_for("receipts waiting on a failed report", |v| {
+        v["receipts"]["pending"] == 2 && v["receipts"]["last_error"].is_string()
+    });
+    assert!(
+        status["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["message"]
+                .as_str()
+                .unwrap()
+                .contains("2 task receipt(s) wait to be reported")),
+        "{status:#}"
+    );
+    // The server comes back on the same address: they arrive.
+    server.start_again();
+    daemon.wait_for_within("receipts reported", Duration::from_secs(60), |v| {
+        v["receipts"]["pending"] == 0 && v["receipts"]["last_error"].is_null()
+    });
+    let first = plan["cards"][0]["id"].as_str().unwrap().to_owned();
+    let details = |id: &str| -> Value {
+        http()
+            .get(format!(
+                "{}/v1/workspaces/{WS}/cards/{id}/details",
+                server.url
+            ))
+            .bearer_auth(&admin)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
+    };
+    assert_eq!(
+        details(&first)["card"]["usage"]["delivered_7d"],
+        2,
+        "both tasks, once each"
+    );
+
+    // Sent again (a retry whose answer was lost), a receipt counts for nothing more.
+    let receipt: Value = {
+        let out = run(&mut as_runner(&[
+            OsStr::new("receipt"),
+            OsStr::new("offline-1"),
+            OsStr::new("--json"),
+            OsStr::new("--socket"),
+            socket.as_os_str(),
+        ]));
+        assert!(out.status.success(), "{}", text(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let node = std::fs::read_to_string(daemon.dir.path().join("node.token")).unwrap();
+    let url = format!("{}/v1/workspaces/{WS}/receipts", server.url);
+    let again: Value = http()
+        .post(&url)
+        .bearer_auth(node.trim())
+        .json(&serde_json::json!({ "receipts": [receipt] }))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(again["accepted"], 0, "{again}");
+    assert_eq!(again["duplicates"], 1, "{again}");
+    assert_eq!(details(&first)["card"]["usage"]["delivered_7d"], 2);
+    // Control: the same receipt under another task id is new, and counts.
+    let mut other = receipt.clone();
+    other["task_id"] = "offline-3".into();
+    let fresh: Value = http()
+        .post(&url)
+        .bearer_auth(node.trim())
+        .json(&serde_json::json!({ "receipts": [other] }))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(fresh["accepted"], 1, "{fresh}");
+    assert_eq!(details(&first)["card"]["usage"]["delivered_7d"], 3);
+    // Only host daemons report receipts.
+    let as_admin = http()
+        .post(&url)
+        .bearer_auth(&admin)
+        .json(&serde_json::json!({ "receipts": [] }))
+        .send()
+        .unwrap();
+    assert_eq!(as_admin.status().as_u16(), 403);
+    drop(daemon);
+}

@@ -641,6 +641,31 @@ fn receipts_survive_a_server_outage_and_arrive_once() {
         .unwrap();
     assert_eq!(fresh["accepted"], 1, "{fresh}");
     assert_eq!(details(&first)["card"]["usage"]["delivered_7d"], 3);
+    // A receipt names the cards a runner's task got: another local user of group mop may
+    // not read it (the same request by the task's runner is the control).
+    if let Some(other) = mop_tests::procs::daemon_user() {
+        let path = "/v1/tasks/offline-1/receipt";
+        let (code, _) = mop_tests::procs::runner_socket_request(&socket, "GET", path, None);
+        assert_eq!(code, 200, "the runner reads its receipt");
+        let mut as_other = Command::new("/usr/bin/setpriv");
+        as_other.args([
+            "--reuid",
+            other,
+            "--regid",
+            "mop",
+            "--init-groups",
+            "--",
+            "curl",
+        ]);
+        let (code, body) =
+            mop_tests::procs::socket_request_as(as_other, &socket, "GET", path, None);
+        let body = String::from_utf8_lossy(&body);
+        assert_eq!(code, 403, "another user was answered: {body}");
+        assert!(
+            !body.contains(&first),
+            "no card id leaks in the refusal: {body}"
+        );
+    }
     // Only host daemons report receipts.
     let as_admin = http()
         .post(&url)

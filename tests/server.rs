@@ -1062,3 +1062,87 @@ fn sigterm_shuts_down_cleanly() {
         server.log()
     );
 }
+
+/// Admin tokens name a person (the audit says who did what), tokens may expire, and `token
+/// list` shows each token's last use.
+#[test]
+fn tokens_carry_names_expire_and_show_their_last_use() {
+    let mut server = Server::start();
+    let nameless = run(&mut server.cli(&["token", "create", "--role", "admin", "--workspace", WS]));
+    assert!(!nameless.status.success());
+    assert!(
+        String::from_utf8_lossy(&nameless.stderr).contains("needs --name"),
+        "{}",
+        String::from_utf8_lossy(&nameless.stderr)
+    );
+    let bad = run(&mut server.cli(&[
+        "token",
+        "create",
+        "--role",
+        "node",
+        "--workspace",
+        WS,
+        "--expires-in",
+        "soon",
+    ]));
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a duration"));
+    let create = |args: &[&str]| {
+        let mut all = vec!["token", "create", "--workspace", WS];
+        all.extend(args);
+        let out = run(&mut server.cli(&all));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let short = create(&["--role", "node", "--expires-in", "2s"]);
+    let lasting = create(&[
+        "--role",
+        "admin",
+        "--name",
+        "Dana Reviewer",
+        "--expires-in",
+        "90d",
+    ]);
+    let url = format!("{}/v1/workspaces/{WS}/manifest", server.url);
+    let http = mop_tests::http();
+    // Control: both work now.
+    for t in [&short, &lasting] {
+        assert_eq!(
+            http.get(&url).bearer_auth(t).send().unwrap().status(),
+            StatusCode::OK
+        );
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    let r = http.get(&url).bearer_auth(&short).send().unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let v: Value = r.json().unwrap();
+    assert!(v["message"].as_str().unwrap().contains("expired"), "{v}");
+    assert_eq!(
+        http.get(&url)
+            .bearer_auth(&lasting)
+            .send()
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    // Uses are written at most once a minute, and at shutdown.
+    assert!(server.stop());
+    let list = run(&mut server.cli(&["token", "list", "--json"]));
+    let rows: Vec<Value> = serde_json::from_slice(&list.stdout).unwrap();
+    let admin = rows.iter().find(|r| r["role"] == "admin").unwrap();
+    assert_eq!(admin["name"], "Dana Reviewer");
+    assert!(
+        admin["expires_at"].is_string() && admin["last_used_at"].is_string(),
+        "{admin}"
+    );
+    let text =
+        String::from_utf8_lossy(&run(&mut server.cli(&["token", "list"])).stdout).into_owned();
+    assert!(
+        text.contains("Dana Reviewer") && text.contains("expired"),
+        "{text}"
+    );
+}

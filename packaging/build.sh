@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the four packages from a clean checkout: mopd and mop-server, each as .deb
-# (cargo-deb) and .rpm (cargo-generate-rpm), into packaging/out/ (or $1).
+# Builds the six packages from a clean checkout: mopd, mop-server and mop-curate (the
+# curator CLI alone), each as .deb (cargo-deb) and .rpm (cargo-generate-rpm), into
+# packaging/out/ (or $1).
 #
 #   bash packaging/build.sh [OUT_DIR]
 #
@@ -21,10 +22,10 @@ need() {
 need deb
 need generate-rpm
 
-echo "== building mopd, mop and mop-server (profile dist) =="
-cargo build --locked --profile dist -p mopd -p mop -p mop-server
+echo "== building mopd, mop, mop-server and mop-curate (profile dist) =="
+cargo build --locked --profile dist -p mopd -p mop -p mop-server -p mop-curate
 
-for pkg in mopd mop-server; do
+for pkg in mopd mop-server mop-curate; do
   echo "== $pkg .deb =="
   cargo deb --locked -p "$pkg" --profile dist --no-build -o "$out/"
   echo "== $pkg .rpm =="

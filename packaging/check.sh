@@ -14,13 +14,25 @@ deb_mopd=$(ls "$dir"/mopd_*.deb)
 deb_server=$(ls "$dir"/mop-server_*.deb)
 rpm_mopd=$(ls "$dir"/mopd-*.rpm)
 rpm_server=$(ls "$dir"/mop-server-*.rpm)
+deb_curate=$(ls "$dir"/mop-curate_*.deb)
+rpm_curate=$(ls "$dir"/mop-curate-*.rpm)
 
 fail() { echo "packaging check FAILED: $*" >&2; exit 1; }
 step() { printf '\n-- %s --\n' "$*"; }
 has_line() { grep -qxF -- "$2" <<<"$1" || fail "$3: expected line '$2' in:"$'\n'"$1"; }
 
 step "lintian (errors fail the check)"
-lintian --fail-on error "$deb_mopd" "$deb_server"
+lintian --fail-on error "$deb_mopd" "$deb_server" "$deb_curate"
+
+step "mop-curate installs alone (no daemon, no server) and removes cleanly"
+dpkg -i "$deb_curate"
+/usr/bin/mop-curate --version
+/usr/bin/mop-curate --help | grep -q review || fail "mop-curate --help does not name review"
+for f in /usr/bin/mopd /usr/bin/mop-server; do
+  [ ! -e "$f" ] || fail "$f came with mop-curate"
+done
+dpkg -P mop-curate
+[ ! -e /usr/bin/mop-curate ] || fail "/usr/bin/mop-curate is still there after dpkg -P"
 
 step "dpkg -i"
 dpkg -i --force-confold "$deb_mopd" "$deb_server"
@@ -82,6 +94,7 @@ for f in /usr/bin/mop-server /etc/mop-server/server.toml \
          /usr/lib/systemd/system/mop-server.service /usr/lib/sysusers.d/mop-server.conf; do
   has_line "$files" "$f" "$rpm_server"
 done
+has_line "$(rpm -qlp "$rpm_curate")" /usr/bin/mop-curate "$rpm_curate"
 has_line "$(rpm -qp --configfiles "$rpm_mopd")" /etc/mopd/mopd.toml "$rpm_mopd config files"
 has_line "$(rpm -qp --configfiles "$rpm_server")" /etc/mop-server/server.toml "$rpm_server config files"
 rpm -qp --requires "$rpm_mopd" | grep -qx bubblewrap || fail "$rpm_mopd does not require bubblewrap"
@@ -101,4 +114,4 @@ for pair in "$rpm_mopd:mopd:mop" "$rpm_server:mop-server:mop-server"; do
 done
 
 echo
-echo "packaging check passed: $(basename "$deb_mopd") $(basename "$deb_server") $(basename "$rpm_mopd") $(basename "$rpm_server")"
+echo "packaging check passed: $(basename "$deb_mopd") $(basename "$deb_server") $(basename "$deb_curate") $(basename "$rpm_mopd") $(basename "$rpm_server") $(basename "$rpm_curate")"

@@ -179,13 +179,13 @@ fn the_curation_loop_end_to_end() {
     const TITLE: &str = "Ledger ETL needs undo_retention raised before the nightly export";
 
     // 1. An agent stores a card in alice's task; it also searches and reads a card.
+    // Its body also carries terminal escape sequences, as an injected agent might write
+    // them for the curator's terminal (clear the screen, retitle the window).
     let script = format!(
         "mop memory retrieve 'ORA-01555 snapshot too old' >/dev/null && \
+         printf 'The nightly ledger export fails with ORA-01555 unless undo_retention is at least 10800.\\n\\033[2J\\033]0;pwned\\007\\n' | \
          mop memory store --type pitfall --asset --title '{TITLE}' \
-           --label oracle --error-code ORA-01555 \
-           --content-stdin <<'EOF'\n\
-         The nightly ledger export fails with ORA-01555 unless undo_retention is at least 10800.\n\
-         EOF"
+           --label oracle --error-code ORA-01555 --content-stdin"
     );
     let out = env.mop_run(
         "alice-etl-1",
@@ -205,6 +205,24 @@ fn the_curation_loop_end_to_end() {
 
     // 2. The curator's review lists it, with provenance and nearest cards; 3. verifies it.
     let review = env.curate_json(&["review", "--json"]);
+    let raw = http()
+        .get(format!(
+            "{}/v1/workspaces/{WS}/cards/{card}",
+            env.server.url
+        ))
+        .bearer_auth(
+            std::fs::read_to_string(env.admin_file.path())
+                .unwrap()
+                .trim(),
+        )
+        .send()
+        .unwrap()
+        .bytes()
+        .unwrap();
+    assert!(
+        raw.contains(&0x1b),
+        "control: the stored card holds the escape sequences"
+    );
     let item = review["items"]
         .as_array()
         .unwrap()
@@ -454,6 +472,20 @@ fn the_curation_loop_end_to_end() {
         before_merge + 1,
         "the merged card's counters carried over: {merged:#}"
     );
+    let again = run(&mut env.curate(&["merge", &again_card, "--into", &card]));
+    assert!(!again.status.success(), "a card merges once");
+    assert!(
+        text(&again).contains("already superseded"),
+        "{}",
+        text(&again)
+    );
+    assert_eq!(
+        env.curate_json(&["show", &card, "--json"])["card"]["occurrence"]
+            .as_u64()
+            .unwrap(),
+        before_merge + 1,
+        "a second merge counts nothing"
+    );
     let gone = env.curate_json(&["show", &again_card, "--json"]);
     assert_eq!(gone["card"]["summary"]["superseded_by"], card.as_str());
     let rejected = env.curate_json(&["list", "--archived", "--json"]);
@@ -641,6 +673,40 @@ fn receipts_survive_a_server_outage_and_arrive_once() {
         .unwrap();
     assert_eq!(fresh["accepted"], 1, "{fresh}");
     assert_eq!(details(&first)["card"]["usage"]["delivered_7d"], 3);
+    // A forging node: a receipt from the future would count in every window for good, so
+    // it is refused; a card id of no card of this workspace counts nowhere.
+    let mut future = receipt.clone();
+    future["task_id"] = "offline-4".into();
+    future["prepared_at"] = "2036-01-01T00:00:00Z".into();
+    let r = http()
+        .post(&url)
+        .bearer_auth(node.trim())
+        .json(&serde_json::json!({ "receipts": [future] }))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 422);
+    let mut foreign = receipt.clone();
+    foreign["task_id"] = "offline-5".into();
+    let ghost = "00000000-0000-4000-8000-0000000000ff";
+    foreign["cards"][0]["id"] = ghost.into();
+    let r: Value = http()
+        .post(&url)
+        .bearer_auth(node.trim())
+        .json(&serde_json::json!({ "receipts": [foreign] }))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(r["accepted"], 1, "{r}");
+    let db = rusqlite::Connection::open(server.db()).unwrap();
+    let ghosts: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM card_usage_days WHERE card_id = ?1",
+            [ghost],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(ghosts, 0, "no usage for a card that does not exist");
     // A receipt names the cards a runner's task got: another local user of group mop may
     // not read it (the same request by the task's runner is the control).
     if let Some(other) = mop_tests::procs::daemon_user() {

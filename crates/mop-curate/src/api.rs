@@ -100,12 +100,36 @@ impl std::fmt::Display for Refused {
 impl std::error::Error for Refused {}
 
 impl Connection {
-    /// Connects with these settings (nothing is sent yet).
-    pub fn new(url: &str, token: String, workspace: String) -> Result<Connection> {
+    /// Connects with these settings (nothing is sent yet). The admin token crosses the
+    /// network in plain HTTP only to this machine, or when `allow_http` says the network
+    /// is trusted.
+    pub fn new(
+        url: &str,
+        token: String,
+        workspace: String,
+        allow_http: bool,
+    ) -> Result<Connection> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let base = url.trim_end_matches('/').to_owned();
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            bail!("server URL {url:?} must start with http:// or https://");
+        let parsed = reqwest::Url::parse(&base)
+            .with_context(|| format!("server URL {url:?} is not a URL (https://host[:port])"))?;
+        match parsed.scheme() {
+            "https" => {}
+            "http" => {
+                let host = parsed.host_str().unwrap_or("");
+                let loopback = host == "localhost"
+                    || host
+                        .trim_matches(['[', ']'])
+                        .parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip.is_loopback());
+                if !loopback && !allow_http {
+                    bail!(
+                        "refusing to send the admin token in plain HTTP to {}: use https:// (a TLS proxy in front of mop-server), or pass --allow-http on a network you trust",
+                        parsed.host_str().unwrap_or("?")
+                    );
+                }
+            }
+            _ => bail!("server URL {url:?} must start with https:// (or http:// to this machine)"),
         }
         if !mop_cards::is_slug(&workspace) {
             bail!(

@@ -1,8 +1,9 @@
 //! `mop-curate`: the curator's command line. It talks to the card server's curation API
 //! over HTTP with an admin token, so it runs from a laptop: it needs neither the daemon nor
-//! the server's database. Every listing has `--json`; every change the curator makes after
-//! looking at a card is sent with that card's version, so a concurrent change is refused
-//! (412) instead of overwritten.
+//! the server's database. Every listing has `--json`. Every change is sent with the
+//! version of the card the curator acts on (the one `review` or `edit` showed, the one
+//! given with `--version`, else the one read just before), so a concurrent change is
+//! refused (412) instead of overwritten.
 
 mod api;
 mod render;
@@ -50,6 +51,19 @@ struct ConnArgs {
     /// A file holding an admin token (`mop-server token create --role admin --name …`).
     #[arg(long, global = true, env = "MOP_ADMIN_TOKEN_FILE")]
     token_file: Option<PathBuf>,
+    /// Send the admin token over plain http:// to another machine (only on a network you
+    /// trust; https:// needs no flag, nor does http:// to this machine).
+    #[arg(long, global = true)]
+    allow_http: bool,
+}
+
+/// The version a change is meant for.
+#[derive(Args)]
+struct Version {
+    /// The card's version as `show` printed it: the change is refused (412) if the card
+    /// changed since [default: the version read just before the change].
+    #[arg(long, value_name = "TAG")]
+    version: Option<String>,
 }
 
 #[derive(Args, Default)]
@@ -141,6 +155,8 @@ enum Command {
         /// Verify the text in this file instead (an edited copy of the card; keep its id).
         #[arg(long, value_name = "FILE")]
         file: Option<PathBuf>,
+        #[command(flatten)]
+        version: Version,
     },
     /// Reject a card: it is archived (out of every task now), with the reason in its
     /// history.
@@ -150,6 +166,8 @@ enum Command {
         /// Why (kept in the history).
         #[arg(long)]
         reason: String,
+        #[command(flatten)]
+        version: Version,
     },
     /// Merge a card into an existing one: the card is superseded and the other takes over
     /// its counters.
@@ -159,6 +177,8 @@ enum Command {
         /// The card that stays.
         #[arg(long)]
         into: String,
+        #[command(flatten)]
+        version: Version,
     },
     /// Mark a card superseded by a newer one.
     Supersede {
@@ -167,6 +187,8 @@ enum Command {
         /// The newer card.
         #[arg(long)]
         by: String,
+        #[command(flatten)]
+        version: Version,
     },
     /// Edit a card in $EDITOR and save it, unless someone changed it meanwhile (then your
     /// text is kept in a file and nothing is overwritten).
@@ -276,7 +298,24 @@ fn connect(args: &ConnArgs) -> Result<Connection> {
             t
         }
     };
-    Connection::new(&url, token, workspace)
+    Connection::new(&url, token, workspace, args.allow_http)
+}
+
+/// The version a one-shot change is sent with: the one given, else the card's version read
+/// now (the change then applies to what the curator sees printed next to it).
+fn version_for(c: &Connection, id: &CardId, given: Version) -> Result<String> {
+    match given.version {
+        Some(tag) => Ok(tag),
+        None => {
+            let details = c.details(id)?;
+            println!(
+                "card {id} at version {}: {}",
+                details.card.etag,
+                render::safe(&details.card.summary.title)
+            );
+            Ok(details.card.etag)
+        }
+    }
 }
 
 fn card_id(s: &str) -> Result<CardId> {
@@ -317,7 +356,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 print!("{}", render::history(&details.history));
             }
         }
-        Command::Verify { id, file } => {
+        Command::Verify { id, file, version } => {
             let id = card_id(&id)?;
             let edited = file
                 .map(|f| {
@@ -325,28 +364,36 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         .with_context(|| format!("cannot read {}", f.display()))
                 })
                 .transpose()?;
-            let change = c.verify(&id, edited, None)?;
+            let tag = version_for(&c, &id, version)?;
+            let change = c.verify(&id, edited, Some(&tag))?;
             println!("verified card {id} (revision {})", change.revision);
         }
-        Command::Reject { id, reason } => {
+        Command::Reject {
+            id,
+            reason,
+            version,
+        } => {
             let id = card_id(&id)?;
-            let change = c.reject(&id, &reason, None)?;
+            let tag = version_for(&c, &id, version)?;
+            let change = c.reject(&id, &reason, Some(&tag))?;
             println!(
                 "rejected card {id}: archived, out of every task (revision {})",
                 change.revision
             );
         }
-        Command::Merge { id, into } => {
+        Command::Merge { id, into, version } => {
             let (id, into) = (card_id(&id)?, card_id(&into)?);
-            let change = c.merge(&id, &into, None)?;
+            let tag = version_for(&c, &id, version)?;
+            let change = c.merge(&id, &into, Some(&tag))?;
             println!(
                 "merged card {id} into {into} (revision {})",
                 change.revision
             );
         }
-        Command::Supersede { id, by } => {
+        Command::Supersede { id, by, version } => {
             let (id, by) = (card_id(&id)?, card_id(&by)?);
-            let change = c.supersede(&id, &by, None)?;
+            let tag = version_for(&c, &id, version)?;
+            let change = c.supersede(&id, &by, Some(&tag))?;
             println!(
                 "card {id} is superseded by {by} (revision {})",
                 change.revision

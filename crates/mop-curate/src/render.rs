@@ -9,18 +9,51 @@ use mop_proto::curation::{
     Usage,
 };
 
-/// Card text made safe for a terminal: control characters (escape sequences among them)
-/// are shown escaped, and one line stays one line.
+/// Whether a character could change how a line reads without being seen: control
+/// characters (terminal escape sequences among them), bidirectional overrides and
+/// isolates, zero-width and other invisible format characters, and line or paragraph
+/// separators.
+fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{00AD}'
+                | '\u{061C}'
+                | '\u{180E}'
+                | '\u{200B}'..='\u{200F}'
+                | '\u{2028}'..='\u{202E}'
+                | '\u{2060}'..='\u{206F}'
+                | '\u{FEFF}'
+                | '\u{FFF9}'..='\u{FFFB}'
+        )
+}
+
+/// Card text made safe for a terminal: every [`hidden`] character is shown escaped, so
+/// one line stays one line and reads as it is.
 pub fn safe(s: &str) -> String {
     s.chars()
         .flat_map(|c| {
-            if c.is_control() {
-                c.escape_default().collect::<Vec<_>>()
+            if hidden(c) {
+                c.escape_unicode().collect::<Vec<_>>()
             } else {
                 vec![c]
             }
         })
         .collect()
+}
+
+/// A card's text, each line made [`safe`] and marked as quoted card text, at most `max`
+/// lines (then how many more there are).
+pub fn text(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    let lines: Vec<&str> = text.lines().collect();
+    for line in lines.iter().take(max) {
+        let _ = writeln!(out, "  │ {}", safe(line));
+    }
+    if lines.len() > max {
+        let _ = writeln!(out, "  │ … {} more line(s)", lines.len() - max);
+    }
+    out
 }
 
 fn trust(c: &CardInfo) -> &'static str {
@@ -112,6 +145,13 @@ pub fn card(c: &CardInfo) -> String {
     if !s.labels.is_empty() {
         let _ = writeln!(out, "  labels       {}", safe(&s.labels.join(", ")));
     }
+    if !s.error_codes.is_empty() {
+        let _ = writeln!(out, "  error codes  {}", safe(&s.error_codes.join(", ")));
+    }
+    if !s.stacks.is_empty() {
+        let _ = writeln!(out, "  stacks       {}", safe(&s.stacks.join(", ")));
+    }
+    let _ = writeln!(out, "  importance   {}", s.importance);
     let scope = [
         s.scope
             .user_id
@@ -162,9 +202,11 @@ pub fn card(c: &CardInfo) -> String {
     out
 }
 
-/// `show`: the card and its versions.
+/// `show`: the card, its whole text and its versions.
 pub fn details(d: &CardDetails) -> String {
     let mut out = card(&d.card);
+    let _ = writeln!(out, "text:");
+    out.push_str(&text(&d.text, usize::MAX));
     let _ = writeln!(out, "versions:");
     for h in &d.history {
         let _ = writeln!(out, "  {}", history_line(h));
@@ -302,10 +344,16 @@ pub fn stale(r: &StaleReport) -> String {
     out
 }
 
-/// One review entry: the card and its nearest cards, numbered for `merge`.
+/// Lines of a card's text a review entry shows (`e` or `show` gives the rest).
+const REVIEW_LINES: usize = 40;
+
+/// One review entry: the card, its text (what a verify makes workspace memory) and its
+/// nearest cards, numbered for `merge`.
 pub fn review_item(n: usize, total: usize, item: &ReviewItem) -> String {
     let mut out = format!("[{n}/{total}] ");
     out.push_str(&card(&item.card));
+    out.push_str("  text:\n");
+    out.push_str(&text(&item.text, REVIEW_LINES));
     if item.nearest.is_empty() {
         out.push_str("  nearest      none\n");
     } else {
@@ -334,10 +382,20 @@ mod tests {
     fn card_text_cannot_reach_the_terminal_as_control_codes() {
         let title = "ok\u{1b}[2J\u{1b}]0;pwned\u{7}\nmop-curate> v";
         let shown = safe(title);
-        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        assert!(!shown.chars().any(hidden), "{shown:?}");
         assert!(
-            shown.contains("\\u{1b}[2J") && shown.contains("\\n"),
+            shown.contains("\\u{1b}[2J") && shown.contains("\\u{a}"),
             "{shown}"
         );
+        // Bidi overrides and invisible characters cannot reorder or hide what follows.
+        let tricky = "safe \u{202E}deifirev\u{202C} \u{200B}x\u{2028}y";
+        let shown = safe(tricky);
+        assert!(!shown.chars().any(hidden), "{shown:?}");
+        assert!(
+            shown.contains("\\u{202e}") && shown.contains("\\u{2028}"),
+            "{shown}"
+        );
+        // Control: ordinary text, CJK included, is left alone.
+        assert_eq!(safe("ORA-01555 快照过旧 — ok"), "ORA-01555 快照过旧 — ok");
     }
 }

@@ -146,7 +146,7 @@ fn one(c: &Connection, item: &ReviewItem, input: &mut impl BufRead, echo: bool) 
             }
             Err(e) if refusal(&e).is_some_and(|r| r.status.as_u16() == 412) => {
                 println!(
-                    "card {id} changed since it was shown; nothing was changed and it stays in the queue (it comes back with its new version)"
+                    "card {id} changed since it was shown; nothing was changed, and it stays in the queue: run `mop-curate review` again to see its new version"
                 );
                 return Ok(Outcome::Skipped);
             }

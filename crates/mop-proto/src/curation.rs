@@ -39,7 +39,8 @@ pub struct Usage {
     /// The last delivery.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_delivered_at: Option<Timestamp>,
-    /// Hosts that delivered or retrieved it, by name.
+    /// Hosts that delivered or retrieved it in the last 30 days, by the name their daemon
+    /// reports: most recent first, at most 20.
     #[serde(default)]
     pub hosts: Vec<String>,
 }
@@ -157,6 +158,9 @@ pub struct Nearest {
 pub struct ReviewItem {
     /// The unverified card.
     pub card: CardInfo,
+    /// Its whole text (frontmatter and body) at the version `card.etag` names: what a
+    /// verify would make workspace memory.
+    pub text: String,
     /// Live cards closest to it, best first (a merge candidate is usually the first).
     pub nearest: Vec<Nearest>,
 }
@@ -220,6 +224,8 @@ pub struct HistoryRow {
 pub struct CardDetails {
     /// The card.
     pub card: CardInfo,
+    /// Its whole text at the version `card.etag` names.
+    pub text: String,
     /// Its audit history, oldest first.
     pub history: Vec<HistoryRow>,
 }

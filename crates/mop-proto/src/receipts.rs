@@ -16,10 +16,15 @@ pub const RECEIPT_SCHEMA: &str = "mop.receipt/1";
 
 /// Most retrieves, gets and stores a receipt lists one by one; past that, only counted
 /// (in [`Activity::unlisted`]), so a chatty agent cannot grow a receipt without bound.
-pub const MAX_EVENTS: usize = 500;
+pub const MAX_EVENTS: usize = 200;
 
-/// Most cards one receipt may list (a view mounts at most a few hundred).
-pub const MAX_RECEIPT_CARDS: usize = 5_000;
+/// Most cards one receipt lists (a view mounts 50 by default); past that they are only
+/// counted, in [`Receipt::cards_unlisted`]. With [`MAX_EVENTS`] this keeps the largest
+/// receipt well under the server's default body limit of 1 MiB.
+pub const MAX_RECEIPT_CARDS: usize = 2_000;
+
+/// Most bytes of receipts (as JSON) a daemon sends in one batch.
+pub const MAX_BATCH_BYTES: usize = 512 * 1024;
 
 /// Most receipts in one report batch.
 pub const MAX_BATCH: usize = 200;
@@ -52,12 +57,19 @@ pub struct Receipt {
     /// When the task ended; absent while it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<Timestamp>,
-    /// Every selected card, best first.
+    /// Every mounted card, best first (at most [`MAX_RECEIPT_CARDS`]).
     pub cards: Vec<ReceiptCard>,
+    /// Mounted cards past [`MAX_RECEIPT_CARDS`], counted only.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cards_unlisted: usize,
     /// Selected cards the mount cap left out, per tier (L0, L1, L2).
     pub left_out: [usize; 3],
     /// What the agent did through its socket.
     pub activity: Activity,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One card a task was given.
@@ -208,6 +220,9 @@ impl Receipt {
         if self.generation.len() > 128 || self.profile.len() > 128 {
             return Err(fail("generation", "and profile must be at most 128 bytes"));
         }
+        if self.ended_at.is_some_and(|end| end < self.prepared_at) {
+            return Err(fail("ended_at", "must not be before prepared_at"));
+        }
         if self.cards.len() > MAX_RECEIPT_CARDS {
             return Err(fail(
                 "cards",
@@ -297,6 +312,7 @@ mod tests {
             prepared_at: Timestamp::UNIX_EPOCH,
             ended_at: None,
             cards: vec![],
+            cards_unlisted: 0,
             left_out: [0; 3],
             activity: Activity::default(),
         }

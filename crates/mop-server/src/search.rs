@@ -61,6 +61,18 @@ pub struct SearchCache {
 }
 
 impl SearchCache {
+    /// Drops the index of `ws`, or of every workspace: after a hard delete or a purge the
+    /// removed text must not stay searchable (nor on disk) until the next rebuild.
+    pub fn forget(&self, ws: Option<&str>) {
+        let mut built = self.built.lock();
+        match ws {
+            Some(ws) => {
+                built.remove(ws);
+            }
+            None => built.clear(),
+        }
+    }
+
     /// The index of `ws` at `revision` or later, built now if needed.
     pub async fn get(
         &self,

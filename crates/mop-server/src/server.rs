@@ -195,7 +195,13 @@ async fn garbage_collector(state: Arc<AppState>, stop: watch::Receiver<bool>) {
             .await;
             match result {
                 Ok(Ok((0, 0))) => {}
-                Ok(Ok((cards, objects))) => tracing::info!(cards, objects, "garbage collected"),
+                Ok(Ok((cards, objects))) => {
+                    if cards > 0 {
+                        // Purged cards' text must leave the curation index too.
+                        state.search.forget(None);
+                    }
+                    tracing::info!(cards, objects, "garbage collected")
+                }
                 Ok(Err(e)) => tracing::warn!(error = %e, "garbage collection failed"),
                 Err(e) => tracing::warn!(error = %e, "garbage collection panicked"),
             }

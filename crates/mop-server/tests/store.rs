@@ -311,6 +311,7 @@ fn receipt(task: &str, cards: &[&str], retrieved: &[&str]) -> mop_proto::receipt
                 listed: true,
             })
             .collect(),
+        cards_unlisted: 0,
         left_out: [0; 3],
         activity: Activity {
             retrieves: vec![RetrieveEvent {
@@ -416,4 +417,30 @@ fn rejecting_needs_a_reason_and_archives() {
         (last.action.as_str(), last.detail.as_deref()),
         ("reject", Some("reason=duplicate"))
     );
+}
+
+#[test]
+fn a_verified_card_is_not_merged_where_fewer_tasks_see_it() {
+    let (_dir, store) = open();
+    let (a, b) = (CardId::parse(A).unwrap(), CardId::parse(B).unwrap());
+    // B becomes bound to one asset; A (verified, whole workspace) may not fold into it.
+    let (_, text) = card(B, "Beta");
+    let bound = String::from_utf8(text)
+        .unwrap()
+        .replace("title: Beta\n", "title: Beta\nscope:\n  asset_id: db-1\n");
+    store
+        .update_card(WS, &b, bound.as_bytes(), "t", Expect::Any)
+        .unwrap();
+    let err = store.merge(WS, &a, &b, "t", Expect::Any).unwrap_err();
+    assert!(err.to_string().contains("narrower scope"), "{err}");
+    assert!(
+        store
+            .card_info(WS, &a)
+            .unwrap()
+            .summary
+            .superseded_by
+            .is_none()
+    );
+    // Control: the other way round, into the wider card, is a merge.
+    assert!(store.merge(WS, &b, &a, "t", Expect::Any).is_ok());
 }

@@ -19,10 +19,10 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use mop_proto::receipts::{Activity, MAX_BATCH, Receipt, ReceiptBatch};
+use mop_proto::receipts::{Activity, MAX_BATCH, MAX_BATCH_BYTES, Receipt, ReceiptBatch};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
@@ -52,11 +52,25 @@ pub struct ReportState {
     pub dropped: u64,
 }
 
+/// How often at most a running task's receipt is written while its agent is busy; what
+/// comes in between is written by the next flush (the reporter's tick) or the task's end.
+const SAVE_EVERY: Duration = Duration::from_secs(1);
+
+/// A running task's receipt, as kept in memory.
+struct Live {
+    local: LocalReceipt,
+    /// Changes not written yet.
+    dirty: bool,
+    saved_at: Instant,
+}
+
 /// The receipts of this host.
 pub struct Receipts {
     paths: Paths,
     key: [u8; 32],
-    live: Mutex<HashMap<String, LocalReceipt>>,
+    /// Running tasks' receipts, by task id. Written to disk under this lock, so writes of
+    /// one receipt never overtake each other.
+    live: Mutex<HashMap<String, Live>>,
     ended: Notify,
     report: Mutex<ReportState>,
 }
@@ -79,13 +93,21 @@ fn read_json(path: &std::path::Path) -> Option<LocalReceipt> {
 }
 
 /// The host's hashing key: made once (0600), so the same query gives the same hash on
-/// this host and the server cannot try guesses against it.
+/// this host and the server cannot try guesses against it. Made only when missing: a key
+/// that cannot be read is an error, not a reason to change every hash silently.
 fn load_key(paths: &Paths) -> std::io::Result<[u8; 32]> {
     let path = paths.receipt_key();
-    if let Ok(bytes) = std::fs::read(&path)
-        && let Ok(key) = <[u8; 32]>::try_from(bytes.as_slice())
-    {
-        return Ok(key);
+    match std::fs::read(&path) {
+        Ok(bytes) => {
+            return <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| {
+                std::io::Error::other(format!(
+                    "{} is not a 32-byte key; remove it to make a new one (query hashes then change)",
+                    path.display()
+                ))
+            });
+        }
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        Err(_) => {}
     }
     crate::pool::make_dir(&paths.receipts()).map_err(std::io::Error::other)?;
     let mut key = [0u8; 32];
@@ -128,10 +150,16 @@ impl Receipts {
     /// Starts a task's receipt.
     pub fn begin(&self, owner_uid: u32, receipt: Receipt) {
         let local = LocalReceipt { owner_uid, receipt };
+        let mut live = self.live.lock();
         self.save_live(&local);
-        self.live
-            .lock()
-            .insert(local.receipt.task_id.clone(), local);
+        live.insert(
+            local.receipt.task_id.clone(),
+            Live {
+                local,
+                dirty: false,
+                saved_at: Instant::now(),
+            },
+        );
     }
 
     fn save_live(&self, local: &LocalReceipt) {
@@ -142,31 +170,52 @@ impl Receipts {
         }
     }
 
-    /// Adds what a task's agent did.
-    pub fn record(&self, task_id: &str, f: impl FnOnce(&mut Activity)) {
-        let snapshot = {
-            let mut live = self.live.lock();
-            let Some(local) = live.get_mut(task_id) else {
-                return;
-            };
-            f(&mut local.receipt.activity);
-            local.clone()
+    /// Adds what the agent of the task `task_id` prepared at `prepared_at` did (an agent
+    /// still connected to an ended task cannot write into a new task of the same id). The
+    /// receipt is written at most every [`SAVE_EVERY`], and not at all when the event was
+    /// only counted (past [`MAX_EVENTS`]): a busy agent costs the disk almost nothing.
+    pub fn record(&self, task_id: &str, prepared_at: Timestamp, f: impl FnOnce(&mut Activity)) {
+        let mut live = self.live.lock();
+        let Some(entry) = live
+            .get_mut(task_id)
+            .filter(|l| l.local.receipt.prepared_at == prepared_at)
+        else {
+            return;
         };
-        self.save_live(&snapshot);
+        let a = &mut entry.local.receipt.activity;
+        let listed = a.retrieves.len() + a.gets.len() + a.stores.len();
+        f(a);
+        let grew = a.retrieves.len() + a.gets.len() + a.stores.len() > listed;
+        entry.dirty = true;
+        if grew && entry.saved_at.elapsed() >= SAVE_EVERY {
+            self.save_live(&entry.local);
+            entry.dirty = false;
+            entry.saved_at = Instant::now();
+        }
+    }
+
+    /// Writes the running receipts that changed since they were last written.
+    pub fn flush(&self) {
+        let mut live = self.live.lock();
+        for entry in live.values_mut().filter(|l| l.dirty) {
+            self.save_live(&entry.local);
+            entry.dirty = false;
+            entry.saved_at = Instant::now();
+        }
     }
 
     /// Ends a task's receipt: it waits in `pending/` for the next report.
     pub fn end(&self, task_id: &str, at: Timestamp) {
         let live_path = self.paths.receipt(ReceiptKind::Live, task_id, 0);
-        let Some(mut local) = self
-            .live
-            .lock()
+        let mut live = self.live.lock();
+        let Some(mut local) = live
             .remove(task_id)
+            .map(|l| l.local)
             .or_else(|| read_json(&live_path))
         else {
             return;
         };
-        local.receipt.ended_at = Some(at);
+        local.receipt.ended_at = Some(at.max(local.receipt.prepared_at));
         let r = &local.receipt;
         let path = self
             .paths
@@ -183,7 +232,8 @@ impl Receipts {
     }
 
     /// After a restart: the receipts of tasks still live are taken back, the others (their
-    /// task ended while the daemon was down) are ended now.
+    /// task ended while the daemon was down) are ended now (their end time is when the
+    /// daemon noticed).
     pub fn recover(&self, live_tasks: &[String]) {
         let dir = self.paths.receipt_dir(ReceiptKind::Live);
         for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
@@ -198,7 +248,14 @@ impl Receipts {
                 let _ = std::fs::remove_file(&path);
                 continue;
             }
-            self.live.lock().insert(id.clone(), local);
+            self.live.lock().insert(
+                id.clone(),
+                Live {
+                    local,
+                    dirty: false,
+                    saved_at: Instant::now(),
+                },
+            );
             if !live_tasks.contains(&id) {
                 self.end(&id, Timestamp::now());
             }
@@ -208,9 +265,8 @@ impl Receipts {
     /// A task's receipt: its live one, else the newest kept.
     pub fn find(&self, task_id: &str) -> Option<LocalReceipt> {
         if let Some(l) = self.live.lock().get(task_id) {
-            return Some(l.clone());
+            return Some(l.local.clone());
         }
-        let suffix = format!("-{task_id}.json");
         let mut newest: Option<(String, PathBuf)> = None;
         for kind in [
             ReceiptKind::Pending,
@@ -223,7 +279,15 @@ impl Receipts {
                 .flatten()
             {
                 let name = e.file_name().to_string_lossy().into_owned();
-                if name.ends_with(&suffix) && newest.as_ref().is_none_or(|(n, _)| *n < name) {
+                // `<20 digits>-<task id>.json`, the id exactly (`b` is not `a-b`).
+                let is_it = name
+                    .strip_suffix(".json")
+                    .and_then(|n| n.split_at_checked(20))
+                    .is_some_and(|(stamp, rest)| {
+                        stamp.bytes().all(|b| b.is_ascii_digit())
+                            && rest.strip_prefix('-') == Some(task_id)
+                    });
+                if is_it && newest.as_ref().is_none_or(|(n, _)| *n < name) {
                     newest = Some((name, e.path()));
                 }
             }
@@ -282,7 +346,7 @@ impl Receipts {
         self.report.lock().clone()
     }
 
-    /// Removes what is past `keep` (reported receipts) or `keep_days` (every ended one).
+    /// Removes the oldest receipts past `keep` (of each kind) or `keep_days`.
     pub fn rotate(&self, keep: usize, keep_days: u64) {
         let cutoff = micros(Timestamp::now()) - keep_days.min(100_000) as i64 * 86_400_000_000;
         for kind in [
@@ -297,11 +361,9 @@ impl Receipts {
                 .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
                 .collect();
             names.sort();
-            let over = if kind == ReceiptKind::Sent {
-                names.len().saturating_sub(keep)
-            } else {
-                0
-            };
+            // Each kind is capped, waiting ones too: a server away for long cannot fill
+            // the state directory.
+            let over = names.len().saturating_sub(keep);
             for (i, (name, path)) in names.iter().enumerate() {
                 let prepared: i64 = name
                     .split('-')
@@ -311,7 +373,7 @@ impl Receipts {
                 if i < over || prepared < cutoff {
                     if kind == ReceiptKind::Pending {
                         self.report.lock().dropped += 1;
-                        tracing::warn!(receipt = %name, keep_days, "receipt dropped unreported: older than receipts.keep_days");
+                        tracing::warn!(receipt = %name, keep, keep_days, "receipt dropped unreported: past receipts.keep or receipts.keep_days");
                     }
                     let _ = std::fs::remove_file(path);
                 }
@@ -319,8 +381,11 @@ impl Receipts {
         }
     }
 
-    /// Sends every pending receipt, in batches per workspace. Stops at the first failure
-    /// that is not the receipt's own fault (the server is away, say), which is returned.
+    /// Sends every pending receipt, in batches per workspace (at most [`MAX_BATCH`]
+    /// receipts and about [`MAX_BATCH_BYTES`] each). A workspace whose report fails for a
+    /// reason that is not the receipts' own (the server away, the token refused) keeps its
+    /// receipts for the next round; the others are still sent. The first such failure is
+    /// returned.
     async fn report_once(&self, state: &State) -> Result<usize, ClientError> {
         let mut by_ws: BTreeMap<String, Vec<(PathBuf, Receipt)>> = BTreeMap::new();
         for (path, r) in self.pending() {
@@ -330,51 +395,89 @@ impl Receipts {
                 .push((path, r));
         }
         let client = state.client();
-        let mut sent = 0;
+        let (mut sent, mut failure) = (0, None);
         for (ws, items) in by_ws {
-            for chunk in items.chunks(MAX_BATCH) {
-                let batch = ReceiptBatch {
-                    receipts: chunk.iter().map(|(_, r)| r.clone()).collect(),
-                };
-                match client.report_receipts(&ws, &batch).await {
-                    Ok(answer) => {
-                        tracing::info!(workspace = %ws, accepted = answer.accepted, duplicates = answer.duplicates,
-                            too_old = answer.too_old, "receipts reported");
-                        for (path, _) in chunk {
-                            self.mark(path, ReceiptKind::Sent);
-                        }
-                        sent += chunk.len();
-                    }
-                    Err(e) if refused(&e) => {
-                        // One bad receipt must not hold back the others: each alone.
-                        for (path, r) in chunk {
-                            let one = ReceiptBatch {
-                                receipts: vec![r.clone()],
-                            };
-                            match client.report_receipts(&ws, &one).await {
-                                Ok(_) => {
-                                    self.mark(path, ReceiptKind::Sent);
-                                    sent += 1;
-                                }
-                                Err(e) if refused(&e) => {
-                                    tracing::warn!(workspace = %ws, task = %r.task_id, error = %e, "the server refused a receipt; kept in receipts/refused");
-                                    self.mark(path, ReceiptKind::Refused);
-                                }
-                                Err(e) => return Err(e),
-                            }
-                        }
-                    }
-                    Err(e) => return Err(e),
+            match self.report_workspace(&client, &ws, &items).await {
+                Ok(n) => sent += n,
+                Err(e) => {
+                    tracing::warn!(workspace = %ws, error = %e, "cannot report this workspace's receipts now");
+                    failure.get_or_insert(e);
                 }
+            }
+        }
+        failure.map_or(Ok(sent), Err)
+    }
+
+    async fn report_workspace(
+        &self,
+        client: &crate::client::ServerClient,
+        ws: &str,
+        items: &[(PathBuf, Receipt)],
+    ) -> Result<usize, ClientError> {
+        let mut sent = 0;
+        for chunk in batches(items) {
+            let batch = ReceiptBatch {
+                receipts: chunk.iter().map(|(_, r)| r.clone()).collect(),
+            };
+            match client.report_receipts(ws, &batch).await {
+                Ok(answer) => {
+                    tracing::info!(workspace = %ws, accepted = answer.accepted, duplicates = answer.duplicates,
+                        too_old = answer.too_old, "receipts reported");
+                    for (path, _) in chunk {
+                        self.mark(path, ReceiptKind::Sent);
+                    }
+                    sent += chunk.len();
+                }
+                Err(e) if refused(&e) => {
+                    // One bad receipt must not hold back the others: each alone.
+                    for (path, r) in chunk {
+                        let one = ReceiptBatch {
+                            receipts: vec![r.clone()],
+                        };
+                        match client.report_receipts(ws, &one).await {
+                            Ok(_) => {
+                                self.mark(path, ReceiptKind::Sent);
+                                sent += 1;
+                            }
+                            Err(e) if refused(&e) => {
+                                tracing::warn!(workspace = %ws, task = %r.task_id, error = %e, "the server refused a receipt; kept in receipts/refused");
+                                self.mark(path, ReceiptKind::Refused);
+                            }
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+                Err(e) => return Err(e),
             }
         }
         Ok(sent)
     }
 }
 
-/// The server answered that this receipt (not the server, nor the token) is at fault.
+/// Consecutive runs of at most [`MAX_BATCH`] receipts and about [`MAX_BATCH_BYTES`] (a
+/// larger receipt goes alone).
+fn batches(items: &[(PathBuf, Receipt)]) -> Vec<&[(PathBuf, Receipt)]> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, (_, r)) in items.iter().enumerate() {
+        let size = serde_json::to_vec(r).map_or(0, |v| v.len());
+        if i > start && (i - start == MAX_BATCH || bytes + size > MAX_BATCH_BYTES) {
+            out.push(&items[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += size;
+    }
+    if start < items.len() {
+        out.push(&items[start..]);
+    }
+    out
+}
+
+/// The server answered that this receipt is at fault for good: too large (413), or
+/// refused by its rules (422). A 400 (a body the server cannot read, as after a daemon
+/// upgrade the server does not know yet) is tried again later.
 fn refused(e: &ClientError) -> bool {
-    matches!(e, ClientError::Status { status, .. } if matches!(status, 400 | 413 | 422))
+    matches!(e, ClientError::Status { status, .. } if matches!(status, 413 | 422))
 }
 
 /// Reports ended tasks' receipts: when a task ends and every
@@ -397,7 +500,11 @@ pub async fn reporter(state: Arc<State>, receipts: Arc<Receipts>, mut stop: watc
         }
         let (keep, keep_days) = (config.receipts.keep, config.receipts.keep_days);
         let r = receipts.clone();
-        let _ = tokio::task::spawn_blocking(move || r.rotate(keep, keep_days)).await;
+        let _ = tokio::task::spawn_blocking(move || {
+            r.flush();
+            r.rotate(keep, keep_days)
+        })
+        .await;
         match receipts.report_once(&state).await {
             Ok(sent) => {
                 failures = 0;
@@ -434,6 +541,7 @@ mod tests {
             prepared_at,
             ended_at: None,
             cards: vec![],
+            cards_unlisted: 0,
             left_out: [0; 3],
             activity: Activity::default(),
         }
@@ -447,13 +555,23 @@ mod tests {
         let t0 = Timestamp::now();
         receipts.begin(1000, receipt("t1", t0));
         receipts.begin(1000, receipt("t2", t0));
-        receipts.record("t1", |a| {
+        receipts.record("t1", t0, |a| {
             a.gets.push(GetEvent {
                 at: t0,
                 id: mop_cards::CardId::from_uuid(mop_cards::Uuid::nil()),
                 found: false,
             })
         });
+        // Written at the next flush (the reporter's tick), not at once.
+        let on_disk = |id: &str| read_json(&paths.receipt(ReceiptKind::Live, id, 0)).unwrap();
+        assert!(on_disk("t1").receipt.activity.gets.is_empty());
+        receipts.flush();
+        assert_eq!(on_disk("t1").receipt.activity.gets.len(), 1);
+        // An agent of an ended task cannot write into a new task that reuses its id.
+        receipts.record("t1", t0 - jiff::SignedDuration::from_secs(1), |a| {
+            a.unlisted += 1
+        });
+        assert_eq!(receipts.find("t1").unwrap().receipt.activity.unlisted, 0);
         // A restart: t1 still runs, t2 ended while the daemon was down.
         let again = Receipts::open(&paths).unwrap();
         assert_eq!(again.key, receipts.key, "the key is kept");

@@ -203,6 +203,7 @@ pub(crate) async fn hard_delete(
     let id = admin_on(&state, &caller, &ws, Some(&id))?.expect("id given");
     let (store, actor, ws2) = (state.store.clone(), caller.actor(), ws.clone());
     let change = blocking(move || store.hard_delete(&ws2, &id, &actor)).await?;
+    state.search.forget(Some(&ws));
     changed(&state, &ws, &change, "hard_delete", &caller);
     Ok(Json(change))
 }

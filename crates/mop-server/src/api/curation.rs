@@ -69,20 +69,22 @@ pub(crate) async fn review(
         blocking(move || store.review_queue(&ws2, page.offset, page.limit)).await?;
     let index = index(&state, &ws).await?;
     let mut items = Vec::with_capacity(cards.len());
-    for card in cards {
+    for (card, text) in cards {
         let s = &card.summary;
-        let mut text = format!(
+        // What the card is about: its summary, not its body (a long body would drown
+        // the title's words).
+        let mut about = format!(
             "{}\n{}\n{}",
             s.title,
             s.description.as_deref().unwrap_or(""),
             s.labels.join(" ")
         );
         for code in &s.error_codes {
-            text.push(' ');
-            text.push_str(code);
+            about.push(' ');
+            about.push_str(code);
         }
         let id = s.id;
-        let hits = index.search(&text, NEAREST, |c| c.id != id && c.is_live())?;
+        let hits = index.search(&about, NEAREST, |c| c.id != id && c.is_live())?;
         let nearest = hits
             .into_iter()
             .map(|(ord, score)| {
@@ -96,7 +98,11 @@ pub(crate) async fn review(
                 }
             })
             .collect();
-        items.push(ReviewItem { card, nearest });
+        items.push(ReviewItem {
+            card,
+            text,
+            nearest,
+        });
     }
     Ok(Json(ReviewQueue {
         total,

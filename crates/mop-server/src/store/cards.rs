@@ -684,7 +684,17 @@ impl Store {
 
     /// A card's audit history, oldest first (admin). Works for deleted cards too.
     pub fn history(&self, ws: &str, id: &CardId) -> Result<Vec<HistoryRow>> {
-        self.read(|tx| {
+        self.read(|tx| self.history_in(tx, ws, id))
+    }
+
+    /// [`Store::history`] inside a read transaction.
+    pub(crate) fn history_in(
+        &self,
+        tx: &Transaction<'_>,
+        ws: &str,
+        id: &CardId,
+    ) -> Result<Vec<HistoryRow>> {
+        {
             let e = self.err("read history");
             let mut stmt = tx
                 .prepare(
@@ -703,7 +713,7 @@ impl Store {
                 return Err(not_found(ws, id));
             }
             Ok(rows)
-        })
+        }
     }
 
     /// Every audit row of a workspace from `after_seq` on (admin, and tests).
@@ -867,6 +877,7 @@ fn remove_card(
         "UPDATE history SET content = NULL, redacted = 1 WHERE workspace = ?1 AND card_id = ?2",
         params![ws, id_s],
     )?;
+    super::usage::forget_card(tx, ws, &id_s)?;
     Ok(())
 }
 

@@ -20,6 +20,8 @@ use super::{Result, Store, StoreError, bump};
 
 /// Longest reason a rejection may give.
 const MAX_REASON: usize = 500;
+/// Longest staleness window, in days (ten years; longer ones are taken as this).
+const MAX_DAYS: u32 = 3650;
 
 /// A card row with what curators see of it.
 struct Full {
@@ -56,7 +58,7 @@ impl<'a> Filter<'a> {
             card_type,
             stale_before: q
                 .stale_days
-                .map(|d| Timestamp::now() - (i64::from(d) * 24).hours()),
+                .map(|d| Timestamp::now() - (i64::from(d.min(MAX_DAYS)) * 24).hours()),
         })
     }
 
@@ -236,14 +238,14 @@ impl Store {
         })
     }
 
-    /// Unverified live cards, oldest first: the review queue (without the nearest cards,
-    /// which need the workspace's search index).
+    /// Unverified live cards, oldest first, each with its text: the review queue (without
+    /// the nearest cards, which need the workspace's search index).
     pub fn review_queue(
         &self,
         ws: &str,
         offset: Option<usize>,
         limit: Option<usize>,
-    ) -> Result<(usize, Vec<CardInfo>)> {
+    ) -> Result<(usize, Vec<(CardInfo, String)>)> {
         let (offset, limit) = page_of(offset, limit);
         self.read(|tx| {
             let mut queue: Vec<Full> = self
@@ -259,23 +261,47 @@ impl Store {
                 (&a.created_at, a.info.summary.id).cmp(&(&b.created_at, b.info.summary.id))
             });
             let total = queue.len();
-            Ok((
-                total,
-                queue
-                    .into_iter()
-                    .skip(offset)
-                    .take(limit)
-                    .map(|f| f.info)
-                    .collect(),
-            ))
+            let page = queue
+                .into_iter()
+                .skip(offset)
+                .take(limit)
+                .map(|f| {
+                    let text = self.text_of(tx, ws, &f.info.summary.id)?;
+                    Ok((f.info, text))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok((total, page))
         })
     }
 
-    /// A card, its server facts and its whole history.
+    /// A card, its text, its server facts and its whole history, read in one snapshot
+    /// (so the text is the version the tag names).
     pub fn card_details(&self, ws: &str, id: &CardId) -> Result<CardDetails> {
-        let card = self.card_info(ws, id)?;
-        let history = self.history(ws, id)?;
-        Ok(CardDetails { card, history })
+        self.read(|tx| {
+            let card = self
+                .full_cards(tx, ws)?
+                .into_iter()
+                .find(|f| f.info.summary.id == *id)
+                .map(|f| f.info)
+                .ok_or_else(|| not_found(ws, id))?;
+            let text = self.text_of(tx, ws, id)?;
+            let history = self.history_in(tx, ws, id)?;
+            Ok(CardDetails {
+                card,
+                text,
+                history,
+            })
+        })
+    }
+
+    /// A card's stored text, as UTF-8 (cards are UTF-8 by the parser's rules).
+    fn text_of(&self, tx: &Transaction<'_>, ws: &str, id: &CardId) -> Result<String> {
+        let e = self.err("read card");
+        let row = load_row(tx, ws, id)
+            .map_err(&e)?
+            .ok_or_else(|| not_found(ws, id))?;
+        let raw = super::cards::load_object(tx, ws, &row.sha256).map_err(&e)?;
+        Ok(String::from_utf8_lossy(&raw).into_owned())
     }
 
     /// Every live card's text, for the server's search index of `ws`: (id, title,
@@ -424,6 +450,41 @@ impl Store {
         self.write(|tx| {
             let e = self.err("merge cards");
             let from = load_row(tx, ws, id).map_err(&e)?.ok_or_else(|| not_found(ws, id))?;
+            let target = load_row(tx, ws, into).map_err(&e)?.ok_or_else(|| {
+                StoreError::Invalid(format!("into: card {into} not found in workspace {ws}"))
+            })?;
+            // Counters move once: a card merged (or superseded, or archived) already has
+            // nothing left to give, and a retry must not count it twice.
+            if let Some(by) = from.summary.superseded_by {
+                return Err(StoreError::Conflict(format!(
+                    "card {id} is already superseded by {by}; nothing was merged"
+                )));
+            }
+            if from.archived_at.is_some() {
+                return Err(StoreError::Conflict(format!(
+                    "card {id} is archived; unarchive it to merge it"
+                )));
+            }
+            // What reached everyone must not end up where fewer tasks see it. (An
+            // unverified card reached only its author's tasks: folding it into a curated
+            // card is what merging is for.)
+            let (f, t) = (&from.summary, &target.summary);
+            if f.trust == Trust::Verified && t.trust == Trust::Unverified {
+                return Err(invalid(
+                    "into",
+                    &format!("names an unverified card; verify {into} first, then merge the verified card {id} into it"),
+                ));
+            }
+            let narrower = |a: &Option<String>, b: &Option<String>| b.is_some() && a != b;
+            if f.trust == Trust::Verified
+                && (narrower(&f.scope.user_id, &t.scope.user_id)
+                    || narrower(&f.scope.asset_id, &t.scope.asset_id))
+            {
+                return Err(invalid(
+                    "into",
+                    &format!("names a card with a narrower scope than {id} (another or an extra user or asset binding); its tasks would lose the card"),
+                ));
+            }
             let pending: (i64, Option<String>) = tx
                 .query_row(
                     "SELECT pending_occurrence, pending_last_seen FROM cards WHERE workspace = ?1 AND id = ?2",
@@ -433,7 +494,6 @@ impl Store {
                 .map_err(&e)?;
             let detail = format!("merged into {into}");
             let result = self.set_state_in(tx, ws, id, CardState::Supersede(*into), actor, expect, Some(&detail))?;
-            let target = load_row(tx, ws, into).map_err(&e)?.ok_or_else(|| not_found(ws, into))?;
             let last_seen = match (&target.last_seen, &from.last_seen) {
                 (Some(a), Some(b)) => Some(a.max(b).clone()),
                 (a, b) => a.clone().or_else(|| b.clone()),
@@ -472,6 +532,7 @@ impl Store {
 
     /// The staleness report over a window of `days`.
     pub fn stale(&self, ws: &str, days: u32, chain: usize) -> Result<StaleReport> {
+        let days = days.min(MAX_DAYS);
         let cut = Timestamp::now() - (i64::from(days) * 24).hours();
         let cut_stamp = super::stamp(cut);
         self.read(|tx| {

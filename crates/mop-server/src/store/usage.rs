@@ -10,19 +10,34 @@ use mop_proto::curation::Usage;
 use mop_proto::receipts::{Receipt, ReceiptBatchResponse};
 use rusqlite::{Transaction, params};
 
-use super::{Result, Store, StoreError, now, stamp};
+use super::{Result, Store, StoreError, stamp};
 
 /// Receipts older than this are not counted (their dedup rows are gone by then); the
 /// daemon drops what it could not report in this time.
 pub const RECEIPT_MAX_AGE_DAYS: i64 = 30;
 /// Dedup rows live a little longer than the oldest receipt a daemon may still send.
 const RECEIPT_KEEP_DAYS: i64 = RECEIPT_MAX_AGE_DAYS + 5;
-/// Day counters are kept this long (the longest window reported is 30 days).
+/// Day counters and hosts are kept this long (the longest window reported is 30 days).
 const DAYS_KEPT: i64 = 60;
+/// When a task last named an asset is kept this long.
+const ASSET_DAYS_KEPT: i64 = 400;
+/// Most hosts a card's usage names (the most recent ones).
+const MAX_HOSTS: usize = 20;
 
 /// `YYYY-MM-DD` of a time, in UTC (a stored time starts with it).
 fn day(t: Timestamp) -> String {
     stamp(t)[..10].to_owned()
+}
+
+/// Forgets a card's usage (it was removed for good).
+pub(crate) fn forget_card(tx: &Transaction<'_>, ws: &str, id: &str) -> rusqlite::Result<()> {
+    for table in ["card_usage_days", "card_usage", "card_hosts"] {
+        tx.execute(
+            &format!("DELETE FROM {table} WHERE workspace = ?1 AND card_id = ?2"),
+            params![ws, id],
+        )?;
+    }
+    Ok(())
 }
 
 /// The day `days` days before today (UTC).
@@ -50,7 +65,16 @@ impl Store {
                 )));
             }
         }
-        let oldest = Timestamp::now() - (RECEIPT_MAX_AGE_DAYS * 24).hours();
+        let now = Timestamp::now();
+        let oldest = now - (RECEIPT_MAX_AGE_DAYS * 24).hours();
+        // A receipt from the future would count in every window for good.
+        let latest = now + 5.minutes();
+        if let Some(r) = receipts.iter().find(|r| r.prepared_at > latest) {
+            return Err(StoreError::Invalid(format!(
+                "receipt {}: prepared_at lies in the future (check the host's clock)",
+                r.task_id
+            )));
+        }
         self.write(|tx| {
             let e = self.err("count receipts");
             let mut answer = ReceiptBatchResponse::default();
@@ -63,7 +87,7 @@ impl Store {
                     .execute(
                         "INSERT OR IGNORE INTO receipts (workspace, task_id, prepared_at, actor, host, received_at)
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                        params![ws, r.task_id, stamp(r.prepared_at), actor, r.host, now()],
+                        params![ws, r.task_id, stamp(r.prepared_at), actor, r.host, stamp(now)],
                     )
                     .map_err(&e)?;
                 if inserted == 0 {
@@ -129,19 +153,25 @@ impl Store {
             let (id, at) = row.map_err(&e)?;
             map.entry(id).or_default().last_delivered_at = at.and_then(|t| t.parse().ok());
         }
+        // The hosts that saw each card lately, most recent first and at most MAX_HOSTS.
         let mut stmt = tx
             .prepare_cached(
-                "SELECT card_id, host FROM card_hosts WHERE workspace = ?1 ORDER BY card_id, host",
+                "SELECT card_id, host FROM card_hosts WHERE workspace = ?1 AND last_at >= ?2
+                 ORDER BY card_id, last_at DESC, host",
             )
             .map_err(&e)?;
+        let since = stamp(Timestamp::now() - (30 * 24).hours());
         let rows = stmt
-            .query_map(params![ws], |r| {
+            .query_map(params![ws, since], |r| {
                 Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
             })
             .map_err(&e)?;
         for row in rows {
             let (id, host) = row.map_err(&e)?;
-            map.entry(id).or_default().hosts.push(host);
+            let hosts = &mut map.entry(id).or_default().hosts;
+            if hosts.len() < MAX_HOSTS {
+                hosts.push(host);
+            }
         }
         Ok(map)
     }
@@ -179,9 +209,22 @@ impl Store {
             params![days_ago(DAYS_KEPT)],
         )
         .map_err(&e)?;
-        let cut = stamp(Timestamp::now() - (RECEIPT_KEEP_DAYS * 24).hours());
-        tx.execute("DELETE FROM receipts WHERE prepared_at < ?1", params![cut])
-            .map_err(&e)?;
+        let stamp_ago = |days: i64| stamp(Timestamp::now() - (days * 24).hours());
+        tx.execute(
+            "DELETE FROM receipts WHERE prepared_at < ?1",
+            params![stamp_ago(RECEIPT_KEEP_DAYS)],
+        )
+        .map_err(&e)?;
+        tx.execute(
+            "DELETE FROM card_hosts WHERE last_at < ?1",
+            params![stamp_ago(DAYS_KEPT)],
+        )
+        .map_err(&e)?;
+        tx.execute(
+            "DELETE FROM asset_usage WHERE last_named_at < ?1",
+            params![stamp_ago(ASSET_DAYS_KEPT)],
+        )
+        .map_err(&e)?;
         Ok(())
     }
 }
@@ -190,27 +233,31 @@ impl Store {
 fn count(tx: &Transaction<'_>, ws: &str, r: &Receipt) -> rusqlite::Result<()> {
     let d = day(r.prepared_at);
     let at = stamp(r.prepared_at);
-    let bump = |id: &str, delivered: i64, retrieved: i64| -> rusqlite::Result<()> {
-        tx.execute(
-            "INSERT INTO card_usage_days (workspace, card_id, day, delivered, retrieved) VALUES (?1, ?2, ?3, ?4, ?5)
+    // Only cards of this workspace count: a receipt naming others changes nothing there.
+    let bump = |id: &str, delivered: i64, retrieved: i64| -> rusqlite::Result<bool> {
+        let counted = tx.execute(
+            "INSERT INTO card_usage_days (workspace, card_id, day, delivered, retrieved)
+             SELECT ?1, ?2, ?3, ?4, ?5 WHERE EXISTS (SELECT 1 FROM cards WHERE workspace = ?1 AND id = ?2)
              ON CONFLICT (workspace, card_id, day) DO UPDATE SET
                 delivered = delivered + excluded.delivered, retrieved = retrieved + excluded.retrieved",
             params![ws, id, d, delivered, retrieved],
         )?;
+        if counted == 0 {
+            return Ok(false);
+        }
         tx.execute(
             "INSERT INTO card_hosts (workspace, card_id, host, last_at) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (workspace, card_id, host) DO UPDATE SET last_at = MAX(last_at, excluded.last_at)",
             params![ws, id, r.host, at],
         )?;
-        Ok(())
+        Ok(true)
     };
     let mut delivered = std::collections::BTreeSet::new();
     for c in r.cards.iter().filter(|c| c.mounted) {
         let id = c.id.to_string();
-        if !delivered.insert(id.clone()) {
+        if !delivered.insert(id.clone()) || !bump(&id, 1, 0)? {
             continue;
         }
-        bump(&id, 1, 0)?;
         tx.execute(
             "INSERT INTO card_usage (workspace, card_id, last_delivered_at) VALUES (?1, ?2, ?3)
              ON CONFLICT (workspace, card_id) DO UPDATE SET

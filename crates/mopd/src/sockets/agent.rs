@@ -86,8 +86,10 @@ struct AgentState {
 impl AgentState {
     /// Adds what the agent did to its task's receipt.
     fn record(&self, f: impl FnOnce(&mut Activity)) {
-        let id = self.task.lease().task.task_id;
-        self.tasks.receipts().record(&id, f);
+        let lease = self.task.lease();
+        self.tasks
+            .receipts()
+            .record(&lease.task.task_id, lease.created_at, f);
     }
 
     fn record_get(&self, id: CardId, found: bool) {

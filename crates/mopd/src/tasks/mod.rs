@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use mop_cards::{TaskContext, render_memory_md};
-use mop_proto::receipts::{RECEIPT_SCHEMA, Receipt, ReceiptCard};
+use mop_proto::receipts::{MAX_RECEIPT_CARDS, RECEIPT_SCHEMA, Receipt, ReceiptCard};
 use mop_proto::{
     LeaseInfo, LeaseRequest, Plan, PlanCard, PrepareRequest, Profile, Reservation, TaskSummary,
 };
@@ -491,7 +491,8 @@ impl Tasks {
                 asset_id: lease.task.asset_id.clone(),
                 prepared_at: lease.created_at,
                 ended_at: None,
-                cards: receipt_cards,
+                cards_unlisted: receipt_cards.len().saturating_sub(MAX_RECEIPT_CARDS),
+                cards: receipt_cards.into_iter().take(MAX_RECEIPT_CARDS).collect(),
                 left_out: lease.left_out,
                 activity: Default::default(),
             },

@@ -124,9 +124,10 @@ pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
     let warmer = tokio::spawn(crate::tasks::warmer(tasks.clone(), stop_rx.clone()));
     let reporter = tokio::spawn(crate::receipts::reporter(
         state.clone(),
-        receipts,
+        receipts.clone(),
         stop_rx.clone(),
     ));
+    let flusher = tokio::spawn(crate::receipts::flusher(receipts, stop_rx.clone()));
     let control = tokio::spawn(mop_serve::serve(
         listener,
         crate::sockets::control::router(control_state),
@@ -170,6 +171,7 @@ pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
     let _ = reaper.await;
     let _ = warmer.await;
     let _ = reporter.await;
+    let _ = flusher.await;
     let _ = notifier.await;
     let _ = scrubber.await;
     let _ = std::fs::remove_file(&socket);

@@ -53,24 +53,43 @@ pub struct ReportState {
 }
 
 /// How often at most a running task's receipt is written while its agent is busy; what
-/// comes in between is written by the next flush (the reporter's tick) or the task's end.
+/// comes in between is written by the next flush or the task's end.
 const SAVE_EVERY: Duration = Duration::from_secs(1);
+/// How often running receipts with unwritten changes are written ([`flusher`]): a daemon
+/// killed outright loses at most this much of a running task's receipt.
+pub const FLUSH_EVERY: Duration = Duration::from_secs(2);
 
-/// A running task's receipt, as kept in memory.
+/// A running task's receipt, as kept in memory. Its file is written under its own lock,
+/// so writes of one receipt never overtake each other and tasks never wait for each other.
 struct Live {
     local: LocalReceipt,
     /// Changes not written yet.
     dirty: bool,
     saved_at: Instant,
+    /// Its task ended: the receipt moved to `pending/` and is not written here again.
+    ended: bool,
+    /// Its file in `live/` exists.
+    saved_at_least_once: bool,
+}
+
+impl Live {
+    fn new(local: LocalReceipt) -> Arc<Mutex<Live>> {
+        Arc::new(Mutex::new(Live {
+            local,
+            dirty: false,
+            saved_at: Instant::now(),
+            ended: false,
+            saved_at_least_once: false,
+        }))
+    }
 }
 
 /// The receipts of this host.
 pub struct Receipts {
     paths: Paths,
     key: [u8; 32],
-    /// Running tasks' receipts, by task id. Written to disk under this lock, so writes of
-    /// one receipt never overtake each other.
-    live: Mutex<HashMap<String, Live>>,
+    /// Running tasks' receipts, by task id.
+    live: Mutex<HashMap<String, Arc<Mutex<Live>>>>,
     ended: Notify,
     report: Mutex<ReportState>,
 }
@@ -147,19 +166,15 @@ impl Receipts {
         mop_cards::sha256_hex(&keyed)
     }
 
-    /// Starts a task's receipt.
+    /// Starts a task's receipt. It is written by the next [`Receipts::flush`] (within
+    /// [`FLUSH_EVERY`]) or at the task's end, whichever comes first: a task that ends
+    /// sooner never writes (nor deletes) a file for its running receipt, which is most of
+    /// the file system work a receipt would cost a busy host.
     pub fn begin(&self, owner_uid: u32, receipt: Receipt) {
-        let local = LocalReceipt { owner_uid, receipt };
-        let mut live = self.live.lock();
-        self.save_live(&local);
-        live.insert(
-            local.receipt.task_id.clone(),
-            Live {
-                local,
-                dirty: false,
-                saved_at: Instant::now(),
-            },
-        );
+        let id = receipt.task_id.clone();
+        let entry = Live::new(LocalReceipt { owner_uid, receipt });
+        entry.lock().dirty = true;
+        self.live.lock().insert(id, entry);
     }
 
     fn save_live(&self, local: &LocalReceipt) {
@@ -170,51 +185,67 @@ impl Receipts {
         }
     }
 
+    fn save(&self, entry: &mut Live) {
+        self.save_live(&entry.local);
+        entry.dirty = false;
+        entry.saved_at = Instant::now();
+        entry.saved_at_least_once = true;
+    }
+
+    fn entry(&self, task_id: &str) -> Option<Arc<Mutex<Live>>> {
+        self.live.lock().get(task_id).cloned()
+    }
+
     /// Adds what the agent of the task `task_id` prepared at `prepared_at` did (an agent
     /// still connected to an ended task cannot write into a new task of the same id). The
     /// receipt is written at most every [`SAVE_EVERY`], and not at all when the event was
     /// only counted (past [`MAX_EVENTS`]): a busy agent costs the disk almost nothing.
     pub fn record(&self, task_id: &str, prepared_at: Timestamp, f: impl FnOnce(&mut Activity)) {
-        let mut live = self.live.lock();
-        let Some(entry) = live
-            .get_mut(task_id)
-            .filter(|l| l.local.receipt.prepared_at == prepared_at)
-        else {
+        let Some(entry) = self.entry(task_id) else {
             return;
         };
+        let mut entry = entry.lock();
+        if entry.ended || entry.local.receipt.prepared_at != prepared_at {
+            return;
+        }
         let a = &mut entry.local.receipt.activity;
         let listed = a.retrieves.len() + a.gets.len() + a.stores.len();
         f(a);
         let grew = a.retrieves.len() + a.gets.len() + a.stores.len() > listed;
         entry.dirty = true;
         if grew && entry.saved_at.elapsed() >= SAVE_EVERY {
-            self.save_live(&entry.local);
-            entry.dirty = false;
-            entry.saved_at = Instant::now();
+            self.save(&mut entry);
         }
     }
 
     /// Writes the running receipts that changed since they were last written.
     pub fn flush(&self) {
-        let mut live = self.live.lock();
-        for entry in live.values_mut().filter(|l| l.dirty) {
-            self.save_live(&entry.local);
-            entry.dirty = false;
-            entry.saved_at = Instant::now();
+        let entries: Vec<Arc<Mutex<Live>>> = self.live.lock().values().cloned().collect();
+        for entry in entries {
+            let mut entry = entry.lock();
+            if entry.dirty && !entry.ended {
+                self.save(&mut entry);
+            }
         }
     }
 
     /// Ends a task's receipt: it waits in `pending/` for the next report.
     pub fn end(&self, task_id: &str, at: Timestamp) {
         let live_path = self.paths.receipt(ReceiptKind::Live, task_id, 0);
-        let mut live = self.live.lock();
-        let Some(mut local) = live
-            .remove(task_id)
-            .map(|l| l.local)
-            .or_else(|| read_json(&live_path))
-        else {
+        let entry = self.live.lock().remove(task_id);
+        let mut guard = entry.as_ref().map(|e| e.lock());
+        let local = match guard.as_deref_mut() {
+            Some(live) => {
+                live.ended = true;
+                Some(live.local.clone())
+            }
+            None => read_json(&live_path),
+        };
+        let Some(mut local) = local else {
             return;
         };
+        // Never written while it ran (a short task): nothing to remove afterwards.
+        let had_file = guard.as_ref().is_none_or(|l| l.saved_at_least_once);
         local.receipt.ended_at = Some(at.max(local.receipt.prepared_at));
         let r = &local.receipt;
         let path = self
@@ -222,7 +253,9 @@ impl Receipts {
             .receipt(ReceiptKind::Pending, task_id, micros(r.prepared_at));
         match write_json(&path, &local) {
             Ok(()) => {
-                let _ = std::fs::remove_file(&live_path);
+                if had_file {
+                    let _ = std::fs::remove_file(&live_path);
+                }
                 self.ended.notify_one();
             }
             Err(e) => {
@@ -248,14 +281,9 @@ impl Receipts {
                 let _ = std::fs::remove_file(&path);
                 continue;
             }
-            self.live.lock().insert(
-                id.clone(),
-                Live {
-                    local,
-                    dirty: false,
-                    saved_at: Instant::now(),
-                },
-            );
+            let entry = Live::new(local);
+            entry.lock().saved_at_least_once = true;
+            self.live.lock().insert(id.clone(), entry);
             if !live_tasks.contains(&id) {
                 self.end(&id, Timestamp::now());
             }
@@ -264,8 +292,8 @@ impl Receipts {
 
     /// A task's receipt: its live one, else the newest kept.
     pub fn find(&self, task_id: &str) -> Option<LocalReceipt> {
-        if let Some(l) = self.live.lock().get(task_id) {
-            return Some(l.local.clone());
+        if let Some(entry) = self.entry(task_id) {
+            return Some(entry.lock().local.clone());
         }
         let mut newest: Option<(String, PathBuf)> = None;
         for kind in [
@@ -480,11 +508,33 @@ fn refused(e: &ClientError) -> bool {
     matches!(e, ClientError::Status { status, .. } if matches!(status, 413 | 422))
 }
 
-/// Reports ended tasks' receipts: when a task ends and every
+/// Writes running receipts with unwritten changes every [`FLUSH_EVERY`], and once more
+/// when the daemon stops.
+pub async fn flusher(receipts: Arc<Receipts>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let stopping = tokio::select! {
+            _ = tokio::time::sleep(FLUSH_EVERY) => false,
+            _ = stop.changed() => true,
+        };
+        let r = receipts.clone();
+        let _ = tokio::task::spawn_blocking(move || r.flush()).await;
+        if stopping {
+            return;
+        }
+    }
+}
+
+/// How long the reporter waits after a task ends for others to end too.
+const GATHER: Duration = Duration::from_secs(1);
+/// How often kept receipts are rotated (a directory scan each).
+const ROTATE_EVERY: Duration = Duration::from_secs(60);
+
+/// Reports ended tasks' receipts: shortly after a task ends and every
 /// `receipts.report_interval_secs`, with exponential backoff (up to ten minutes) while
 /// reports fail. Also rotates the kept receipts.
 pub async fn reporter(state: Arc<State>, receipts: Arc<Receipts>, mut stop: watch::Receiver<bool>) {
     let mut failures = 0u32;
+    let mut last_rotation = None;
     loop {
         let config = state.config();
         let interval = config.receipts.report_interval_secs.max(1);
@@ -495,16 +545,24 @@ pub async fn reporter(state: Arc<State>, receipts: Arc<Receipts>, mut stop: watc
         };
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(wait)) => {}
-            _ = receipts.ended.notified(), if failures == 0 => {}
+            _ = receipts.ended.notified(), if failures == 0 => {
+                // Tasks end in bursts on a busy host: gather them into one report.
+                tokio::select! {
+                    _ = tokio::time::sleep(GATHER) => {}
+                    _ = stop.changed() => return,
+                }
+            }
             _ = stop.changed() => return,
         }
         let (keep, keep_days) = (config.receipts.keep, config.receipts.keep_days);
         let r = receipts.clone();
-        let _ = tokio::task::spawn_blocking(move || {
-            r.flush();
-            r.rotate(keep, keep_days)
-        })
-        .await;
+        let rotate = last_rotation.is_none_or(|t: Instant| t.elapsed() >= ROTATE_EVERY);
+        if rotate {
+            last_rotation = Some(Instant::now());
+        }
+        if rotate {
+            let _ = tokio::task::spawn_blocking(move || r.rotate(keep, keep_days)).await;
+        }
         match receipts.report_once(&state).await {
             Ok(sent) => {
                 failures = 0;
@@ -562,11 +620,11 @@ mod tests {
                 found: false,
             })
         });
-        // Written at the next flush (the reporter's tick), not at once.
-        let on_disk = |id: &str| read_json(&paths.receipt(ReceiptKind::Live, id, 0)).unwrap();
-        assert!(on_disk("t1").receipt.activity.gets.is_empty());
+        // Written at the next flush, not at once (a task that ends first never writes one).
+        let on_disk = |id: &str| read_json(&paths.receipt(ReceiptKind::Live, id, 0));
+        assert!(on_disk("t1").is_none());
         receipts.flush();
-        assert_eq!(on_disk("t1").receipt.activity.gets.len(), 1);
+        assert_eq!(on_disk("t1").unwrap().receipt.activity.gets.len(), 1);
         // An agent of an ended task cannot write into a new task that reuses its id.
         receipts.record("t1", t0 - jiff::SignedDuration::from_secs(1), |a| {
             a.unlisted += 1

@@ -3,7 +3,7 @@
 //! the hosts that saw each card, and when a task last named each asset. Nothing per
 //! delivery is kept, and no card or query text ever arrives here.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use jiff::{Timestamp, ToSpan};
 use mop_proto::curation::Usage;
@@ -78,6 +78,7 @@ impl Store {
         self.write(|tx| {
             let e = self.err("count receipts");
             let mut answer = ReceiptBatchResponse::default();
+            let mut tally = Tally::default();
             for r in receipts {
                 if r.prepared_at < oldest {
                     answer.too_old += 1;
@@ -94,9 +95,10 @@ impl Store {
                     answer.duplicates += 1;
                     continue;
                 }
-                count(tx, ws, r).map_err(&e)?;
+                tally.add(r);
                 answer.accepted += 1;
             }
+            tally.write(tx, ws).map_err(&e)?;
             Ok(answer)
         })
     }
@@ -229,51 +231,96 @@ impl Store {
     }
 }
 
-/// Adds one new receipt to the counters.
-fn count(tx: &Transaction<'_>, ws: &str, r: &Receipt) -> rusqlite::Result<()> {
-    let d = day(r.prepared_at);
-    let at = stamp(r.prepared_at);
-    // Only cards of this workspace count: a receipt naming others changes nothing there.
-    let bump = |id: &str, delivered: i64, retrieved: i64| -> rusqlite::Result<bool> {
-        let counted = tx.execute(
-            "INSERT INTO card_usage_days (workspace, card_id, day, delivered, retrieved)
-             SELECT ?1, ?2, ?3, ?4, ?5 WHERE EXISTS (SELECT 1 FROM cards WHERE workspace = ?1 AND id = ?2)
-             ON CONFLICT (workspace, card_id, day) DO UPDATE SET
-                delivered = delivered + excluded.delivered, retrieved = retrieved + excluded.retrieved",
-            params![ws, id, d, delivered, retrieved],
-        )?;
-        if counted == 0 {
-            return Ok(false);
+/// What a batch of new receipts adds, summed per card and day, per card and host, per
+/// asset, so a batch of many tasks that were given the same cards costs one write per
+/// card rather than one per task and card.
+#[derive(Default)]
+struct Tally {
+    days: BTreeMap<(String, String), (i64, i64)>,
+    hosts: BTreeMap<(String, String), String>,
+    delivered_at: BTreeMap<String, String>,
+    assets: BTreeMap<String, String>,
+}
+
+fn later(slot: &mut String, at: &str) {
+    if slot.as_str() < at {
+        *slot = at.to_owned();
+    }
+}
+
+impl Tally {
+    /// Adds one new receipt.
+    fn add(&mut self, r: &Receipt) {
+        let d = day(r.prepared_at);
+        let at = stamp(r.prepared_at);
+        let mut seen = |id: String, delivered: i64, retrieved: i64| {
+            let slot = self.days.entry((id.clone(), d.clone())).or_default();
+            slot.0 += delivered;
+            slot.1 += retrieved;
+            later(self.hosts.entry((id, r.host.clone())).or_default(), &at);
+        };
+        let mounted: BTreeSet<String> = r
+            .cards
+            .iter()
+            .filter(|c| c.mounted)
+            .map(|c| c.id.to_string())
+            .collect();
+        for id in &mounted {
+            seen(id.clone(), 1, 0);
         }
-        tx.execute(
-            "INSERT INTO card_hosts (workspace, card_id, host, last_at) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (workspace, card_id, host) DO UPDATE SET last_at = MAX(last_at, excluded.last_at)",
-            params![ws, id, r.host, at],
-        )?;
-        Ok(true)
-    };
-    let mut delivered = std::collections::BTreeSet::new();
-    for c in r.cards.iter().filter(|c| c.mounted) {
-        let id = c.id.to_string();
-        if !delivered.insert(id.clone()) || !bump(&id, 1, 0)? {
-            continue;
+        for id in r.activity.retrieved() {
+            seen(id.to_string(), 0, 1);
         }
-        tx.execute(
-            "INSERT INTO card_usage (workspace, card_id, last_delivered_at) VALUES (?1, ?2, ?3)
-             ON CONFLICT (workspace, card_id) DO UPDATE SET
-                last_delivered_at = MAX(COALESCE(last_delivered_at, ''), excluded.last_delivered_at)",
-            params![ws, id, at],
-        )?;
+        for id in mounted {
+            later(self.delivered_at.entry(id).or_default(), &at);
+        }
+        if let Some(asset) = &r.asset_id {
+            later(self.assets.entry(asset.clone()).or_default(), &at);
+        }
     }
-    for id in r.activity.retrieved() {
-        bump(&id.to_string(), 0, 1)?;
+
+    /// Writes the sums. Only cards of this workspace count: ids of no card here change
+    /// nothing.
+    fn write(self, tx: &Transaction<'_>, ws: &str) -> rusqlite::Result<()> {
+        let mut known = BTreeSet::new();
+        for ((id, d), (delivered, retrieved)) in &self.days {
+            let counted = tx.execute(
+                "INSERT INTO card_usage_days (workspace, card_id, day, delivered, retrieved)
+                 SELECT ?1, ?2, ?3, ?4, ?5 WHERE EXISTS (SELECT 1 FROM cards WHERE workspace = ?1 AND id = ?2)
+                 ON CONFLICT (workspace, card_id, day) DO UPDATE SET
+                    delivered = delivered + excluded.delivered, retrieved = retrieved + excluded.retrieved",
+                params![ws, id, d, delivered, retrieved],
+            )?;
+            if counted > 0 {
+                known.insert(id.as_str());
+            }
+        }
+        for ((id, host), at) in &self.hosts {
+            if known.contains(id.as_str()) {
+                tx.execute(
+                    "INSERT INTO card_hosts (workspace, card_id, host, last_at) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (workspace, card_id, host) DO UPDATE SET last_at = MAX(last_at, excluded.last_at)",
+                    params![ws, id, host, at],
+                )?;
+            }
+        }
+        for (id, at) in &self.delivered_at {
+            if known.contains(id.as_str()) {
+                tx.execute(
+                    "INSERT INTO card_usage (workspace, card_id, last_delivered_at) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (workspace, card_id) DO UPDATE SET
+                        last_delivered_at = MAX(COALESCE(last_delivered_at, ''), excluded.last_delivered_at)",
+                    params![ws, id, at],
+                )?;
+            }
+        }
+        for (asset, at) in &self.assets {
+            tx.execute(
+                "INSERT INTO asset_usage (workspace, asset_id, last_named_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (workspace, asset_id) DO UPDATE SET last_named_at = MAX(last_named_at, excluded.last_named_at)",
+                params![ws, asset, at],
+            )?;
+        }
+        Ok(())
     }
-    if let Some(asset) = &r.asset_id {
-        tx.execute(
-            "INSERT INTO asset_usage (workspace, asset_id, last_named_at) VALUES (?1, ?2, ?3)
-             ON CONFLICT (workspace, asset_id) DO UPDATE SET last_named_at = MAX(last_named_at, excluded.last_named_at)",
-            params![ws, asset, at],
-        )?;
-    }
-    Ok(())
 }

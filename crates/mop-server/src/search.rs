@@ -54,13 +54,26 @@ impl WorkspaceIndex {
 }
 
 /// The indexes of the workspaces curators have searched.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SearchCache {
+    /// Where index directories are made: `curation-index/` beside the database, emptied
+    /// at start (a killed server leaves its last ones behind).
+    dir: std::path::PathBuf,
     built: Mutex<HashMap<String, Arc<WorkspaceIndex>>>,
     building: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl SearchCache {
+    /// Indexes under `dir` (created, or emptied of what an earlier run left).
+    pub fn new(dir: std::path::PathBuf) -> SearchCache {
+        let _ = std::fs::remove_dir_all(&dir);
+        SearchCache {
+            dir,
+            built: Mutex::default(),
+            building: Mutex::default(),
+        }
+    }
+
     /// Drops the index of `ws`, or of every workspace: after a hard delete or a purge the
     /// removed text must not stay searchable (nor on disk) until the next rebuild.
     pub fn forget(&self, ws: Option<&str>) {
@@ -96,9 +109,9 @@ impl SearchCache {
         if let Some(i) = fresh(&self.built.lock()) {
             return Ok(i);
         }
-        let (store, name) = (store.clone(), ws.to_owned());
+        let (store, name, dir) = (store.clone(), ws.to_owned(), self.dir.clone());
         let started = std::time::Instant::now();
-        let index = tokio::task::spawn_blocking(move || build(&store, &name))
+        let index = tokio::task::spawn_blocking(move || build(&store, &name, &dir))
             .await
             .map_err(|e| StoreError::Index(format!("build failed: {e}")))??;
         tracing::info!(
@@ -114,12 +127,18 @@ impl SearchCache {
     }
 }
 
-fn build(store: &Store, ws: &str) -> Result<WorkspaceIndex, StoreError> {
+fn build(store: &Store, ws: &str, under: &std::path::Path) -> Result<WorkspaceIndex, StoreError> {
     let (revision, cards) = store.searchable_cards(ws)?;
-    let io = |e: std::io::Error| StoreError::Index(format!("cannot make a directory for it: {e}"));
+    let io = |e: std::io::Error| {
+        StoreError::Index(format!(
+            "cannot make a directory for it in {}: {e}",
+            under.display()
+        ))
+    };
+    std::fs::create_dir_all(under).map_err(io)?;
     let dir = tempfile::Builder::new()
-        .prefix("mop-server-index-")
-        .tempdir()
+        .prefix(&format!("{ws}-"))
+        .tempdir_in(under)
         .map_err(io)?;
     let docs = cards.iter().enumerate().map(|(ord, (s, body))| IndexDoc {
         ord: ord as u32,

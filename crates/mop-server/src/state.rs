@@ -57,7 +57,6 @@ impl AppState {
     pub fn new(store: Arc<Store>, config: ServerConfig) -> crate::store::Result<AppState> {
         let state = AppState {
             store,
-            config,
             revisions: RwLock::default(),
             tokens: RwLock::default(),
             manifests: Mutex::default(),
@@ -65,7 +64,16 @@ impl AppState {
             data_version: Mutex::default(),
             store_budgets: Mutex::default(),
             token_uses: Mutex::default(),
-            search: SearchCache::default(),
+            search: SearchCache::new(
+                config
+                    .server
+                    .db
+                    .parent()
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .unwrap_or(std::path::Path::new("."))
+                    .join("curation-index"),
+            ),
+            config,
         };
         state.reload()?;
         Ok(state)

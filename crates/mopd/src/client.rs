@@ -189,20 +189,7 @@ impl ServerClient {
 
     /// Forwards a store from a task.
     pub async fn store(&self, ws: &str, req: &StoreRequest) -> Result<StoreResponse, ClientError> {
-        let response = self
-            .http
-            .post(self.url(ws, "memories"))
-            .bearer_auth(&self.token)
-            .json(req)
-            .send()
-            .await
-            .map_err(transport)?;
-        if !response.status().is_success() {
-            return Err(Self::error_status(response).await);
-        }
-        response.json().await.map_err(|e| {
-            ClientError::BadResponse(format!("store answer unreadable: {}", without_url(&e)))
-        })
+        self.post_json(ws, "memories", req, "store").await
     }
 
     /// Reports receipts of ended tasks.
@@ -211,11 +198,22 @@ impl ServerClient {
         ws: &str,
         batch: &ReceiptBatch,
     ) -> Result<ReceiptBatchResponse, ClientError> {
+        self.post_json(ws, "receipts", batch, "receipts").await
+    }
+
+    /// POSTs JSON to a workspace endpoint and reads its JSON answer.
+    async fn post_json<T: serde::de::DeserializeOwned>(
+        &self,
+        ws: &str,
+        endpoint: &str,
+        body: &impl serde::Serialize,
+        what: &str,
+    ) -> Result<T, ClientError> {
         let response = self
             .http
-            .post(self.url(ws, "receipts"))
+            .post(self.url(ws, endpoint))
             .bearer_auth(&self.token)
-            .json(batch)
+            .json(body)
             .send()
             .await
             .map_err(transport)?;
@@ -223,7 +221,7 @@ impl ServerClient {
             return Err(Self::error_status(response).await);
         }
         response.json().await.map_err(|e| {
-            ClientError::BadResponse(format!("receipts answer unreadable: {}", without_url(&e)))
+            ClientError::BadResponse(format!("{what} answer unreadable: {}", without_url(&e)))
         })
     }
 

@@ -505,6 +505,22 @@ impl Store {
                 card.summary.id
             )));
         }
+        self.replace_text(ws, &card, raw, actor, expect, ("update", None))
+    }
+
+    /// Writes `card` (its text `raw`) over the stored card of the same id, keeping the
+    /// server counters, with one audit row `(action, detail)`; unchanged bytes change
+    /// nothing. What `update_card` and a verify with edits share.
+    pub(crate) fn replace_text(
+        &self,
+        ws: &str,
+        card: &Card,
+        raw: &[u8],
+        actor: &str,
+        expect: Expect<'_>,
+        (action, detail): (&str, Option<&str>),
+    ) -> Result<CardChange> {
+        let id = &card.summary.id;
         self.write(|tx| {
             let e = self.err("update card");
             let row = load_row(tx, ws, id)
@@ -513,44 +529,31 @@ impl Store {
             expect.check(id, &row)?;
             if row.archived_at.is_some() {
                 return Err(StoreError::Conflict(format!(
-                    "card {id} is archived; unarchive it before updating"
+                    "card {id} is archived; unarchive it before changing it"
                 )));
             }
             if row.sha256 == sha256_hex(raw) {
                 let revision = current_revision(tx, ws).map_err(&e)?;
-                return Ok(change(
-                    *id,
-                    revision,
-                    Some(row.sha256),
-                    row.archived_at.is_some(),
-                    false,
-                ));
+                return Ok(change(*id, revision, Some(row.sha256), false, false));
             }
             let rev = bump(tx, ws).map_err(&e)?;
-            let sha = write_card(
-                tx,
-                ws,
-                &card,
-                raw,
-                rev,
-                Kept {
-                    occurrence: row.occurrence,
-                    last_seen: row.last_seen.as_deref(),
-                    archived_at: None,
-                },
-            )
-            .map_err(&e)?;
+            let kept = Kept {
+                occurrence: row.occurrence,
+                last_seen: row.last_seen.as_deref(),
+                archived_at: None,
+            };
+            let sha = write_card(tx, ws, card, raw, rev, kept).map_err(&e)?;
             audit(
                 tx,
                 ws,
                 Some(id),
                 rev,
                 actor,
-                "update",
+                action,
                 Some(&row.sha256),
                 Some(&sha),
                 Some(raw),
-                None,
+                detail,
             )
             .map_err(&e)?;
             Ok(change(*id, rev, Some(sha), false, true))

@@ -13,10 +13,8 @@ use mop_proto::curation::{
 };
 use rusqlite::{Transaction, params};
 
-use super::cards::{
-    CardState, Expect, Kept, audit, change, current_revision, load_row, write_card,
-};
-use super::{Result, Store, StoreError, bump};
+use super::cards::{CardState, Expect, audit, current_revision, load_row};
+use super::{Result, Store, StoreError};
 
 /// Longest reason a rejection may give.
 const MAX_REASON: usize = 500;
@@ -360,46 +358,14 @@ impl Store {
         }
         card.summary.trust = Trust::Verified;
         let new_raw = render_card(&card).into_bytes();
-        self.write(|tx| {
-            let e = self.err("verify card");
-            let row = load_row(tx, ws, id)
-                .map_err(&e)?
-                .ok_or_else(|| not_found(ws, id))?;
-            expect.check(id, &row)?;
-            if row.archived_at.is_some() {
-                return Err(StoreError::Conflict(format!(
-                    "card {id} is archived; unarchive it before verifying"
-                )));
-            }
-            let rev = bump(tx, ws).map_err(&e)?;
-            let sha = write_card(
-                tx,
-                ws,
-                &card,
-                &new_raw,
-                rev,
-                Kept {
-                    occurrence: row.occurrence,
-                    last_seen: row.last_seen.as_deref(),
-                    archived_at: None,
-                },
-            )
-            .map_err(&e)?;
-            audit(
-                tx,
-                ws,
-                Some(id),
-                rev,
-                actor,
-                "verify",
-                Some(&row.sha256),
-                Some(&sha),
-                Some(&new_raw),
-                Some("with edits"),
-            )
-            .map_err(&e)?;
-            Ok(change(*id, rev, Some(sha), false, true))
-        })
+        self.replace_text(
+            ws,
+            &card,
+            &new_raw,
+            actor,
+            expect,
+            ("verify", Some("with edits")),
+        )
     }
 
     /// Rejects a card: archives it (out of every task now, purged after the archive

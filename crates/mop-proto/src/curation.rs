@@ -174,6 +174,31 @@ pub struct ReviewQueue {
     pub offset: usize,
     /// This page.
     pub items: Vec<ReviewItem>,
+    /// The whole queue counted by type and age.
+    #[serde(default)]
+    pub counts: ReviewCounts,
+}
+
+impl ReviewCounts {
+    /// Entries in all.
+    pub fn total(&self) -> usize {
+        self.under_1d + self.under_7d + self.under_30d + self.older
+    }
+}
+
+/// The review queue counted: what a curator has ahead of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReviewCounts {
+    /// Entries per card type (types with none are left out).
+    pub by_type: std::collections::BTreeMap<String, usize>,
+    /// Entries younger than a day.
+    pub under_1d: usize,
+    /// One to seven days old.
+    pub under_7d: usize,
+    /// Seven to thirty days old.
+    pub under_30d: usize,
+    /// Older than thirty days.
+    pub older: usize,
 }
 
 /// Paging of the review queue.

@@ -22,6 +22,32 @@ pub struct ServerConfig {
     pub retention: Retention,
     /// `[limits]`.
     pub limits: Limits,
+    /// `[console]`.
+    pub console: ConsoleConfig,
+}
+
+/// `[console]`: the curators' web pages under `/console`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsoleConfig {
+    /// Serve the console (it answers only to admin tokens).
+    pub enabled: bool,
+    /// A session ends after this many minutes without a request.
+    pub idle_minutes: u64,
+    /// Mark the session cookie `Secure`. Turn on when curators reach the server through a
+    /// TLS-terminating proxy; the cookie is also marked when the proxy sends
+    /// `X-Forwarded-Proto: https`.
+    pub secure_cookie: bool,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        ConsoleConfig {
+            enabled: true,
+            idle_minutes: 30,
+            secure_cookie: false,
+        }
+    }
 }
 
 /// `[server]`: network and storage.
@@ -179,6 +205,9 @@ impl ServerConfig {
                  (agents cannot store at all otherwise)"
                     .into(),
             );
+        }
+        if self.console.idle_minutes == 0 {
+            return Err("console.idle_minutes must be at least 1".into());
         }
         Ok(())
     }

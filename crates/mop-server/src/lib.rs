@@ -12,6 +12,7 @@
 
 pub mod api;
 pub mod config;
+pub mod console;
 pub mod search;
 pub mod server;
 pub mod state;

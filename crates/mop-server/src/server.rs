@@ -64,7 +64,7 @@ pub async fn serve_until(
     tasks.spawn(garbage_collector(state.clone(), stop_rx.clone()));
     tasks.spawn(token_use_recorder(state.clone(), stop_rx.clone()));
 
-    let app = api::router(state.clone());
+    let app = api::router(state.clone()).merge(crate::console::router(state.clone()));
     let mut http_stop = stop_rx.clone();
     tokio::spawn(async move {
         shutdown.await;

@@ -110,14 +110,27 @@ pub(crate) async fn update(
     let id = admin_on(&state, &caller, &ws, Some(&id))?.expect("id given");
     let tag = if_match(&headers)?;
     let raw = read_body(&state, &headers, body).await?;
-    let (store, actor, ws2) = (state.store.clone(), caller.actor(), ws.clone());
+    Ok(Json(update_text(&state, &caller, &ws, id, raw, tag).await?))
+}
+
+/// Replaces a card's text, conditional on the version `tag` when given (the caller checked
+/// role and scope).
+pub(crate) async fn update_text(
+    state: &AppState,
+    caller: &Caller,
+    ws: &str,
+    id: CardId,
+    raw: bytes::Bytes,
+    tag: Option<String>,
+) -> Result<CardChange, ApiError> {
+    let (store, actor, ws2) = (state.store.clone(), caller.actor(), ws.to_owned());
     let change = blocking(move || store.update_card(&ws2, &id, &raw, &actor, expect(&tag))).await?;
-    changed(&state, &ws, &change, "update", &caller);
-    Ok(Json(change))
+    changed(state, ws, &change, "update", caller);
+    Ok(change)
 }
 
 /// What a `POST …/cards/{id}/{action}` does.
-enum Action {
+pub(crate) enum Action {
     State(CardState),
     /// Verify, replacing the text first when a body (OKF text) is sent.
     Verify(Option<bytes::Bytes>),
@@ -150,7 +163,23 @@ pub(crate) async fn state(
             )));
         }
     };
-    let (store, actor, ws2) = (state.store.clone(), caller.actor(), ws.clone());
+    Ok(Json(
+        act(&state, &caller, &ws, id, what, tag, &action).await?,
+    ))
+}
+
+/// Does a card action, conditional on the version `tag` when given (the caller checked
+/// role and scope); `name` is what the log calls it.
+pub(crate) async fn act(
+    state: &AppState,
+    caller: &Caller,
+    ws: &str,
+    id: CardId,
+    what: Action,
+    tag: Option<String>,
+    name: &str,
+) -> Result<CardChange, ApiError> {
+    let (store, actor, ws2) = (state.store.clone(), caller.actor(), ws.to_owned());
     let result = blocking(move || {
         let expect = expect(&tag);
         match what {
@@ -161,8 +190,8 @@ pub(crate) async fn state(
         }
     })
     .await?;
-    changed(&state, &ws, &result, &action, &caller);
-    Ok(Json(result))
+    changed(state, ws, &result, name, caller);
+    Ok(result)
 }
 
 pub(crate) async fn history(

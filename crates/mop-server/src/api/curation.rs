@@ -64,10 +64,18 @@ pub(crate) async fn review(
     Query(page): Query<PageQuery>,
 ) -> Result<Json<ReviewQueue>, ApiError> {
     admin_on(&state, &caller, &ws, None)?;
-    let (store, ws2) = (state.store.clone(), ws.clone());
-    let (total, cards) =
-        blocking(move || store.review_queue(&ws2, page.offset, page.limit)).await?;
-    let index = index(&state, &ws).await?;
+    Ok(Json(review_page(&state, ws, &page).await?))
+}
+
+/// A page of the review queue with each entry's nearest cards (the caller checked scope).
+pub(crate) async fn review_page(
+    state: &Arc<AppState>,
+    ws: String,
+    page: &PageQuery,
+) -> Result<ReviewQueue, ApiError> {
+    let (store, ws2, offset, limit) = (state.store.clone(), ws.clone(), page.offset, page.limit);
+    let (counts, cards) = blocking(move || store.review_queue(&ws2, offset, limit)).await?;
+    let index = index(state, &ws).await?;
     let mut items = Vec::with_capacity(cards.len());
     for (card, text) in cards {
         let s = &card.summary;
@@ -104,11 +112,12 @@ pub(crate) async fn review(
             nearest,
         });
     }
-    Ok(Json(ReviewQueue {
-        total,
+    Ok(ReviewQueue {
+        total: counts.total(),
         offset: page.offset.unwrap_or(0),
         items,
-    }))
+        counts,
+    })
 }
 
 pub(crate) async fn search(
@@ -118,6 +127,15 @@ pub(crate) async fn search(
     Query(filters): Query<ListQuery>,
 ) -> Result<Json<SearchResults>, ApiError> {
     admin_on(&state, &caller, &ws, None)?;
+    Ok(Json(search_cards(&state, ws, filters).await?))
+}
+
+/// Searches the cards matching `filters` for `filters.q` (the caller checked scope).
+pub(crate) async fn search_cards(
+    state: &Arc<AppState>,
+    ws: String,
+    filters: ListQuery,
+) -> Result<SearchResults, ApiError> {
     let text = filters.q.clone().unwrap_or_default();
     if text.trim().is_empty() || text.len() > 4096 {
         return Err(ApiError::bad_request("q must be 1 to 4096 bytes of text"));
@@ -125,7 +143,7 @@ pub(crate) async fn search(
     let limit = filters.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
     let (store, ws2) = (state.store.clone(), ws.clone());
     let mut matching = blocking(move || store.matching_cards(&ws2, &filters)).await?;
-    let index = index(&state, &ws).await?;
+    let index = index(state, &ws).await?;
     let hits = index.search(&text, limit, |c| matching.contains_key(&c.id))?;
     let searched = matching.len();
     let hits = hits
@@ -135,7 +153,7 @@ pub(crate) async fn search(
             Some(SearchHit { card, score })
         })
         .collect();
-    Ok(Json(SearchResults { hits, searched }))
+    Ok(SearchResults { hits, searched })
 }
 
 pub(crate) async fn stale(

@@ -4,8 +4,8 @@
 //! workspace or card outside the caller's token scope answers 404 exactly like one that
 //! does not exist.
 
-mod admin;
-mod curation;
+pub(crate) mod admin;
+pub(crate) mod curation;
 mod memories;
 mod receipts;
 mod sync;
@@ -114,7 +114,22 @@ impl ApiError {
         self
     }
 
-    fn bad_request(message: impl Into<String>) -> Self {
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The stable error code.
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+
+    /// The message naming the problem.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
 

@@ -9,7 +9,7 @@ use jiff::{Timestamp, ToSpan};
 use mop_cards::{CardId, CardSummary, CardType, Trust, parse_card, render_card};
 use mop_proto::curation::{
     CardChange, CardDetails, CardInfo, CardPage, CardProvenance, Chain, DEFAULT_PAGE, ListQuery,
-    MAX_PAGE, StaleCard, StaleReport, card_etag,
+    MAX_PAGE, ReviewCounts, StaleCard, StaleReport, card_etag,
 };
 use rusqlite::{Transaction, params};
 
@@ -81,6 +81,30 @@ impl<'a> Filter<'a> {
                     && f.created_at < super::stamp(cut)
             })
     }
+}
+
+/// Counts queue entries by type and by age (from when each card was made).
+fn count_queue(queue: &[Full], now: Timestamp) -> ReviewCounts {
+    let cut = |days: i64| super::stamp(now - (days * 24).hours());
+    let (d1, d7, d30) = (cut(1), cut(7), cut(30));
+    let mut counts = ReviewCounts::default();
+    for f in queue {
+        *counts
+            .by_type
+            .entry(f.info.summary.card_type.as_str().to_owned())
+            .or_default() += 1;
+        let made = &f.created_at;
+        if *made >= d1 {
+            counts.under_1d += 1;
+        } else if *made >= d7 {
+            counts.under_7d += 1;
+        } else if *made >= d30 {
+            counts.under_30d += 1;
+        } else {
+            counts.older += 1;
+        }
+    }
+    counts
 }
 
 fn page_of(offset: Option<usize>, limit: Option<usize>) -> (usize, usize) {
@@ -237,13 +261,14 @@ impl Store {
     }
 
     /// Unverified live cards, oldest first, each with its text: the review queue (without
-    /// the nearest cards, which need the workspace's search index).
+    /// the nearest cards, which need the workspace's search index), and the whole queue
+    /// counted by type and age.
     pub fn review_queue(
         &self,
         ws: &str,
         offset: Option<usize>,
         limit: Option<usize>,
-    ) -> Result<(usize, Vec<(CardInfo, String)>)> {
+    ) -> Result<(ReviewCounts, Vec<(CardInfo, String)>)> {
         let (offset, limit) = page_of(offset, limit);
         self.read(|tx| {
             let mut queue: Vec<Full> = self
@@ -258,7 +283,7 @@ impl Store {
             queue.sort_by(|a, b| {
                 (&a.created_at, a.info.summary.id).cmp(&(&b.created_at, b.info.summary.id))
             });
-            let total = queue.len();
+            let counts = count_queue(&queue, Timestamp::now());
             let page = queue
                 .into_iter()
                 .skip(offset)
@@ -268,7 +293,7 @@ impl Store {
                     Ok((f.info, text))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            Ok((total, page))
+            Ok((counts, page))
         })
     }
 

@@ -1,0 +1,533 @@
+//! One card: its page (rendered Markdown, provenance, usage, versions, actions), the
+//! editor with live preview and a conditional save, its history with diffs, and the
+//! actions. Every change is sent with the version the curator saw; a card that changed
+//! meanwhile gets a 412 page showing what changed, and nothing typed is lost.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use maud::{Markup, PreEscaped, html};
+use mop_cards::CardId;
+use mop_proto::curation::{CardDetails, CardInfo, HistoryRow};
+use serde::Deserialize;
+
+use super::Console;
+use super::auth::{Ctx, Posted};
+use super::layout::{ago, api_error, badges, csrf, error_page, page, pager, respond};
+use super::markdown;
+use super::queue::flash;
+use crate::api::admin::{Action, act as api_act, update_text};
+use crate::api::{ApiError, blocking};
+use crate::store::CardState;
+
+/// History rows per page (each may carry a diff of a long card).
+const HISTORY_PAGE: usize = 20;
+
+fn parse_id(ctx: &Ctx, ws: &str, id: &str) -> Result<CardId, Response> {
+    CardId::parse(id).map_err(|e| {
+        api_error(
+            ctx,
+            Some(ws),
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("{id:?} is not a card id: {e}"),
+            ),
+        )
+    })
+}
+
+async fn details(
+    console: &Console,
+    ctx: &Ctx,
+    ws: &str,
+    id: CardId,
+) -> Result<CardDetails, Response> {
+    let (store, ws2) = (console.app.store.clone(), ws.to_owned());
+    blocking(move || store.card_details(&ws2, &id))
+        .await
+        .map_err(|e| api_error(ctx, Some(ws), e))
+}
+
+fn body_of(text: &str) -> &str {
+    mop_cards::card_body(text.as_bytes()).unwrap_or(text)
+}
+
+fn facts(card: &CardInfo) -> Markup {
+    let s = &card.summary;
+    let p = card.provenance.as_ref();
+    let u = &card.usage;
+    html! {
+        dl.facts {
+            dt { "id" } dd { code { (s.id) } }
+            @if let Some(d) = &s.description { dt { "description" } dd { (d) } }
+            @if !s.labels.is_empty() { dt { "labels" } dd { ul.labels { @for l in &s.labels { li { (l) } } } } }
+            dt { "audience" } dd { (s.audience_sentence()) }
+            @if let Some(a) = &s.scope.asset_id { dt { "asset" } dd { code { (a) } } }
+            @if let Some(u) = &s.scope.user_id { dt { "user" } dd { code { (u) } } }
+            @if !s.error_codes.is_empty() { dt { "error codes" } dd { @for c in &s.error_codes { code { (c) } " " } } }
+            @if !s.stacks.is_empty() { dt { "stacks" } dd { @for c in &s.stacks { code { (c) } " " } } }
+            dt { "importance" } dd { (s.importance) }
+            @if let Some(t) = s.created_at { dt { "created" } dd { (t) } }
+            @if let Some(t) = s.updated_at { dt { "updated" } dd { (t) } }
+            @if let Some(by) = s.superseded_by { dt { "superseded by" } dd { code { (by) } } }
+            @if let Some(at) = &card.archived_at { dt { "archived" } dd { (at) } }
+            @if let Some(p) = p {
+                dt { "provenance" }
+                dd {
+                    @if let Some(t) = &p.task_id { "task " code { (t) } " " }
+                    @if let Some(u) = &p.user_id { "by " code { (u) } " " }
+                    @if let Some(a) = &p.asset_id { "on " code { (a) } " " }
+                    @if let Some(n) = &p.node_token { "via node token " code { (n) } " " }
+                    @if let Some(at) = &p.stored_at { "at " (at) }
+                }
+            }
+            dt { "counters" } dd { "seen " (card.occurrence) "× · stored again " (card.reinforcements) "×"
+                @if let Some(l) = &card.last_seen { " · last seen " (l) } }
+            dt { "usage" } dd {
+                "delivered " (u.delivered_7d) " (7 d) / " (u.delivered_30d) " (30 d) · retrieved "
+                (u.retrieved_7d) " / " (u.retrieved_30d)
+                @if let Some(t) = u.last_delivered_at { " · last delivered " (t) }
+                @if !u.hosts.is_empty() { " · hosts: " @for h in &u.hosts { code { (h) } " " } }
+            }
+            dt { "version" } dd { code.etag { (card.etag) } }
+        }
+    }
+}
+
+fn action_form(
+    ctx: &Ctx,
+    base: &str,
+    action: &str,
+    etag: &str,
+    label: &str,
+    extra: Markup,
+) -> Markup {
+    html! {
+        form.action method="post" action={ (base) "/do/" (action) } {
+            (csrf(ctx))
+            input type="hidden" name="etag" value=(etag);
+            input type="hidden" name="back" value=(base);
+            (extra)
+            button type="submit" { (label) }
+        }
+    }
+}
+
+fn actions(ctx: &Ctx, base: &str, card: &CardInfo) -> Markup {
+    let s = &card.summary;
+    let e = &card.etag;
+    let none = html! {};
+    html! {
+        div.actions {
+            a.button href={ (base) "/edit" } { "Edit" }
+            a.button href={ (base) "/history" } { "History" }
+            @if s.is_unverified() && card.archived_at.is_none() {
+                (action_form(ctx, base, "verify", e, "Verify", none.clone()))
+                (action_form(ctx, base, "reject", e, "Reject", html! {
+                    input type="text" name="reason" required maxlength="500" placeholder="why" aria-label="Reason to reject";
+                }))
+            }
+            @if card.archived_at.is_none() {
+                (action_form(ctx, base, "merge", e, "Merge into", html! {
+                    input type="text" name="into" required placeholder="card id" aria-label="Merge into card id" size="36";
+                }))
+                (action_form(ctx, base, "supersede", e, "Superseded by", html! {
+                    input type="text" name="by" required placeholder="card id" aria-label="Superseding card id" size="36";
+                }))
+                @if s.enabled { (action_form(ctx, base, "disable", e, "Disable", none.clone())) }
+                @else { (action_form(ctx, base, "enable", e, "Enable", none.clone())) }
+                (action_form(ctx, base, "archive", e, "Archive", none.clone()))
+            } @else {
+                (action_form(ctx, base, "unarchive", e, "Unarchive", none.clone()))
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct CardQuery {
+    done: Option<String>,
+    card: Option<String>,
+}
+
+/// `GET /console/w/{ws}/cards/{id}`.
+pub(super) async fn show(
+    State(console): State<Arc<Console>>,
+    ctx: Ctx,
+    Path((ws, id)): Path<(String, String)>,
+    Query(q): Query<CardQuery>,
+) -> Result<Response, Response> {
+    ctx.workspace(&console, &ws)?;
+    let id = parse_id(&ctx, &ws, &id)?;
+    let d = details(&console, &ctx, &ws, id).await?;
+    let base = format!("/console/w/{ws}/cards/{id}");
+    let recent: Vec<&HistoryRow> = d.history.iter().rev().take(5).collect();
+    let body = html! {
+        @if let Some(f) = flash(q.done.as_deref(), q.card.as_deref(), &ws) { (f) }
+        article.card {
+            h1 { (d.card.summary.title) }
+            p.meta { (badges(&d.card)) }
+            (actions(&ctx, &base, &d.card))
+            div.body.markdown { (PreEscaped(markdown::render(body_of(&d.text)))) }
+            details.raw {
+                summary { "The card file" }
+                pre { (d.text) }
+            }
+            h2 { "Facts" }
+            (facts(&d.card))
+            h2 { "Recent versions" }
+            (history_table(&recent))
+            p { a href={ (base) "/history" } { "Whole history with diffs (" (d.history.len()) " entries)" } }
+        }
+    };
+    Ok(respond(
+        StatusCode::OK,
+        page(Some(&ctx), Some(&ws), &d.card.summary.title, body),
+    ))
+}
+
+fn actor(row: &HistoryRow) -> Markup {
+    html! {
+        @if let Some(n) = &row.actor_name { span.actor { (n) } " " span.muted { "(" (row.actor) ")" } }
+        @else { span.actor { (row.actor) } }
+    }
+}
+
+fn history_table(rows: &[&HistoryRow]) -> Markup {
+    html! {
+        div.scroll {
+            table.history {
+                thead { tr { th { "when" } th { "who" } th { "what" } th { "detail" } } }
+                tbody {
+                    @for r in rows {
+                        tr {
+                            td { span title=(r.at) { (ago(&r.at)) } }
+                            td { (actor(r)) }
+                            td { (r.action) }
+                            td { @if let Some(d) = &r.detail { (d) } }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct OffsetQuery {
+    #[serde(default)]
+    offset: usize,
+}
+
+/// `GET /console/w/{ws}/cards/{id}/history`: newest first, each change with its diff.
+pub(super) async fn history(
+    State(console): State<Arc<Console>>,
+    ctx: Ctx,
+    Path((ws, id)): Path<(String, String)>,
+    Query(q): Query<OffsetQuery>,
+) -> Result<Response, Response> {
+    ctx.workspace(&console, &ws)?;
+    let id = parse_id(&ctx, &ws, &id)?;
+    let d = details(&console, &ctx, &ws, id).await?;
+    // Each row's text before it: the content of the last earlier row that had one.
+    let mut before: Vec<Option<&str>> = Vec::with_capacity(d.history.len());
+    let mut last: Option<&str> = None;
+    for row in &d.history {
+        before.push(last);
+        if let Some(c) = &row.content {
+            last = Some(c);
+        }
+    }
+    let total = d.history.len();
+    let shown: Vec<usize> = (0..total).rev().skip(q.offset).take(HISTORY_PAGE).collect();
+    let base = format!("/console/w/{ws}/cards/{id}");
+    let body = html! {
+        h1 { "History of " a href=(base) { (d.card.summary.title) } }
+        ol.history {
+            @for &i in &shown {
+                @let row = &d.history[i];
+                li {
+                    p.meta {
+                        strong { (row.action) } " by " (actor(row)) " · " span title=(row.at) { (row.at) }
+                        " · revision " (row.revision)
+                    }
+                    @if let Some(detail) = &row.detail { p.detail { (detail) } }
+                    @if row.redacted { p.muted { "Content removed (purged or deleted)." } }
+                    @else if let Some(after) = &row.content {
+                        @match before[i] {
+                            Some(prev) => (markdown::diff(prev, after)),
+                            None => details { summary { "Text (first version)" } pre { (after) } },
+                        }
+                    }
+                }
+            }
+        }
+        (pager(&format!("{base}/history"), q.offset, shown.len(), total, HISTORY_PAGE))
+    };
+    Ok(respond(
+        StatusCode::OK,
+        page(Some(&ctx), Some(&ws), "History", body),
+    ))
+}
+
+fn editor(ctx: &Ctx, ws: &str, base: &str, text: &str, etag: &str, unverified: bool) -> Markup {
+    html! {
+        form.editor method="post" action={ (base) "/edit" } data-preview={ "/console/w/" (ws) "/preview" } {
+            (csrf(ctx))
+            input type="hidden" name="etag" value=(etag);
+            div.panes {
+                label.pane {
+                    span { "Card file (frontmatter and Markdown body)" }
+                    textarea name="text" rows="24" spellcheck="false" { (text) }
+                }
+                div.pane {
+                    span { "Preview" }
+                    div #preview .markdown aria-live="polite" { (PreEscaped(markdown::render(body_of(text)))) }
+                }
+            }
+            div.actions {
+                button type="submit" name="then" value="save" { "Save" }
+                @if unverified { button type="submit" name="then" value="verify" { "Save and verify" } }
+                a.button href=(base) { "Cancel" }
+            }
+        }
+    }
+}
+
+/// `GET /console/w/{ws}/cards/{id}/edit`.
+pub(super) async fn edit_page(
+    State(console): State<Arc<Console>>,
+    ctx: Ctx,
+    Path((ws, id)): Path<(String, String)>,
+) -> Result<Response, Response> {
+    ctx.workspace(&console, &ws)?;
+    let id = parse_id(&ctx, &ws, &id)?;
+    let d = details(&console, &ctx, &ws, id).await?;
+    let base = format!("/console/w/{ws}/cards/{id}");
+    let body = html! {
+        h1 { "Edit " a href=(base) { (d.card.summary.title) } }
+        (editor(&ctx, &ws, &base, &d.text, &d.card.etag, d.card.summary.is_unverified()))
+    };
+    Ok(respond(
+        StatusCode::OK,
+        page(Some(&ctx), Some(&ws), "Edit", body),
+    ))
+}
+
+#[derive(Deserialize)]
+pub(super) struct SaveForm {
+    text: String,
+    etag: String,
+    then: Option<String>,
+}
+
+/// `POST /console/w/{ws}/cards/{id}/edit`.
+pub(super) async fn save(
+    State(console): State<Arc<Console>>,
+    Path((ws, id)): Path<(String, String)>,
+    Posted(ctx, form): Posted<SaveForm>,
+) -> Result<Response, Response> {
+    ctx.workspace(&console, &ws)?;
+    let id = parse_id(&ctx, &ws, &id)?;
+    // A browser sends a textarea's lines with CRLF; cards are written with LF.
+    let text = form.text.replace("\r\n", "\n");
+    let verify = form.then.as_deref() == Some("verify");
+    let tag = Some(form.etag.clone());
+    let raw = bytes::Bytes::from(text.clone().into_bytes());
+    let result = if verify {
+        api_act(
+            &console.app,
+            &ctx.caller,
+            &ws,
+            id,
+            Action::Verify(Some(raw)),
+            tag,
+            "verify",
+        )
+        .await
+    } else {
+        update_text(&console.app, &ctx.caller, &ws, id, raw, tag).await
+    };
+    let base = format!("/console/w/{ws}/cards/{id}");
+    match result {
+        Ok(_) => {
+            let done = if verify { "verify" } else { "save" };
+            Ok(Redirect::to(&format!("{base}?done={done}&card={id}")).into_response())
+        }
+        Err(e) if e.status() == StatusCode::PRECONDITION_FAILED => {
+            Err(changed_meanwhile(&console, &ctx, &ws, id, &form.etag, Some(&text)).await)
+        }
+        Err(e)
+            if e.status() == StatusCode::UNPROCESSABLE_ENTITY
+                || e.status() == StatusCode::BAD_REQUEST =>
+        {
+            // "Save and verify" is offered again to whoever chose it (the card was unverified).
+            let unverified = verify;
+            let body = html! {
+                h1 { "Edit " a href=(base) { "card " (id) } }
+                p.notice role="alert" { "Not saved: " (e.message()) ". Your text is below; correct it and save again." }
+                (editor(&ctx, &ws, &base, &text, &form.etag, unverified))
+            };
+            Err(respond(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                page(Some(&ctx), Some(&ws), "Edit", body),
+            ))
+        }
+        Err(e) => Err(api_error(&ctx, Some(&ws), e)),
+    }
+}
+
+/// The 412 page: the card changed since the curator loaded `seen_etag`. Shows who changed
+/// it and how (a diff from the seen version to the current one); with `yours`, the
+/// curator's text in an editor set to the current version, to save over it knowingly.
+async fn changed_meanwhile(
+    console: &Console,
+    ctx: &Ctx,
+    ws: &str,
+    id: CardId,
+    seen_etag: &str,
+    yours: Option<&str>,
+) -> Response {
+    let d = match details(console, ctx, ws, id).await {
+        Ok(d) => d,
+        Err(page) => return page,
+    };
+    let seen_sha = seen_etag.trim_matches('"').trim_end_matches(".archived");
+    let seen = d
+        .history
+        .iter()
+        .rev()
+        .find(|r| r.sha256_after.as_deref() == Some(seen_sha))
+        .and_then(|r| r.content.as_deref());
+    let seen_at = d
+        .history
+        .iter()
+        .position(|r| r.sha256_after.as_deref() == Some(seen_sha));
+    let since: Vec<&HistoryRow> = match seen_at {
+        Some(i) => d.history[i + 1..].iter().collect(),
+        None => d.history.iter().rev().take(3).collect(),
+    };
+    let base = format!("/console/w/{ws}/cards/{id}");
+    let body = html! {
+        section.error {
+            h1 { "This card changed while you were working on it" }
+            p.what {
+                "Nothing was saved: the card is no longer the version you opened. "
+                "Read what changed, then act again on the current version."
+            }
+            h2 { "Changes since your version" }
+            (history_table(&since))
+            @match seen {
+                Some(old) => (markdown::diff(old, &d.text)),
+                None => p.muted { "The version you opened is no longer in the history; the current text is below." },
+            }
+        }
+        @if let Some(yours) = yours {
+            h2 { "Your text" }
+            p { "Still here. Saving it now replaces the current version shown above." }
+            (editor(ctx, ws, &base, yours, &d.card.etag, d.card.summary.is_unverified()))
+        } @else {
+            p { a.button href=(base) { "Open the current version" } }
+        }
+    };
+    respond(
+        StatusCode::PRECONDITION_FAILED,
+        page(Some(ctx), Some(ws), "Changed meanwhile", body),
+    )
+}
+
+#[derive(Deserialize)]
+pub(super) struct ActForm {
+    etag: Option<String>,
+    back: Option<String>,
+    reason: Option<String>,
+    into: Option<String>,
+    by: Option<String>,
+}
+
+/// `POST /console/w/{ws}/cards/{id}/do/{action}`.
+pub(super) async fn act(
+    State(console): State<Arc<Console>>,
+    Path((ws, id, action)): Path<(String, String, String)>,
+    Posted(ctx, form): Posted<ActForm>,
+) -> Result<Response, Response> {
+    ctx.workspace(&console, &ws)?;
+    let id = parse_id(&ctx, &ws, &id)?;
+    let other = |field: &str, value: Option<&str>| -> Result<CardId, Response> {
+        let v = value.unwrap_or("").trim();
+        CardId::parse(v).map_err(|e| {
+            api_error(
+                &ctx,
+                Some(&ws),
+                ApiError::bad_request(format!("{field}: {v:?} is not a card id ({e})")),
+            )
+        })
+    };
+    let what = match action.as_str() {
+        "verify" => Action::Verify(None),
+        "reject" => Action::Reject(form.reason.clone().unwrap_or_default()),
+        "merge" => Action::Merge(other("merge into", form.into.as_deref())?),
+        "supersede" => Action::State(CardState::Supersede(other(
+            "superseded by",
+            form.by.as_deref(),
+        )?)),
+        "disable" => Action::State(CardState::Disable),
+        "enable" => Action::State(CardState::Enable),
+        "archive" => Action::State(CardState::Archive),
+        "unarchive" => Action::State(CardState::Unarchive),
+        _ => {
+            return Err(error_page(
+                Some(&ctx),
+                Some(&ws),
+                StatusCode::NOT_FOUND,
+                "There is no such card action.",
+                html! { "Use the buttons on the card's page." },
+            ));
+        }
+    };
+    let tag = form.etag.clone().filter(|t| !t.is_empty());
+    match api_act(&console.app, &ctx.caller, &ws, id, what, tag, &action).await {
+        Ok(_) => {
+            let back = form
+                .back
+                .as_deref()
+                .filter(|b| {
+                    b.starts_with(&format!("/console/w/{ws}"))
+                        && !b.contains("//")
+                        && !b.contains('\\')
+                })
+                .map_or_else(|| format!("/console/w/{ws}"), str::to_owned);
+            let sep = if back.contains('?') { '&' } else { '?' };
+            Ok(Redirect::to(&format!("{back}{sep}done={action}&card={id}")).into_response())
+        }
+        Err(e) if e.status() == StatusCode::PRECONDITION_FAILED => {
+            let seen = form.etag.unwrap_or_default();
+            Err(changed_meanwhile(&console, &ctx, &ws, id, &seen, None).await)
+        }
+        Err(e) => Err(api_error(&ctx, Some(&ws), e)),
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct PreviewForm {
+    text: String,
+}
+
+/// `POST /console/w/{ws}/preview`: the editor's live preview, as an HTML fragment.
+pub(super) async fn preview(
+    State(console): State<Arc<Console>>,
+    Path(ws): Path<String>,
+    Posted(ctx, form): Posted<PreviewForm>,
+) -> Result<Response, Response> {
+    ctx.workspace(&console, &ws)?;
+    let text = form.text.replace("\r\n", "\n");
+    let problem = mop_cards::parse_card(text.as_bytes()).err();
+    let fragment = html! {
+        @if let Some(p) = problem { p.notice role="alert" { "Not a valid card yet: " (p) } }
+        (PreEscaped(markdown::render(body_of(&text))))
+    };
+    Ok(Html(fragment.into_string()).into_response())
+}

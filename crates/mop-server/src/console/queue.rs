@@ -1,0 +1,186 @@
+//! The review queue, the console's landing page: unverified cards oldest first, a page at
+//! a time, each with its text, where it came from and the cards closest to it, and the
+//! actions a curator takes from the keyboard (j/k move, v verify, r reject, m merge,
+//! e edit; the script is `assets/console.js`).
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use maud::{Markup, PreEscaped, html};
+use mop_cards::CardId;
+use mop_proto::curation::{PageQuery, ReviewCounts, ReviewItem};
+use serde::Deserialize;
+
+use super::Console;
+use super::auth::Ctx;
+use super::layout::{ago, api_error, badges, csrf, page, pager, respond};
+use super::markdown;
+use crate::api::curation::review_page;
+
+/// Entries per page: enough to work through, few enough that a queue of long cards stays
+/// a page a browser shows at once.
+const PAGE: usize = 20;
+
+#[derive(Deserialize)]
+pub(super) struct QueueQuery {
+    #[serde(default)]
+    offset: usize,
+    /// What the last action did (a fixed word), shown once.
+    done: Option<String>,
+    /// The card it was done to.
+    card: Option<String>,
+}
+
+/// The one-line note after an action, from the fixed set of actions only.
+pub(super) fn flash(done: Option<&str>, card: Option<&str>, ws: &str) -> Option<Markup> {
+    let word = match done? {
+        "verify" => "verified",
+        "reject" => "rejected and archived",
+        "merge" => "merged",
+        "supersede" => "superseded",
+        "disable" => "disabled",
+        "enable" => "enabled",
+        "archive" => "archived",
+        "unarchive" => "unarchived",
+        "save" => "saved",
+        _ => return None,
+    };
+    let id = CardId::parse(card?).ok()?;
+    Some(html! {
+        p.flash role="status" {
+            "Card " a href={ "/console/w/" (ws) "/cards/" (id) } { (id) } " " (word) "."
+        }
+    })
+}
+
+fn counts(c: &ReviewCounts) -> Markup {
+    html! {
+        div.counts {
+            p.total { strong { (c.total()) } " waiting for review" }
+            @if c.total() > 0 {
+                ul.chips {
+                    @for (t, n) in &c.by_type { li { (t) ": " strong { (n) } } }
+                }
+                ul.chips.age {
+                    li { "under a day: " strong { (c.under_1d) } }
+                    li { "1–7 days: " strong { (c.under_7d) } }
+                    li { "7–30 days: " strong { (c.under_30d) } }
+                    li { "older: " strong { (c.older) } }
+                }
+            }
+        }
+    }
+}
+
+fn entry(ctx: &Ctx, ws: &str, item: &ReviewItem, back: &str) -> Markup {
+    let card = &item.card;
+    let s = &card.summary;
+    let base = format!("/console/w/{ws}/cards/{}", s.id);
+    let body = mop_cards::card_body(item.text.as_bytes()).unwrap_or(&item.text);
+    let p = card.provenance.as_ref();
+    html! {
+        article.entry data-id=(s.id) data-edit={ (base) "/edit" } tabindex="-1" {
+            h2 { a href=(base) { (s.title) } }
+            p.meta {
+                (badges(card))
+                @if let Some(at) = p.and_then(|p| p.stored_at.as_deref()) { " stored " (ago(at)) }
+                @if let Some(u) = p.and_then(|p| p.user_id.as_deref()) { " by " span.user { (u) } }
+                @if let Some(t) = p.and_then(|p| p.task_id.as_deref()) { " in task " code { (t) } }
+                @if let Some(a) = s.scope.asset_id.as_deref() { " · asset " code { (a) } }
+                @if card.reinforcements > 0 { " · stored again " (card.reinforcements) "×" }
+                " · delivered " (card.usage.delivered_30d) " / retrieved " (card.usage.retrieved_30d) " (30 d)"
+            }
+            @if let Some(d) = &s.description { p.description { (d) } }
+            @if !s.labels.is_empty() {
+                ul.labels { @for l in &s.labels { li { (l) } } }
+            }
+            div.body.markdown { (PreEscaped(markdown::render(body))) }
+            @if !item.nearest.is_empty() {
+                div.nearest {
+                    "Closest cards: "
+                    ul {
+                        @for n in &item.nearest {
+                            li {
+                                a href={ "/console/w/" (ws) "/cards/" (n.id) } { (n.title) }
+                                " " span.badge.type { (n.card_type.as_str()) }
+                                @if n.unverified { " " span.badge.unverified { "unverified" } }
+                            }
+                        }
+                    }
+                }
+            }
+            div.actions {
+                form.verify method="post" action={ (base) "/do/verify" } {
+                    (csrf(ctx))
+                    input type="hidden" name="etag" value=(card.etag);
+                    input type="hidden" name="back" value=(back);
+                    button type="submit" title="v" { "Verify" kbd { "v" } }
+                }
+                form.reject method="post" action={ (base) "/do/reject" } {
+                    (csrf(ctx))
+                    input type="hidden" name="etag" value=(card.etag);
+                    input type="hidden" name="back" value=(back);
+                    input.reason type="text" name="reason" required maxlength="500"
+                        placeholder="why reject (r)" aria-label="Reason to reject";
+                    button type="submit" { "Reject" kbd { "r" } }
+                }
+                @if !item.nearest.is_empty() {
+                    form.merge method="post" action={ (base) "/do/merge" } {
+                        (csrf(ctx))
+                        input type="hidden" name="etag" value=(card.etag);
+                        input type="hidden" name="back" value=(back);
+                        select name="into" aria-label="Merge into" {
+                            @for n in &item.nearest {
+                                option value=(n.id) { (n.title) }
+                            }
+                        }
+                        button type="submit" { "Merge" kbd { "m" } }
+                    }
+                }
+                a.button.edit href={ (base) "/edit" } { "Edit" kbd { "e" } }
+            }
+        }
+    }
+}
+
+/// `GET /console/w/{ws}`.
+pub(super) async fn show(
+    State(console): State<Arc<Console>>,
+    ctx: Ctx,
+    Path(ws): Path<String>,
+    Query(q): Query<QueueQuery>,
+) -> Result<Response, Response> {
+    ctx.workspace(&console, &ws)?;
+    let query = PageQuery {
+        offset: Some(q.offset),
+        limit: Some(PAGE),
+    };
+    let queue = review_page(&console.app, ws.clone(), &query)
+        .await
+        .map_err(|e| api_error(&ctx, Some(&ws), e))?;
+    let back = if q.offset > 0 {
+        format!("/console/w/{ws}?offset={}", q.offset)
+    } else {
+        format!("/console/w/{ws}")
+    };
+    let body = html! {
+        h1 { "Review queue" }
+        @if let Some(f) = flash(q.done.as_deref(), q.card.as_deref(), &ws) { (f) }
+        (counts(&queue.counts))
+        p.keys {
+            "Keys: " kbd { "j" } "/" kbd { "k" } " move · " kbd { "v" } " verify · "
+            kbd { "r" } " reject (type the reason, Enter) · " kbd { "m" } " merge (pick, Enter) · "
+            kbd { "e" } " edit"
+        }
+        div #queue {
+            @for item in &queue.items { (entry(&ctx, &ws, item, &back)) }
+        }
+        (pager(&format!("/console/w/{ws}"), queue.offset, queue.items.len(), queue.total, PAGE))
+    };
+    Ok(respond(
+        StatusCode::OK,
+        page(Some(&ctx), Some(&ws), "Review queue", body),
+    ))
+}

@@ -1,0 +1,898 @@
+//! The curators' web console in a real browser: Debian's Chromium driven through
+//! chromedriver (WebDriver) against the real `mop-server` on loopback.
+//!
+//! One walk through the console: log in, find an agent-written card in the queue and verify
+//! it from the keyboard, see the verify in its history under the curator's name, lose an
+//! edit race and get the 412 page with nothing lost, render a card full of XSS payloads
+//! with nothing injected running, have a form without its CSRF token refused (and the same
+//! form with it accepted), and have a revoked token's session end. Then the worst case: a
+//! 10k-card workspace and a 60 KiB card. Screenshots of every page at 1280×800 and 375×800
+//! land in `target/tmp/console-screenshots/`.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::actions::{InputSource, KeyAction, KeyActions};
+use fantoccini::{Client, ClientBuilder, Locator};
+use mop_cards::{CardId, CardType, card_path};
+use mop_tests::example_cards_dir;
+use mop_tests::procs::{Server, run};
+use serde_json::{Value, json};
+
+const WS: &str = "acme";
+const CURATOR: &str = "Carol Curator";
+
+/// Whether the browser tests can run here; under CI they must.
+fn browser_available() -> bool {
+    let found =
+        Path::new("/usr/bin/chromedriver").exists() && Path::new("/usr/bin/chromium").exists();
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "chromium and chromium-driver must be installed under CI (.ci/run installs them)"
+        );
+        eprintln!(
+            "skipping: chromium / chromedriver not installed (apt-get install chromium chromium-driver)"
+        );
+    }
+    found
+}
+
+/// A headless Chromium session.
+struct Browser {
+    rt: tokio::runtime::Runtime,
+    client: Client,
+    driver: Child,
+    _profile: tempfile::TempDir,
+    base: String,
+    shots: PathBuf,
+}
+
+/// chromedriver's browser log (not in the W3C protocol; chromedriver serves it).
+#[derive(Debug)]
+struct BrowserLog;
+
+impl fantoccini::wd::WebDriverCompatibleCommand for BrowserLog {
+    fn endpoint(
+        &self,
+        base_url: &url::Url,
+        session_id: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!(
+            "session/{}/se/log",
+            session_id.unwrap_or_default()
+        ))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        (http::Method::POST, Some(r#"{"type":"browser"}"#.into()))
+    }
+}
+
+impl Browser {
+    fn start(base: &str) -> Browser {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let driver = Command::new("/usr/bin/chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let profile = tempfile::tempdir().unwrap();
+        let caps = json!({
+            "browserName": "chrome",
+            "goog:loggingPrefs": {"browser": "ALL"},
+            "goog:chromeOptions": {
+                "binary": "/usr/bin/chromium",
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--disable-background-networking", "--disable-component-update",
+                    "--disable-sync", "--no-first-run", "--window-size=1280,800",
+                    format!("--user-data-dir={}", profile.path().display()),
+                ]
+            }
+        });
+        let caps = match caps {
+            Value::Object(m) => m,
+            _ => unreachable!(),
+        };
+        let url = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let client = loop {
+            let attempt = rt.block_on(
+                ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+                    .capabilities(caps.clone())
+                    .connect(&url),
+            );
+            match attempt {
+                Ok(c) => break c,
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => panic!("cannot start a Chromium session through chromedriver: {e}"),
+            }
+        };
+        let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+        std::fs::create_dir_all(&shots).unwrap();
+        Browser {
+            rt,
+            client,
+            driver,
+            _profile: profile,
+            base: base.to_owned(),
+            shots,
+        }
+    }
+
+    fn goto(&self, path: &str) {
+        self.rt
+            .block_on(self.client.goto(&format!("{}{path}", self.base)))
+            .unwrap();
+    }
+
+    fn js(&self, script: &str) -> Value {
+        self.rt
+            .block_on(self.client.execute(script, vec![]))
+            .unwrap_or_else(|e| panic!("script {script:?}: {e}"))
+    }
+
+    fn text(&self, css: &str) -> String {
+        self.js(&format!(
+            "var e = document.querySelector({}); return e ? e.textContent : null;",
+            json!(css)
+        ))
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+    }
+
+    fn page_text(&self) -> String {
+        self.js("return document.body.innerText;")
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Waits until `css` matches an element (after a navigation).
+    fn wait_for(&self, css: &str) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if self.js(&format!("return !!document.querySelector({});", json!(css))) == json!(true)
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("{css} did not appear; the page says:\n{}", self.page_text());
+    }
+
+    fn fill(&self, css: &str, value: &str) {
+        let el = self
+            .rt
+            .block_on(self.client.find(Locator::Css(css)))
+            .unwrap_or_else(|e| panic!("{css}: {e}"));
+        self.rt.block_on(el.clear()).unwrap();
+        self.rt.block_on(el.send_keys(value)).unwrap();
+    }
+
+    fn click(&self, css: &str) {
+        let el = self
+            .rt
+            .block_on(self.client.find(Locator::Css(css)))
+            .unwrap_or_else(|e| panic!("{css}: {e}"));
+        self.rt.block_on(el.click()).unwrap();
+    }
+
+    /// Presses a key with no element focused in particular (a person at the keyboard).
+    fn key(&self, ch: char) {
+        let actions = KeyActions::new("keyboard".into())
+            .then(KeyAction::Down { value: ch })
+            .then(KeyAction::Up { value: ch });
+        self.rt
+            .block_on(self.client.perform_actions(actions))
+            .unwrap();
+    }
+
+    fn alert_open(&self) -> bool {
+        self.rt.block_on(self.client.get_alert_text()).is_ok()
+    }
+
+    /// Severe entries of the browser console since the last call.
+    fn console_errors(&self) -> Vec<String> {
+        let log = self
+            .rt
+            .block_on(self.client.issue_cmd(BrowserLog))
+            .expect("chromedriver serves the browser log");
+        log.as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e["level"] == "SEVERE")
+            .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    fn set_width(&self, width: u32) {
+        self.rt
+            .block_on(self.client.set_window_size(width, 800))
+            .unwrap();
+    }
+
+    /// Screenshots the page at 1280×800 and at 375×800, and checks that at 375 px nothing
+    /// makes the page scroll sideways.
+    fn shot(&self, name: &str) {
+        for width in [1280, 375] {
+            self.set_width(width);
+            std::thread::sleep(Duration::from_millis(150));
+            let png = self.rt.block_on(self.client.screenshot()).unwrap();
+            std::fs::write(self.shots.join(format!("{name}-{width}.png")), png).unwrap();
+            if width == 375 {
+                let (scroll, inner) = (
+                    self.js("return document.documentElement.scrollWidth;"),
+                    self.js("return window.innerWidth;"),
+                );
+                assert!(
+                    scroll.as_u64().unwrap() <= inner.as_u64().unwrap(),
+                    "{name}: the page is {scroll} px wide in a {inner} px window"
+                );
+            }
+        }
+        self.set_width(1280);
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let client = self.client.clone();
+        let _ = self.rt.block_on(client.close());
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+/// Sends an admin API request with a token.
+fn api(
+    server: &Server,
+    token: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<String>,
+    if_match: Option<&str>,
+) -> (u16, String, Option<String>) {
+    let mut req = mop_tests::http()
+        .request(method, format!("{}/v1/workspaces/{WS}{path}", server.url))
+        .bearer_auth(token);
+    if let Some(b) = body {
+        req = req.body(b);
+    }
+    if let Some(tag) = if_match {
+        req = req.header("if-match", tag);
+    }
+    let r = req.send().unwrap();
+    let status = r.status().as_u16();
+    let etag = r
+        .headers()
+        .get("etag")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (status, r.text().unwrap(), etag)
+}
+
+/// Stores a card as an agent would (through the host's node token).
+fn agent_store(server: &Server, node: &str, task: &str, card: Value) -> (u16, Value) {
+    let r = mop_tests::http()
+        .post(format!("{}/v1/workspaces/{WS}/memories", server.url))
+        .bearer_auth(node)
+        .json(&json!({
+            "provenance": {"task_id": task, "user_id": "alice", "asset_id": "pg-orders-01"},
+            "card": card,
+        }))
+        .send()
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().unwrap_or(Value::Null))
+}
+
+fn details(server: &Server, admin: &str, id: &str) -> Value {
+    let (code, body, _) = api(
+        server,
+        admin,
+        reqwest::Method::GET,
+        &format!("/cards/{id}/details"),
+        None,
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+const LONG_WORD_LEN: usize = 3000;
+
+fn hostile_body() -> String {
+    format!(
+        "<script>window.__xss='body-script'</script>\n\n\
+         <img src=x onerror=\"window.__xss='body-img'\">\n\n\
+         [click me](javascript:window.__xss='md-link') and [entity](&#106;avascript:window.__xss='entity')\n\n\
+         <javascript:window.__xss='autolink'> and [ref link][r]\n\n\
+         [r]: javascript:window.__xss='ref'\n\n\
+         ![remote image](https://evil.example/track.png)\n\n\
+         <a href=\"https://example.org\" onclick=\"window.__xss='onclick'\">raw anchor</a>\n\n\
+         <iframe src=\"https://evil.example\"></iframe><svg onload=\"window.__xss='svg'\"></svg>\n\n\
+         &lt;script&gt;window.__xss='entities'&lt;/script&gt; &#60;img src=x onerror=alert(1)&#62;\n\n\
+         [a safe link](https://example.org/docs) and **bold control**\n\n{}\n",
+        "W".repeat(LONG_WORD_LEN)
+    )
+}
+
+/// Checks the page in the browser now: nothing injected ran or exists, and the harmless
+/// Markdown beside it did render (the control).
+fn assert_inert(b: &Browser, page: &str) {
+    assert_eq!(
+        b.js("return typeof window.__xss;"),
+        json!("undefined"),
+        "{page}: injected code ran"
+    );
+    assert!(!b.alert_open(), "{page}: an alert is open");
+    let scripts = b.js("return Array.from(document.scripts).map(s => s.src);");
+    let scripts = scripts.as_array().unwrap();
+    assert_eq!(scripts.len(), 1, "{page}: scripts {scripts:?}");
+    assert!(
+        scripts[0].as_str().unwrap().ends_with("/console.js"),
+        "{scripts:?}"
+    );
+    for css in [
+        "[onerror]",
+        "[onload]",
+        "[onclick]",
+        "img",
+        "svg",
+        "iframe",
+        "script:not([src])",
+    ] {
+        assert_eq!(
+            b.js(&format!(
+                "return document.querySelectorAll({}).length;",
+                json!(css)
+            )),
+            json!(0),
+            "{page}: {css} in the DOM"
+        );
+    }
+    let links = b.js(
+        "return Array.from(document.querySelectorAll('.markdown a')).map(a => [a.getAttribute('href'), a.rel]);",
+    );
+    for pair in links.as_array().unwrap() {
+        let (href, rel) = (
+            pair[0].as_str().unwrap_or(""),
+            pair[1].as_str().unwrap_or(""),
+        );
+        if href.is_empty() {
+            continue; // a link whose URL was refused keeps its text only
+        }
+        assert!(
+            href.starts_with("https://") || href.starts_with("http://"),
+            "{page}: link to {href:?}"
+        );
+        assert_eq!(rel, "noopener noreferrer", "{page}: link to {href}");
+    }
+    // The control: the same body's harmless Markdown rendered.
+    assert_eq!(
+        b.js("return document.querySelectorAll('.markdown a[href=\"https://example.org/docs\"]').length > 0 && !!document.querySelector('.markdown strong');"),
+        json!(true),
+        "{page}: the harmless Markdown did not render"
+    );
+    let errors = b.console_errors();
+    assert!(errors.is_empty(), "{page}: console errors {errors:?}");
+}
+
+#[test]
+fn a_curator_reviews_in_a_real_browser_and_hostile_cards_stay_inert() {
+    if !browser_available() {
+        return;
+    }
+    let server = Server::start();
+    assert!(server.import(&example_cards_dir(), WS).status.success());
+    let admin = server.token_named("admin", &[WS], Some(CURATOR));
+    let other = server.token_named("admin", &[WS], Some("Olga Other"));
+    let node = server.token("node", &[WS]);
+
+    // What agents wrote: a plain card, and one full of XSS payloads.
+    let (code, stored) = agent_store(
+        &server,
+        &node,
+        "task-agent-1",
+        json!({"type": "pitfall", "title": "pgbouncer drops prepared statements in transaction mode",
+               "labels": ["orders"], "body": "Disable server-side prepared statements when going through PgBouncer on 6432.\n"}),
+    );
+    assert_eq!(code, 201, "{stored}");
+    let agent_card = stored["id"].as_str().unwrap().to_owned();
+    let (code, refused) = agent_store(
+        &server,
+        &node,
+        "task-agent-2",
+        json!({"type": "fact", "title": "label probe", "labels": ["<script>"], "body": "x\n"}),
+    );
+    assert!(
+        (400..500).contains(&code),
+        "a hostile label is refused at the door: {code} {refused}"
+    );
+    let (code, stored) = agent_store(
+        &server,
+        &node,
+        "task-agent-3",
+        json!({"type": "fact",
+               "title": "<script>window.__xss='title'</script><img src=x onerror=\"window.__xss='title-img'\">",
+               "description": "\"><svg onload=\"window.__xss='desc'\"><a href=\"javascript:window.__xss='desc-link'\">x</a>",
+               "labels": ["xss-probe"],
+               "body": hostile_body()}),
+    );
+    assert_eq!(code, 201, "{stored}");
+    let hostile = stored["id"].as_str().unwrap().to_owned();
+
+    let b = Browser::start(&server.url);
+
+    // 1. Log in. Without a session, a page asks for the token.
+    b.goto(&format!("/console/w/{WS}"));
+    b.wait_for("input#token");
+    b.shot("login");
+    b.fill("input#token", &admin);
+    b.click("section.login button[type=submit]");
+    b.wait_for("#queue");
+    b.console_errors(); // the login page's 401 is expected
+    b.goto(&format!("/console/w/{WS}"));
+    b.wait_for("#queue");
+    assert!(
+        b.page_text().contains(CURATOR),
+        "the page names the curator"
+    );
+    assert_inert(&b, "review queue");
+    b.shot("queue");
+
+    // 2 and 3. Find the agent's card in the queue and verify it from the keyboard.
+    let position = b.js(&format!(
+        "return Array.from(document.querySelectorAll('article.entry')).findIndex(e => e.dataset.id === {});",
+        json!(agent_card)
+    ));
+    let position = position.as_i64().unwrap();
+    assert!(position >= 0, "the agent's card is in the queue");
+    for _ in 0..=position {
+        b.key('j');
+    }
+    assert_eq!(
+        b.js("var s = document.querySelector('article.entry.selected'); return s && s.dataset.id;"),
+        json!(agent_card),
+        "j moved the selection to the agent's card"
+    );
+    b.key('v');
+    b.wait_for("p.flash");
+    assert!(
+        b.text("p.flash").contains("verified"),
+        "{}",
+        b.text("p.flash")
+    );
+    let card = details(&server, &admin, &agent_card);
+    assert_eq!(
+        card["card"]["summary"].get("trust"),
+        None,
+        "verified: {card}"
+    );
+
+    // 4. The card's history shows the verify under the curator's name.
+    b.goto(&format!("/console/w/{WS}/cards/{agent_card}/history"));
+    b.wait_for("ol.history");
+    let first = b.text("ol.history li");
+    assert!(
+        first.contains("verify") && first.contains(CURATOR),
+        "newest history entry: {first}"
+    );
+    b.shot("history");
+    b.goto(&format!("/console/w/{WS}/cards/{agent_card}"));
+    b.wait_for("article.card");
+    b.shot("card");
+
+    // 5. An edit race: the page is loaded, another session changes the card, the save is
+    // refused with the 412 page, which shows the other change and keeps our text.
+    let target = details(&server, &admin, &agent_card);
+    b.goto(&format!("/console/w/{WS}/cards/{agent_card}/edit"));
+    b.wait_for("form.editor textarea");
+    let ours = b.js("return document.querySelector('form.editor textarea').value;");
+    let ours = format!(
+        "{}\nOUR EDIT: also set max_prepared_statements = 0.\n",
+        ours.as_str().unwrap().trim_end()
+    );
+    b.js(&format!(
+        "document.querySelector('form.editor textarea').value = {};",
+        json!(ours)
+    ));
+    b.wait_for("#preview");
+    let theirs = format!(
+        "{}\nTHEIR EDIT: PgBouncer 1.21 supports prepared statements.\n",
+        target["text"].as_str().unwrap().trim_end()
+    );
+    let (code, body, _) = api(
+        &server,
+        &other,
+        reqwest::Method::PUT,
+        &format!("/cards/{agent_card}"),
+        Some(theirs),
+        Some(target["card"]["etag"].as_str().unwrap()),
+    );
+    assert_eq!(code, 200, "the other session's edit: {body}");
+    b.shot("edit");
+    b.click("form.editor button[value=save]");
+    b.wait_for("section.error");
+    let page = b.page_text();
+    assert!(page.contains("changed while you were working"), "{page}");
+    assert!(
+        page.contains("Olga Other"),
+        "the page says who changed it: {page}"
+    );
+    assert!(
+        page.contains("THEIR EDIT"),
+        "the page shows their change: {page}"
+    );
+    let kept = b.js("return document.querySelector('form.editor textarea').value;");
+    assert!(
+        kept.as_str().unwrap().contains("OUR EDIT"),
+        "our text is kept: {kept}"
+    );
+    let now = details(&server, &admin, &agent_card);
+    assert!(
+        now["text"].as_str().unwrap().contains("THEIR EDIT")
+            && !now["text"].as_str().unwrap().contains("OUR EDIT"),
+        "the refused save changed nothing"
+    );
+    b.shot("edit-conflict");
+    // The control: saving again from the 412 page (now at the current version) works.
+    b.click("form.editor button[value=save]");
+    b.wait_for("p.flash");
+    let now = details(&server, &admin, &agent_card);
+    assert!(
+        now["text"].as_str().unwrap().contains("OUR EDIT"),
+        "the deliberate save landed"
+    );
+
+    // 6. The hostile card, on its own page and in the editor's preview.
+    b.console_errors(); // the 412 page's status is expected
+    b.goto(&format!("/console/w/{WS}/cards/{hostile}"));
+    b.wait_for("article.card");
+    assert!(
+        b.text("h1").contains("<script>"),
+        "the title shows as text: {}",
+        b.text("h1")
+    );
+    assert_inert(&b, "hostile card");
+    b.shot("card-hostile");
+    b.goto(&format!("/console/w/{WS}/cards/{hostile}/edit"));
+    b.wait_for("#preview");
+    b.js("var t = document.querySelector('form.editor textarea'); t.value += '\\n[late](javascript:window.__xss=1) <img src=x onerror=window.__xss=2>'; t.dispatchEvent(new Event('input'));");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !b.text("#preview").contains("late") {
+        assert!(Instant::now() < deadline, "the live preview did not update");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_inert(&b, "editor preview");
+    b.goto(&format!("/console/w/{WS}/search?q=prepared+statements"));
+    b.wait_for("table.cards");
+    assert!(b.page_text().contains("pgbouncer"), "search finds the card");
+    b.shot("search");
+    b.goto(&format!("/console/w/{WS}/stale"));
+    b.wait_for("h1");
+    b.shot("stale");
+
+    // 7. A form without its CSRF token is refused; the same form with it is accepted.
+    b.goto(&format!("/console/w/{WS}/cards/{hostile}"));
+    b.wait_for("article.card");
+    b.js("var f = document.querySelector('form.action[action$=\"/do/disable\"]'); f.querySelector('input[name=_csrf]').remove(); f.requestSubmit();");
+    b.wait_for("section.error");
+    assert!(
+        b.page_text().contains("security token"),
+        "{}",
+        b.page_text()
+    );
+    let card = details(&server, &admin, &hostile);
+    assert_eq!(
+        card["card"]["summary"].get("enabled"),
+        None,
+        "still enabled: {card}"
+    );
+    b.goto(&format!("/console/w/{WS}/cards/{hostile}"));
+    b.wait_for("article.card");
+    b.click("form.action[action$=\"/do/disable\"] button");
+    b.wait_for("p.flash");
+    let card = details(&server, &admin, &hostile);
+    assert_eq!(
+        card["card"]["summary"]["enabled"],
+        json!(false),
+        "disabled: {card}"
+    );
+
+    // Tokens: the page lists this session's token; creating one shows it once.
+    b.goto("/console/tokens");
+    b.wait_for("table.tokens");
+    assert!(b.page_text().contains(CURATOR));
+    b.fill("form.create input[name=name]", "Nina New");
+    b.click("form.create button[type=submit]");
+    b.wait_for("input.secret");
+    let created = b.js("return document.querySelector('input.secret').value;");
+    assert!(created.as_str().unwrap().starts_with("mop_"), "{created}");
+    b.shot("tokens");
+
+    // 8. Revoking the token (from another process, the CLI) ends its session; the control
+    // is the same page loading a moment before.
+    b.goto(&format!("/console/w/{WS}"));
+    b.wait_for("#queue");
+    let id = admin.split('_').nth(1).unwrap();
+    let out = run(server.cli(&["token", "revoke", id]).stdin(Stdio::null()));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        b.goto(&format!("/console/w/{WS}"));
+        if b.js("return !!document.querySelector('input#token');") == json!(true) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the revoked token's session still works"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(b.page_text().contains("revoked"), "{}", b.page_text());
+    b.shot("revoked");
+}
+
+/// The same refusals without a browser: a form post with the session cookie but no CSRF
+/// token, or from another site, changes nothing; the API's answers carry the headers.
+#[test]
+fn console_posts_need_the_csrf_token_and_pages_carry_a_strict_policy() {
+    let server = Server::start();
+    assert!(server.import(&example_cards_dir(), WS).status.success());
+    let admin = server.token_named("admin", &[WS], Some(CURATOR));
+    let node = server.token("node", &[WS]);
+    let http = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let url = |p: &str| format!("{}{p}", server.url);
+    let r = http
+        .post(url("/console/login"))
+        .form(&[("token", node.as_str())])
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401, "a node token opens no session");
+    let r = http
+        .post(url("/console/login"))
+        .form(&[("token", admin.as_str())])
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 303);
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+    for flag in ["HttpOnly", "SameSite=Strict", "Path=/console"] {
+        assert!(cookie.contains(flag), "{cookie}");
+    }
+    let session = cookie.split(';').next().unwrap().to_owned();
+    let page = http
+        .get(url(&format!("/console/w/{WS}")))
+        .header("cookie", &session)
+        .send()
+        .unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    let h = page.headers();
+    assert!(
+        h["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("script-src 'self'")
+    );
+    assert_eq!(h["x-frame-options"], "DENY");
+    assert_eq!(h["cache-control"], "no-store");
+    let html = page.text().unwrap();
+    let csrf = html
+        .split("name=\"_csrf\" value=\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .unwrap()
+        .to_owned();
+    let id = html
+        .split("data-id=\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .map(str::to_owned);
+    // Any card will do: take one from the search listing if the queue is empty.
+    let id = id.unwrap_or_else(|| {
+        let list = http
+            .get(url(&format!("/console/w/{WS}/search")))
+            .header("cookie", &session)
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        list.split(&format!("/console/w/{WS}/cards/"))
+            .nth(1)
+            .unwrap()[..36]
+            .to_owned()
+    });
+    let disable = url(&format!("/console/w/{WS}/cards/{id}/do/disable"));
+    let enabled = || {
+        let d = details(&server, &admin, &id);
+        d["card"]["summary"].get("enabled").is_none()
+    };
+    for (what, form, site) in [
+        ("no token", vec![], None),
+        ("a wrong token", vec![("_csrf", "0".repeat(64))], None),
+        (
+            "another site",
+            vec![("_csrf", csrf.clone())],
+            Some("cross-site"),
+        ),
+    ] {
+        let mut req = http.post(&disable).header("cookie", &session).form(&form);
+        if let Some(s) = site {
+            req = req.header("sec-fetch-site", s);
+        }
+        let r = req.send().unwrap();
+        assert_eq!(r.status().as_u16(), 403, "{what}");
+        assert!(enabled(), "{what}: nothing changed");
+    }
+    let r = http
+        .post(&disable)
+        .header("cookie", &session)
+        .header("sec-fetch-site", "same-origin")
+        .form(&[("_csrf", csrf.as_str())])
+        .send()
+        .unwrap();
+    assert_eq!(
+        r.status().as_u16(),
+        303,
+        "the same post with its token works"
+    );
+    assert!(!enabled());
+    // Logout ends the session on the server: the old cookie opens nothing.
+    let r = http
+        .post(url("/console/logout"))
+        .header("cookie", &session)
+        .form(&[("_csrf", csrf.as_str())])
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 303);
+    let r = http
+        .get(url(&format!("/console/w/{WS}")))
+        .header("cookie", &session)
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+}
+
+/// The worst case: 10,000 unverified cards and one with a 60 KiB body. The queue shows one
+/// page of them, every page loads and none scrolls sideways at 375 px.
+#[test]
+fn the_console_stays_usable_with_10k_cards_and_a_60k_card() {
+    if !browser_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..10_000u32 {
+        let id = format!("{:08x}-0000-4000-8000-{:012x}", i, i);
+        let path = dir
+            .path()
+            .join(card_path(CardType::Fact, &CardId::parse(&id).unwrap()));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(
+            path,
+            format!(
+                "---\nid: {id}\ntype: fact\ntitle: \"Generated fact {i} about host-{h}\"\nlabels: [gen]\n\
+                 trust: unverified\ncreated_at: 2026-01-0{d}T00:00:00Z\nprovenance:\n  task_id: gen-{i}\n  user_id: alice\n---\n\
+                 Host host-{h} runs service {i} on port {p}.\n",
+                h = i % 97,
+                d = 1 + i % 9,
+                p = 1000 + i % 5000
+            ),
+        )
+        .unwrap();
+    }
+    let big_id = "ffffffff-0000-4000-8000-000000000060";
+    let mut body = String::new();
+    let mut n = 0;
+    while body.len() < 60 * 1024 {
+        body.push_str(&format!("- line {n}: the replica lag alarm fires when `pg_stat_replication` shows more than 30 s\n"));
+        n += 1;
+    }
+    let path = dir.path().join(card_path(
+        CardType::Playbook,
+        &CardId::parse(big_id).unwrap(),
+    ));
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(
+        path,
+        format!("---\nid: {big_id}\ntype: playbook\ntitle: A very long runbook\n---\n{body}"),
+    )
+    .unwrap();
+    let server = Server::start();
+    let out = server.import(dir.path(), WS);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let admin = server.token_named("admin", &[WS], Some(CURATOR));
+
+    let b = Browser::start(&server.url);
+    b.goto("/console/login");
+    b.wait_for("input#token");
+    b.fill("input#token", &admin);
+    b.click("section.login button[type=submit]");
+    b.wait_for("#queue");
+    let timed = |path: &str, css: &str| {
+        let start = Instant::now();
+        b.goto(path);
+        b.wait_for(css);
+        let ms = start.elapsed().as_millis();
+        let bytes = b.js("return document.documentElement.outerHTML.length;");
+        eprintln!("{path}: {ms} ms, {bytes} bytes of HTML");
+    };
+    timed(&format!("/console/w/{WS}"), "#queue");
+    assert_eq!(
+        b.js("return document.querySelectorAll('article.entry').length;"),
+        json!(20),
+        "one page of the queue"
+    );
+    assert!(
+        b.text("nav.pager").contains("of 10000"),
+        "{}",
+        b.text("nav.pager")
+    );
+    assert!(b.text(".counts").contains("10000"), "{}", b.text(".counts"));
+    b.shot("queue-10k");
+    b.click("nav.pager a[rel=next]");
+    b.wait_for("nav.pager a[rel=prev]");
+    assert!(
+        b.text("nav.pager").contains("21–40"),
+        "{}",
+        b.text("nav.pager")
+    );
+    timed(
+        &format!("/console/w/{WS}/search?q=host-5+port"),
+        "table.cards",
+    );
+    timed(&format!("/console/w/{WS}/search?type=fact"), "table.cards");
+    assert!(
+        b.text("nav.pager").contains("of 10000"),
+        "{}",
+        b.text("nav.pager")
+    );
+    timed(&format!("/console/w/{WS}/stale?days=1"), "h1");
+    timed(&format!("/console/w/{WS}/cards/{big_id}"), "article.card");
+    assert!(
+        b.page_text().contains(&format!("line {}", n - 1)),
+        "the whole body renders"
+    );
+    b.shot("card-60k");
+    timed(&format!("/console/w/{WS}/cards/{big_id}/edit"), "#preview");
+    b.shot("edit-60k");
+    // A save of the whole 60 KiB text from the browser form works and keeps every line.
+    b.js("var t = document.querySelector('form.editor textarea'); t.value = t.value.replace('line 0:', 'line zero:');");
+    b.click("form.editor button[value=save]");
+    b.wait_for("p.flash");
+    let d = details(&server, &admin, big_id);
+    let text = d["text"].as_str().unwrap();
+    assert!(text.contains("line zero:") && text.contains(&format!("line {}:", n - 1)));
+    timed(
+        &format!("/console/w/{WS}/cards/{big_id}/history"),
+        "ol.history",
+    );
+    b.shot("history-60k");
+}

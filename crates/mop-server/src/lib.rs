@@ -6,6 +6,8 @@
 //! - [`api`]: the HTTP/1.1 JSON API of DESIGN.md "Protocol": manifests with weak ETags and
 //!   deltas, objects, stores from tasks, task receipts, admin endpoints, and the curation
 //!   API (listings, review queue and actions, search, staleness).
+//! - [`console`]: the curators' web console under `/console` (server-rendered pages over
+//!   the same store calls as the curation API; sessions, CSRF, a strict CSP).
 //! - [`search`]: the server's own BM25 index of each workspace, for curators.
 //! - [`server`]: serving with graceful shutdown and background work.
 //! - [`transfer`]: OKF card directories in and out (`import`, `export`).

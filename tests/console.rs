@@ -777,6 +777,70 @@ fn console_posts_need_the_csrf_token_and_pages_carry_a_strict_policy() {
     assert_eq!(r.status().as_u16(), 401);
 }
 
+/// An idle session ends, and the page says so and what to do; a form sent after that is
+/// refused with the same words and a note that it was not saved. The control: the same
+/// session works while it is used.
+#[test]
+fn an_idle_session_expires_with_a_page_that_says_so() {
+    let server = Server::start_with("[console]\nidle_secs = 2\n");
+    assert!(server.import(&example_cards_dir(), WS).status.success());
+    let admin = server.token_named("admin", &[WS], Some(CURATOR));
+    let http = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let url = |p: &str| format!("{}{p}", server.url);
+    let r = http
+        .post(url("/console/login"))
+        .form(&[("token", admin.as_str())])
+        .send()
+        .unwrap();
+    let session = r.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(700));
+        let r = http
+            .get(url(&format!("/console/w/{WS}/stale")))
+            .header("cookie", &session)
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200, "a session in use stays open");
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    let r = http
+        .get(url(&format!("/console/w/{WS}/stale")))
+        .header("cookie", &session)
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let page = r.text().unwrap();
+    assert!(
+        page.contains("session expired after 2 seconds") && page.contains("Paste your token again"),
+        "{page}"
+    );
+    assert!(
+        page.contains("value=\"/console/w/acme/stale\""),
+        "the login leads back to the page: {page}"
+    );
+    let r = http
+        .post(url("/console/logout"))
+        .header("cookie", &session)
+        .form(&[("_csrf", "x")])
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let page = r.text().unwrap();
+    assert!(
+        page.contains("Log in again") || page.contains("not saved"),
+        "{page}"
+    );
+}
+
 /// The worst case: 10,000 unverified cards and one with a 60 KiB body. The queue shows one
 /// page of them, every page loads and none scrolls sideways at 375 px.
 #[test]
@@ -785,7 +849,28 @@ fn the_console_stays_usable_with_10k_cards_and_a_60k_card() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
+    let long_body = |n: u32| {
+        let mut body = String::new();
+        let mut line = 0;
+        while body.len() < 60 * 1024 {
+            body.push_str(&format!(
+                "- card {n} line {line}: check `pg_stat_replication` before the switchover\n"
+            ));
+            line += 1;
+        }
+        body
+    };
     for i in 0..10_000u32 {
+        // The queue's first page (the oldest cards) is twenty 60 KiB cards.
+        let body = if i % 9 == 0 && i < 180 {
+            long_body(i)
+        } else {
+            format!(
+                "Host host-{} runs service {i} on port {}.\n",
+                i % 97,
+                1000 + i % 5000
+            )
+        };
         let id = format!("{:08x}-0000-4000-8000-{:012x}", i, i);
         let path = dir
             .path()
@@ -795,11 +880,9 @@ fn the_console_stays_usable_with_10k_cards_and_a_60k_card() {
             path,
             format!(
                 "---\nid: {id}\ntype: fact\ntitle: \"Generated fact {i} about host-{h}\"\nlabels: [gen]\n\
-                 trust: unverified\ncreated_at: 2026-01-0{d}T00:00:00Z\nprovenance:\n  task_id: gen-{i}\n  user_id: alice\n---\n\
-                 Host host-{h} runs service {i} on port {p}.\n",
+                 trust: unverified\ncreated_at: 2026-01-0{d}T00:00:00Z\nprovenance:\n  task_id: gen-{i}\n  user_id: alice\n---\n{body}",
                 h = i % 97,
                 d = 1 + i % 9,
-                p = 1000 + i % 5000
             ),
         )
         .unwrap();
@@ -856,6 +939,28 @@ fn the_console_stays_usable_with_10k_cards_and_a_60k_card() {
         b.text("nav.pager")
     );
     assert!(b.text(".counts").contains("10000"), "{}", b.text(".counts"));
+    // A long card's entry shows its start and sends v to the card, where all of it is.
+    let first = b.text("article.entry");
+    assert!(
+        first.contains("card 0 line 0:") && !first.contains("card 0 line 700:"),
+        "{first}"
+    );
+    assert!(first.contains("Open the card to read it all"), "{first}");
+    b.key('j');
+    b.key('v');
+    b.wait_for("article.card");
+    assert!(
+        b.page_text().contains("card 0 line 700:"),
+        "the card page shows it whole"
+    );
+    let d = details(&server, &admin, "00000000-0000-4000-8000-000000000000");
+    assert_eq!(
+        d["card"]["summary"]["trust"],
+        json!("unverified"),
+        "v did not verify unread text"
+    );
+    b.goto(&format!("/console/w/{WS}"));
+    b.wait_for("#queue");
     b.shot("queue-10k");
     b.click("nav.pager a[rel=next]");
     b.wait_for("nav.pager a[rel=prev]");

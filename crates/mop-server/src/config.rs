@@ -32,8 +32,8 @@ pub struct ServerConfig {
 pub struct ConsoleConfig {
     /// Serve the console (it answers only to admin tokens).
     pub enabled: bool,
-    /// A session ends after this many minutes without a request.
-    pub idle_minutes: u64,
+    /// A session ends after this many seconds without a request.
+    pub idle_secs: u64,
     /// Mark the session cookie `Secure`. Turn on when curators reach the server through a
     /// TLS-terminating proxy; the cookie is also marked when the proxy sends
     /// `X-Forwarded-Proto: https`.
@@ -44,7 +44,7 @@ impl Default for ConsoleConfig {
     fn default() -> Self {
         ConsoleConfig {
             enabled: true,
-            idle_minutes: 30,
+            idle_secs: 30 * 60,
             secure_cookie: false,
         }
     }
@@ -206,8 +206,8 @@ impl ServerConfig {
                     .into(),
             );
         }
-        if self.console.idle_minutes == 0 {
-            return Err("console.idle_minutes must be at least 1".into());
+        if self.console.idle_secs == 0 {
+            return Err("console.idle_secs must be at least 1".into());
         }
         Ok(())
     }

@@ -50,6 +50,15 @@ impl Ctx {
     }
 }
 
+/// "30 minutes", "45 seconds".
+fn idle_words(secs: u64) -> String {
+    match secs {
+        s if s % 3600 == 0 => format!("{} hour{}", s / 3600, if s == 3600 { "" } else { "s" }),
+        s if s % 60 == 0 => format!("{} minute{}", s / 60, if s == 60 { "" } else { "s" }),
+        s => format!("{s} second{}", if s == 1 { "" } else { "s" }),
+    }
+}
+
 /// Where a login may send the curator back to: a console page, nothing else.
 fn safe_next(next: Option<&str>) -> &str {
     match next {
@@ -136,8 +145,8 @@ impl FromRequestParts<Arc<Console>> for Ctx {
                 return Err(login_again(
                     parts,
                     &format!(
-                        "Your session expired after {} minutes without activity. Paste your token again to continue.",
-                        console.app.config.console.idle_minutes
+                        "Your session expired after {} without activity. Paste your token again to continue.",
+                        idle_words(console.app.config.console.idle_secs)
                     ),
                 ));
             }

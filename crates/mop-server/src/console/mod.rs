@@ -55,7 +55,7 @@ pub fn router(app: Arc<AppState>) -> Router {
     if !app.config.console.enabled {
         return Router::new();
     }
-    let idle = std::time::Duration::from_secs(app.config.console.idle_minutes.max(1) * 60);
+    let idle = std::time::Duration::from_secs(app.config.console.idle_secs.max(1));
     let state = Arc::new(Console {
         app,
         sessions: Sessions::new(idle),

@@ -23,6 +23,23 @@ use crate::api::curation::review_page;
 /// a page a browser shows at once.
 const PAGE: usize = 20;
 
+/// The most of a card's body an entry shows. A longer card is verified from its own page,
+/// where all of it is shown: a verify makes the whole text workspace memory.
+const EXCERPT: usize = 4096;
+
+/// The body up to [`EXCERPT`] bytes, cut at a line end; `None` when it is shown whole.
+fn excerpt(body: &str) -> Option<&str> {
+    if body.len() <= EXCERPT {
+        return None;
+    }
+    let mut end = EXCERPT;
+    while !body.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = body[..end].rfind('\n').map_or(end, |i| i + 1);
+    Some(&body[..cut])
+}
+
 #[derive(Deserialize)]
 pub(super) struct QueueQuery {
     #[serde(default)]
@@ -80,8 +97,10 @@ fn entry(ctx: &Ctx, ws: &str, item: &ReviewItem, back: &str) -> Markup {
     let base = format!("/console/w/{ws}/cards/{}", s.id);
     let body = mop_cards::card_body(item.text.as_bytes()).unwrap_or(&item.text);
     let p = card.provenance.as_ref();
+    let part = excerpt(body);
     html! {
-        article.entry data-id=(s.id) data-edit={ (base) "/edit" } tabindex="-1" {
+        article.entry data-id=(s.id) data-edit={ (base) "/edit" } data-open=(base)
+            data-whole=(if part.is_none() { "yes" } else { "no" }) tabindex="-1" {
             h2 { a href=(base) { (s.title) } }
             p.meta {
                 (badges(card))
@@ -96,7 +115,15 @@ fn entry(ctx: &Ctx, ws: &str, item: &ReviewItem, back: &str) -> Markup {
             @if !s.labels.is_empty() {
                 ul.labels { @for l in &s.labels { li { (l) } } }
             }
-            div.body.markdown { (PreEscaped(markdown::render(body))) }
+            @if let Some(part) = part {
+                div.body.markdown { (PreEscaped(markdown::render(part))) }
+                p.notice {
+                    "Shown: the first " (part.len()) " of " (body.len()) " bytes. "
+                    a href=(base) { "Open the card to read it all and verify it" } " (" kbd { "v" } " opens it)."
+                }
+            } @else {
+                div.body.markdown { (PreEscaped(markdown::render(body))) }
+            }
             @if !item.nearest.is_empty() {
                 div.nearest {
                     "Closest cards: "
@@ -112,11 +139,15 @@ fn entry(ctx: &Ctx, ws: &str, item: &ReviewItem, back: &str) -> Markup {
                 }
             }
             div.actions {
-                form.verify method="post" action={ (base) "/do/verify" } {
-                    (csrf(ctx))
-                    input type="hidden" name="etag" value=(card.etag);
-                    input type="hidden" name="back" value=(back);
-                    button type="submit" title="v" { "Verify" kbd { "v" } }
+                @if part.is_none() {
+                    form.verify method="post" action={ (base) "/do/verify" } {
+                        (csrf(ctx))
+                        input type="hidden" name="etag" value=(card.etag);
+                        input type="hidden" name="back" value=(back);
+                        button type="submit" title="v" { "Verify" kbd { "v" } }
+                    }
+                } @else {
+                    a.button href=(base) { "Read all to verify" kbd { "v" } }
                 }
                 form.reject method="post" action={ (base) "/do/reject" } {
                     (csrf(ctx))

@@ -3,7 +3,7 @@
 //! session's CSRF token.
 //!
 //! Only the SHA-256 of a session id is kept, so the map itself holds nothing a reader could
-//! replay. A session ends when idle for `console.idle_minutes`, at logout, and at the first
+//! replay. A session ends when idle for `console.idle_secs`, at logout, and at the first
 //! request after its token was revoked or expired: the token is looked up again on every
 //! request. Sessions do not survive a server restart; curators log in again.
 

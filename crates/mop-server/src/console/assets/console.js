@@ -33,7 +33,11 @@
         case "j": select(at + 1); break;
         case "k": select(at - 1); break;
         case "v":
-          if (current) current.querySelector("form.verify").requestSubmit();
+          // A long card is shown in part here: v opens it, to be read whole first.
+          if (current && current.getAttribute("data-whole") === "yes")
+            current.querySelector("form.verify").requestSubmit();
+          else if (current)
+            window.location.assign(current.getAttribute("data-open"));
           break;
         case "r":
           if (current) current.querySelector("form.reject input.reason").focus();

@@ -9,31 +9,13 @@ use mop_proto::curation::{
     Usage,
 };
 
-/// Whether a character could change how a line reads without being seen: control
-/// characters (terminal escape sequences among them), bidirectional overrides and
-/// isolates, zero-width and other invisible format characters, and line or paragraph
-/// separators.
-fn hidden(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{00AD}'
-                | '\u{061C}'
-                | '\u{180E}'
-                | '\u{200B}'..='\u{200F}'
-                | '\u{2028}'..='\u{202E}'
-                | '\u{2060}'..='\u{206F}'
-                | '\u{FEFF}'
-                | '\u{FFF9}'..='\u{FFFB}'
-        )
-}
-
-/// Card text made safe for a terminal: every [`hidden`] character is shown escaped, so
-/// one line stays one line and reads as it is.
+/// Card text made safe for a terminal: every hidden character
+/// ([`mop_cards::is_hidden_char`]) is shown escaped, so one line stays one line and reads as
+/// it is.
 pub fn safe(s: &str) -> String {
     s.chars()
         .flat_map(|c| {
-            if hidden(c) {
+            if mop_cards::is_hidden_char(c) {
                 c.escape_unicode().collect::<Vec<_>>()
             } else {
                 vec![c]
@@ -382,7 +364,7 @@ mod tests {
     fn card_text_cannot_reach_the_terminal_as_control_codes() {
         let title = "ok\u{1b}[2J\u{1b}]0;pwned\u{7}\nmop-curate> v";
         let shown = safe(title);
-        assert!(!shown.chars().any(hidden), "{shown:?}");
+        assert!(!shown.chars().any(mop_cards::is_hidden_char), "{shown:?}");
         assert!(
             shown.contains("\\u{1b}[2J") && shown.contains("\\u{a}"),
             "{shown}"
@@ -390,7 +372,7 @@ mod tests {
         // Bidi overrides and invisible characters cannot reorder or hide what follows.
         let tricky = "safe \u{202E}deifirev\u{202C} \u{200B}x\u{2028}y";
         let shown = safe(tricky);
-        assert!(!shown.chars().any(hidden), "{shown:?}");
+        assert!(!shown.chars().any(mop_cards::is_hidden_char), "{shown:?}");
         assert!(
             shown.contains("\\u{202e}") && shown.contains("\\u{2028}"),
             "{shown}"

@@ -214,6 +214,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                     note: note.as_deref(),
                     name: name.as_deref(),
                     expires_at,
+                    actor: "cli:token",
                 })?;
                 let until = expires_at.map_or_else(String::new, |t| format!(", valid until {t}"));
                 eprintln!(
@@ -261,7 +262,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 }
             }
             TokenCommand::Revoke { id, at } => {
-                open(&at)?.revoke_token(&id)?;
+                open(&at)?.revoke_token(&id, "cli:token")?;
                 println!("revoked token {id}");
             }
         },

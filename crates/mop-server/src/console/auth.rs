@@ -16,12 +16,14 @@ use serde::de::DeserializeOwned;
 
 use super::Console;
 use super::layout::{error_page, page, respond};
-use super::session::{Lookup, Session, clear_cookie, cookie_id, same_secret, set_cookie};
+use super::session::{
+    Lookup, Session, clear_cookie, cookie_ids, has_cookie, same_secret, set_cookie,
+};
 use crate::api::{ApiError, Caller};
 use crate::store::{Role, token_hash};
 
 /// A logged-in curator's request.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Ctx {
     /// The admin token behind the session.
     pub caller: Caller,
@@ -125,7 +127,11 @@ fn login_again(parts: &Parts, why: &str) -> Response {
         Some(&message),
         safe_next(next.as_deref()),
     );
-    if let Ok(v) = clear_cookie(false).parse() {
+    // Only a browser that sent a session cookie is told to drop it: a cross-site link
+    // arrives without the (SameSite=Strict) cookie, and must not log the curator out.
+    if has_cookie(&parts.headers)
+        && let Ok(v) = clear_cookie(false).parse()
+    {
         response.headers_mut().insert(header::SET_COOKIE, v);
     }
     response
@@ -138,8 +144,8 @@ impl FromRequestParts<Arc<Console>> for Ctx {
         parts: &mut Parts,
         console: &Arc<Console>,
     ) -> Result<Self, Response> {
-        let id = cookie_id(&parts.headers);
-        let session = match console.sessions.get(id.as_deref()) {
+        let ids = cookie_ids(&parts.headers);
+        let session = match console.sessions.get(&ids) {
             Lookup::Active(s) => s,
             Lookup::Expired => {
                 return Err(login_again(
@@ -151,7 +157,7 @@ impl FromRequestParts<Arc<Console>> for Ctx {
                 ));
             }
             Lookup::Missing => {
-                let why = if id.is_some() {
+                let why = if !ids.is_empty() {
                     "Your session has ended (logged out, or the server restarted). Log in again."
                 } else {
                     "Log in with an admin token to use the console."
@@ -338,6 +344,8 @@ pub(super) async fn login(
         );
     }
     app.note_token_use(&info.id);
+    // A login replaces whatever session this browser had.
+    console.sessions.end(&cookie_ids(&headers));
     let id = console.sessions.open(hash);
     tracing::info!(token = %info.id, "console login");
     let mut response = Redirect::to(&next).into_response();
@@ -353,9 +361,7 @@ pub(super) async fn logout(
     headers: HeaderMap,
     Posted(ctx, _): Posted<Vec<(String, String)>>,
 ) -> Response {
-    if let Some(id) = cookie_id(&headers) {
-        console.sessions.end(&id);
-    }
+    console.sessions.end(&cookie_ids(&headers));
     tracing::info!(token = %ctx.caller.0.id, "console logout");
     let mut response = Redirect::to("/console/login?out=1").into_response();
     if let Ok(v) = clear_cookie(secure(&console, &headers)).parse() {

@@ -4,11 +4,12 @@
 //! meanwhile gets a 412 page showing what changed, and nothing typed is lost.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use maud::{Markup, PreEscaped, html};
+use maud::{Markup, html};
 use mop_cards::CardId;
 use mop_proto::curation::{CardDetails, CardInfo, HistoryRow};
 use serde::Deserialize;
@@ -16,7 +17,7 @@ use serde::Deserialize;
 use super::Console;
 use super::auth::{Ctx, Posted};
 use super::layout::{ago, api_error, badges, csrf, error_page, page, pager, respond};
-use super::markdown;
+use super::markdown::{self, shown};
 use super::queue::flash;
 use crate::api::admin::{Action, act as api_act, update_text};
 use crate::api::{ApiError, blocking};
@@ -24,6 +25,8 @@ use crate::store::CardState;
 
 /// History rows per page (each may carry a diff of a long card).
 const HISTORY_PAGE: usize = 20;
+/// The most time one page's diffs may take; past it they are coarser, not slower.
+const DIFF_BUDGET: Duration = Duration::from_millis(500);
 
 fn parse_id(ctx: &Ctx, ws: &str, id: &str) -> Result<CardId, Response> {
     CardId::parse(id).map_err(|e| {
@@ -62,11 +65,11 @@ fn facts(card: &CardInfo) -> Markup {
     html! {
         dl.facts {
             dt { "id" } dd { code { (s.id) } }
-            @if let Some(d) = &s.description { dt { "description" } dd { (d) } }
+            @if let Some(d) = &s.description { dt { "description" } dd { (shown(d)) } }
             @if !s.labels.is_empty() { dt { "labels" } dd { ul.labels { @for l in &s.labels { li { (l) } } } } }
             dt { "audience" } dd { (s.audience_sentence()) }
-            @if let Some(a) = &s.scope.asset_id { dt { "asset" } dd { code { (a) } } }
-            @if let Some(u) = &s.scope.user_id { dt { "user" } dd { code { (u) } } }
+            @if let Some(a) = &s.scope.asset_id { dt { "asset" } dd { code { (shown(a)) } } }
+            @if let Some(u) = &s.scope.user_id { dt { "user" } dd { code { (shown(u)) } } }
             @if !s.error_codes.is_empty() { dt { "error codes" } dd { @for c in &s.error_codes { code { (c) } " " } } }
             @if !s.stacks.is_empty() { dt { "stacks" } dd { @for c in &s.stacks { code { (c) } " " } } }
             dt { "importance" } dd { (s.importance) }
@@ -77,9 +80,9 @@ fn facts(card: &CardInfo) -> Markup {
             @if let Some(p) = p {
                 dt { "provenance" }
                 dd {
-                    @if let Some(t) = &p.task_id { "task " code { (t) } " " }
-                    @if let Some(u) = &p.user_id { "by " code { (u) } " " }
-                    @if let Some(a) = &p.asset_id { "on " code { (a) } " " }
+                    @if let Some(t) = &p.task_id { "task " code { (shown(t)) } " " }
+                    @if let Some(u) = &p.user_id { "by " code { (shown(u)) } " " }
+                    @if let Some(a) = &p.asset_id { "on " code { (shown(a)) } " " }
                     @if let Some(n) = &p.node_token { "via node token " code { (n) } " " }
                     @if let Some(at) = &p.stored_at { "at " (at) }
                 }
@@ -90,7 +93,7 @@ fn facts(card: &CardInfo) -> Markup {
                 "delivered " (u.delivered_7d) " (7 d) / " (u.delivered_30d) " (30 d) · retrieved "
                 (u.retrieved_7d) " / " (u.retrieved_30d)
                 @if let Some(t) = u.last_delivered_at { " · last delivered " (t) }
-                @if !u.hosts.is_empty() { " · hosts: " @for h in &u.hosts { code { (h) } " " } }
+                @if !u.hosts.is_empty() { " · hosts: " @for h in &u.hosts { code { (shown(h)) } " " } }
             }
             dt { "version" } dd { code.etag { (card.etag) } }
         }
@@ -165,16 +168,18 @@ pub(super) async fn show(
     let d = details(&console, &ctx, &ws, id).await?;
     let base = format!("/console/w/{ws}/cards/{id}");
     let recent: Vec<&HistoryRow> = d.history.iter().rev().take(5).collect();
+    let rendered = markdown::render(body_of(&d.text));
+    let read_raw = d.card.summary.is_unverified() || !rendered.hidden.is_empty();
     let body = html! {
         @if let Some(f) = flash(q.done.as_deref(), q.card.as_deref(), &ws) { (f) }
         article.card {
-            h1 { (d.card.summary.title) }
+            h1 { (shown(&d.card.summary.title)) }
             p.meta { (badges(&d.card)) }
             (actions(&ctx, &base, &d.card))
-            div.body.markdown { (PreEscaped(markdown::render(body_of(&d.text)))) }
-            details.raw {
-                summary { "The card file" }
-                pre { (d.text) }
+            div.body.markdown { (rendered.markup()) }
+            details.raw open[read_raw] {
+                summary { "The card file (what agents read)" }
+                pre { (shown(&d.text)) }
             }
             h2 { "Facts" }
             (facts(&d.card))
@@ -185,13 +190,13 @@ pub(super) async fn show(
     };
     Ok(respond(
         StatusCode::OK,
-        page(Some(&ctx), Some(&ws), &d.card.summary.title, body),
+        page(Some(&ctx), Some(&ws), &shown(&d.card.summary.title), body),
     ))
 }
 
 fn actor(row: &HistoryRow) -> Markup {
     html! {
-        @if let Some(n) = &row.actor_name { span.actor { (n) } " " span.muted { "(" (row.actor) ")" } }
+        @if let Some(n) = &row.actor_name { span.actor { (shown(n)) } " " span.muted { "(" (row.actor) ")" } }
         @else { span.actor { (row.actor) } }
     }
 }
@@ -207,7 +212,7 @@ fn history_table(rows: &[&HistoryRow]) -> Markup {
                             td { span title=(r.at) { (ago(&r.at)) } }
                             td { (actor(r)) }
                             td { (r.action) }
-                            td { @if let Some(d) = &r.detail { (d) } }
+                            td { @if let Some(d) = &r.detail { (shown(d)) } }
                         }
                     }
                 }
@@ -232,6 +237,16 @@ pub(super) async fn history(
     ctx.workspace(&console, &ws)?;
     let id = parse_id(&ctx, &ws, &id)?;
     let d = details(&console, &ctx, &ws, id).await?;
+    // Diffs are CPU work: off the async workers, and within one budget per page.
+    tokio::task::spawn_blocking(move || history_page(&ctx, &ws, id, &d, q.offset))
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "history page panicked");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        })
+}
+
+fn history_page(ctx: &Ctx, ws: &str, id: CardId, d: &CardDetails, offset: usize) -> Response {
     // Each row's text before it: the content of the last earlier row that had one.
     let mut before: Vec<Option<&str>> = Vec::with_capacity(d.history.len());
     let mut last: Option<&str> = None;
@@ -242,35 +257,33 @@ pub(super) async fn history(
         }
     }
     let total = d.history.len();
-    let shown: Vec<usize> = (0..total).rev().skip(q.offset).take(HISTORY_PAGE).collect();
+    let rows: Vec<usize> = (0..total).rev().skip(offset).take(HISTORY_PAGE).collect();
+    let deadline = Instant::now() + DIFF_BUDGET;
     let base = format!("/console/w/{ws}/cards/{id}");
     let body = html! {
-        h1 { "History of " a href=(base) { (d.card.summary.title) } }
+        h1 { "History of " a href=(base) { (shown(&d.card.summary.title)) } }
         ol.history {
-            @for &i in &shown {
+            @for &i in &rows {
                 @let row = &d.history[i];
                 li {
                     p.meta {
                         strong { (row.action) } " by " (actor(row)) " · " span title=(row.at) { (row.at) }
                         " · revision " (row.revision)
                     }
-                    @if let Some(detail) = &row.detail { p.detail { (detail) } }
+                    @if let Some(detail) = &row.detail { p.detail { (shown(detail)) } }
                     @if row.redacted { p.muted { "Content removed (purged or deleted)." } }
                     @else if let Some(after) = &row.content {
                         @match before[i] {
-                            Some(prev) => (markdown::diff(prev, after)),
-                            None => details { summary { "Text (first version)" } pre { (after) } },
+                            Some(prev) => (markdown::diff(prev, after, deadline)),
+                            None => details { summary { "Text (first version)" } pre { (shown(after)) } },
                         }
                     }
                 }
             }
         }
-        (pager(&format!("{base}/history"), q.offset, shown.len(), total, HISTORY_PAGE))
+        (pager(&format!("{base}/history"), offset, rows.len(), total, HISTORY_PAGE))
     };
-    Ok(respond(
-        StatusCode::OK,
-        page(Some(&ctx), Some(&ws), "History", body),
-    ))
+    respond(StatusCode::OK, page(Some(ctx), Some(ws), "History", body))
 }
 
 fn editor(ctx: &Ctx, ws: &str, base: &str, text: &str, etag: &str, unverified: bool) -> Markup {
@@ -285,7 +298,7 @@ fn editor(ctx: &Ctx, ws: &str, base: &str, text: &str, etag: &str, unverified: b
                 }
                 div.pane {
                     span { "Preview" }
-                    div #preview .markdown aria-live="polite" { (PreEscaped(markdown::render(body_of(text)))) }
+                    div #preview .markdown aria-live="polite" { (markdown::render(body_of(text)).markup()) }
                 }
             }
             div.actions {
@@ -308,7 +321,7 @@ pub(super) async fn edit_page(
     let d = details(&console, &ctx, &ws, id).await?;
     let base = format!("/console/w/{ws}/cards/{id}");
     let body = html! {
-        h1 { "Edit " a href=(base) { (d.card.summary.title) } }
+        h1 { "Edit " a href=(base) { (shown(&d.card.summary.title)) } }
         (editor(&ctx, &ws, &base, &d.text, &d.card.etag, d.card.summary.is_unverified()))
     };
     Ok(respond(
@@ -421,7 +434,7 @@ async fn changed_meanwhile(
             h2 { "Changes since your version" }
             (history_table(&since))
             @match seen {
-                Some(old) => (markdown::diff(old, &d.text)),
+                Some(old) => (markdown::diff(old, &d.text, Instant::now() + DIFF_BUDGET)),
                 None => p.muted { "The version you opened is no longer in the history; the current text is below." },
             }
         }
@@ -524,10 +537,24 @@ pub(super) async fn preview(
 ) -> Result<Response, Response> {
     ctx.workspace(&console, &ws)?;
     let text = form.text.replace("\r\n", "\n");
-    let problem = mop_cards::parse_card(text.as_bytes()).err();
-    let fragment = html! {
-        @if let Some(p) = problem { p.notice role="alert" { "Not a valid card yet: " (p) } }
-        (PreEscaped(markdown::render(body_of(&text))))
-    };
+    let largest = mop_cards::MAX_FRONTMATTER_BYTES + mop_cards::MAX_BODY_BYTES;
+    if text.len() > largest {
+        let note = html! {
+            p.notice role="alert" {
+                "The text is " (text.len()) " bytes; a card holds at most " (largest)
+                " (frontmatter and body). Shorten it: saving would be refused."
+            }
+        };
+        return Ok(Html(note.into_string()).into_response());
+    }
+    let fragment = tokio::task::spawn_blocking(move || {
+        let problem = mop_cards::parse_card(text.as_bytes()).err();
+        html! {
+            @if let Some(p) = problem { p.notice role="alert" { "Not a valid card yet: " (p) } }
+            (markdown::render(body_of(&text)).markup())
+        }
+    })
+    .await
+    .map_err(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())?;
     Ok(Html(fragment.into_string()).into_response())
 }

@@ -141,12 +141,13 @@ pub fn pager(base: &str, offset: usize, shown: usize, total: usize, limit: usize
     html! {
         nav.pager {
             @if total == 0 { span { "Nothing here." } }
-            @else { span { (offset + 1) "–" (offset + shown) " of " (total) } }
+            @else if shown == 0 { span { "No entries past " (offset) " of " (total) "." } }
+            @else { span { (offset.saturating_add(1)) "–" (offset.saturating_add(shown)) " of " (total) } }
             @if offset > 0 {
-                a rel="prev" href={ (base) (sep) "offset=" (offset.saturating_sub(limit)) } { "← Previous" }
+                a rel="prev" href={ (base) (sep) "offset=" (offset.saturating_sub(limit).min(total.saturating_sub(1))) } { "← Previous" }
             }
-            @if offset + shown < total {
-                a rel="next" href={ (base) (sep) "offset=" (offset + limit) } { "Next →" }
+            @if offset.saturating_add(shown) < total {
+                a rel="next" href={ (base) (sep) "offset=" (offset.saturating_add(limit)) } { "Next →" }
             }
         }
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use maud::{Markup, PreEscaped, html};
+use maud::{Markup, html};
 use mop_cards::CardId;
 use mop_proto::curation::{PageQuery, ReviewCounts, ReviewItem};
 use serde::Deserialize;
@@ -16,7 +16,7 @@ use serde::Deserialize;
 use super::Console;
 use super::auth::Ctx;
 use super::layout::{ago, api_error, badges, csrf, page, pager, respond};
-use super::markdown;
+use super::markdown::{self, shown};
 use crate::api::curation::review_page;
 
 /// Entries per page: enough to work through, few enough that a queue of long cards stays
@@ -98,31 +98,32 @@ fn entry(ctx: &Ctx, ws: &str, item: &ReviewItem, back: &str) -> Markup {
     let body = mop_cards::card_body(item.text.as_bytes()).unwrap_or(&item.text);
     let p = card.provenance.as_ref();
     let part = excerpt(body);
+    let rendered = markdown::render(part.unwrap_or(body));
+    // Verified from the queue only when the entry shows all there is to read.
+    let whole = part.is_none() && rendered.hidden.is_empty();
     html! {
         article.entry data-id=(s.id) data-edit={ (base) "/edit" } data-open=(base)
-            data-whole=(if part.is_none() { "yes" } else { "no" }) tabindex="-1" {
-            h2 { a href=(base) { (s.title) } }
+            data-whole=(if whole { "yes" } else { "no" }) tabindex="-1" {
+            h2 { a href=(base) { (shown(&s.title)) } }
             p.meta {
                 (badges(card))
                 @if let Some(at) = p.and_then(|p| p.stored_at.as_deref()) { " stored " (ago(at)) }
-                @if let Some(u) = p.and_then(|p| p.user_id.as_deref()) { " by " span.user { (u) } }
-                @if let Some(t) = p.and_then(|p| p.task_id.as_deref()) { " in task " code { (t) } }
-                @if let Some(a) = s.scope.asset_id.as_deref() { " · asset " code { (a) } }
+                @if let Some(u) = p.and_then(|p| p.user_id.as_deref()) { " by " span.user { (shown(u)) } }
+                @if let Some(t) = p.and_then(|p| p.task_id.as_deref()) { " in task " code { (shown(t)) } }
+                @if let Some(a) = s.scope.asset_id.as_deref() { " · asset " code { (shown(a)) } }
                 @if card.reinforcements > 0 { " · stored again " (card.reinforcements) "×" }
                 " · delivered " (card.usage.delivered_30d) " / retrieved " (card.usage.retrieved_30d) " (30 d)"
             }
-            @if let Some(d) = &s.description { p.description { (d) } }
+            @if let Some(d) = &s.description { p.description { (shown(d)) } }
             @if !s.labels.is_empty() {
                 ul.labels { @for l in &s.labels { li { (l) } } }
             }
+            div.body.markdown { (rendered.markup()) }
             @if let Some(part) = part {
-                div.body.markdown { (PreEscaped(markdown::render(part))) }
                 p.notice {
                     "Shown: the first " (part.len()) " of " (body.len()) " bytes. "
                     a href=(base) { "Open the card to read it all and verify it" } " (" kbd { "v" } " opens it)."
                 }
-            } @else {
-                div.body.markdown { (PreEscaped(markdown::render(body))) }
             }
             @if !item.nearest.is_empty() {
                 div.nearest {
@@ -130,7 +131,7 @@ fn entry(ctx: &Ctx, ws: &str, item: &ReviewItem, back: &str) -> Markup {
                     ul {
                         @for n in &item.nearest {
                             li {
-                                a href={ "/console/w/" (ws) "/cards/" (n.id) } { (n.title) }
+                                a href={ "/console/w/" (ws) "/cards/" (n.id) } { (shown(&n.title)) }
                                 " " span.badge.type { (n.card_type.as_str()) }
                                 @if n.unverified { " " span.badge.unverified { "unverified" } }
                             }
@@ -139,7 +140,7 @@ fn entry(ctx: &Ctx, ws: &str, item: &ReviewItem, back: &str) -> Markup {
                 }
             }
             div.actions {
-                @if part.is_none() {
+                @if whole {
                     form.verify method="post" action={ (base) "/do/verify" } {
                         (csrf(ctx))
                         input type="hidden" name="etag" value=(card.etag);
@@ -164,7 +165,7 @@ fn entry(ctx: &Ctx, ws: &str, item: &ReviewItem, back: &str) -> Markup {
                         input type="hidden" name="back" value=(back);
                         select name="into" aria-label="Merge into" {
                             @for n in &item.nearest {
-                                option value=(n.id) { (n.title) }
+                                option value=(n.id) { (shown(&n.title)) }
                             }
                         }
                         button type="submit" { "Merge" kbd { "m" } }

@@ -19,9 +19,13 @@ use crate::store::token_hash;
 /// The cookie's name.
 pub const COOKIE: &str = "mop_session";
 
-/// Most sessions kept at once; past it the least recently used one ends (a login needs a
-/// valid admin token, so this bounds only an admin's own carelessness).
+/// Most sessions kept at once; past it the least recently used one ends.
 const MAX_SESSIONS: usize = 10_000;
+/// Most sessions one token may hold; past it that token's least recently used one ends,
+/// so one curator logging in over and over cannot end everyone else's sessions.
+const MAX_PER_TOKEN: usize = 100;
+/// A session ends this long after login however busy it is.
+const MAX_AGE: Duration = Duration::from_secs(12 * 3600);
 
 /// One logged-in session.
 #[derive(Debug, Clone)]
@@ -30,6 +34,7 @@ pub struct Session {
     pub token_hash: String,
     /// What each form of this session must send back as `_csrf`.
     pub csrf: String,
+    opened: Instant,
     last_seen: Instant,
 }
 
@@ -57,17 +62,34 @@ fn random_hex() -> String {
     buf.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The session id a request's `Cookie` headers carry, if well formed.
-pub fn cookie_id(headers: &HeaderMap) -> Option<String> {
+/// The well-formed session ids a request's `Cookie` headers carry, in order. Every one is
+/// tried: another site on the same host name can set a cookie of the same name that the
+/// browser sends first.
+pub fn cookie_ids(headers: &HeaderMap) -> Vec<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
+        .filter(|(name, _)| *name == COOKIE)
         .map(|(_, value)| value.to_owned())
         .filter(|v| v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit()))
+        .collect()
+}
+
+/// Whether the request carries a session cookie at all (well formed or not).
+pub fn has_cookie(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .any(|pair| {
+            pair.trim()
+                .split_once('=')
+                .is_some_and(|(n, _)| n == COOKIE)
+        })
 }
 
 /// The `Set-Cookie` value that gives the browser a session id.
@@ -106,50 +128,68 @@ impl Sessions {
         let id = random_hex();
         let now = Instant::now();
         let mut map = self.map.lock();
-        map.retain(|_, s| now.duration_since(s.last_seen) < self.idle);
-        if map.len() >= MAX_SESSIONS
-            && let Some(oldest) = map
-                .iter()
-                .min_by_key(|(_, s)| s.last_seen)
-                .map(|(k, _)| k.clone())
-        {
-            map.remove(&oldest);
+        map.retain(|_, s| self.live(s, now));
+        let mine = map.values().filter(|s| s.token_hash == token_hash).count();
+        for (cap, count) in [(MAX_PER_TOKEN, mine), (MAX_SESSIONS, map.len())] {
+            if count >= cap
+                && let Some(oldest) = map
+                    .iter()
+                    .filter(|(_, s)| cap == MAX_SESSIONS || s.token_hash == token_hash)
+                    .min_by_key(|(_, s)| s.last_seen)
+                    .map(|(k, _)| k.clone())
+            {
+                map.remove(&oldest);
+            }
         }
         map.insert(
-            token_hash_of(&id),
+            key_of(&id),
             Session {
                 token_hash,
                 csrf: random_hex(),
+                opened: now,
                 last_seen: now,
             },
         );
         id
     }
 
-    /// The session a cookie id names.
-    pub fn get(&self, id: Option<&str>) -> Lookup {
-        let Some(id) = id else {
-            return Lookup::Missing;
-        };
-        let key = token_hash_of(id);
+    fn live(&self, s: &Session, now: Instant) -> bool {
+        now.duration_since(s.last_seen) < self.idle && now.duration_since(s.opened) < MAX_AGE
+    }
+
+    /// The first live session the cookie ids name.
+    pub fn get(&self, ids: &[String]) -> Lookup {
         let now = Instant::now();
         let mut map = self.map.lock();
-        match map.get_mut(&key) {
-            None => Lookup::Missing,
-            Some(s) if now.duration_since(s.last_seen) >= self.idle => {
-                map.remove(&key);
-                Lookup::Expired
+        let mut expired = false;
+        for id in ids {
+            let key = key_of(id);
+            match map.get(&key) {
+                None => {}
+                Some(s) if !self.live(s, now) => {
+                    map.remove(&key);
+                    expired = true;
+                }
+                Some(_) => {
+                    let s = map.get_mut(&key).expect("just found");
+                    s.last_seen = now;
+                    return Lookup::Active(s.clone());
+                }
             }
-            Some(s) => {
-                s.last_seen = now;
-                Lookup::Active(s.clone())
-            }
+        }
+        if expired {
+            Lookup::Expired
+        } else {
+            Lookup::Missing
         }
     }
 
-    /// Ends the session a cookie id names.
-    pub fn end(&self, id: &str) {
-        self.map.lock().remove(&token_hash_of(id));
+    /// Ends the sessions the cookie ids name.
+    pub fn end(&self, ids: &[String]) {
+        let mut map = self.map.lock();
+        for id in ids {
+            map.remove(&key_of(id));
+        }
     }
 
     /// Ends every session opened with the token of this hash.
@@ -159,7 +199,7 @@ impl Sessions {
 }
 
 /// Session ids are stored hashed, like tokens.
-fn token_hash_of(id: &str) -> String {
+fn key_of(id: &str) -> String {
     token_hash(id)
 }
 
@@ -170,19 +210,37 @@ mod tests {
     #[test]
     fn a_session_ends_when_idle_and_at_logout() {
         let sessions = Sessions::new(Duration::from_millis(50));
-        let id = sessions.open("h".into());
-        assert!(matches!(sessions.get(Some(&id)), Lookup::Active(_)));
+        let id = vec![sessions.open("h".into())];
+        assert!(matches!(sessions.get(&id), Lookup::Active(_)));
         std::thread::sleep(Duration::from_millis(80));
-        assert!(matches!(sessions.get(Some(&id)), Lookup::Expired));
-        assert!(matches!(sessions.get(Some(&id)), Lookup::Missing));
-        let id = sessions.open("h".into());
+        assert!(matches!(sessions.get(&id), Lookup::Expired));
+        assert!(matches!(sessions.get(&id), Lookup::Missing));
+        let id = vec![sessions.open("h".into())];
         sessions.end(&id);
-        assert!(matches!(sessions.get(Some(&id)), Lookup::Missing));
-        let other = sessions.open("h2".into());
-        let mine = sessions.open("h".into());
+        assert!(matches!(sessions.get(&id), Lookup::Missing));
+        let other = vec![sessions.open("h2".into())];
+        let mine = vec![sessions.open("h".into())];
         sessions.end_all_of("h");
-        assert!(matches!(sessions.get(Some(&mine)), Lookup::Missing));
-        assert!(matches!(sessions.get(Some(&other)), Lookup::Active(_)));
+        assert!(matches!(sessions.get(&mine), Lookup::Missing));
+        assert!(matches!(sessions.get(&other), Lookup::Active(_)));
+        // A planted id sent first does not hide the real one.
+        let both = vec!["f".repeat(64), other[0].clone()];
+        assert!(matches!(sessions.get(&both), Lookup::Active(_)));
+    }
+
+    #[test]
+    fn one_token_cannot_crowd_out_the_others() {
+        let sessions = Sessions::new(Duration::from_secs(60));
+        let theirs = vec![sessions.open("victim".into())];
+        let first = vec![sessions.open("noisy".into())];
+        for _ in 0..MAX_PER_TOKEN {
+            sessions.open("noisy".into());
+        }
+        assert!(
+            matches!(sessions.get(&first), Lookup::Missing),
+            "the noisy token's oldest ended"
+        );
+        assert!(matches!(sessions.get(&theirs), Lookup::Active(_)));
     }
 
     #[test]
@@ -193,9 +251,10 @@ mod tests {
             header::COOKIE,
             format!("x=1; {COOKIE}={id}; y=2").parse().unwrap(),
         );
-        assert_eq!(cookie_id(&h), Some(id));
+        assert_eq!(cookie_ids(&h), vec![id]);
         h.insert(header::COOKIE, format!("{COOKIE}=zz").parse().unwrap());
-        assert_eq!(cookie_id(&h), None);
+        assert!(cookie_ids(&h).is_empty());
+        assert!(has_cookie(&h));
         assert!(same_secret("abc", "abc"));
         assert!(!same_secret("abc", "abd"));
         assert!(!same_secret("abc", "ab"));

@@ -1,6 +1,7 @@
 //! Tokens: list, create (with a name and an expiry), revoke. A curator sees and manages
 //! only tokens whose every workspace is in their own token's scope, and creates tokens for
-//! those workspaces only, so the console never widens anyone's reach.
+//! those workspaces only, expiring no later than their own, so the console never widens
+//! anyone's reach in space or time. The audit names the curator who created or revoked.
 
 use std::sync::Arc;
 
@@ -15,6 +16,7 @@ use serde::Deserialize;
 use super::Console;
 use super::auth::{Ctx, Posted};
 use super::layout::{api_error, csrf, page, respond};
+use super::markdown::shown;
 use crate::api::{ApiError, blocking};
 use crate::store::{NewToken, Role};
 
@@ -50,7 +52,7 @@ fn list_page(ctx: &Ctx, rows: &[TokenRow], notice: Option<maud::Markup>) -> Resp
                         tr.revoked[r.revoked_at.is_some()] {
                             td { code { (r.id) } @if r.id == ctx.caller.0.id { " (this session)" } }
                             td { (r.role) }
-                            td { @if let Some(n) = &r.name { (n) } @if let Some(n) = &r.note { br; span.muted { (n) } } }
+                            td { @if let Some(n) = &r.name { (shown(n)) } @if let Some(n) = &r.note { br; span.muted { (shown(n)) } } }
                             td { (r.workspaces.join(", ")) }
                             td { (r.created_at) }
                             td { @if let Some(e) = &r.expires_at { (e) } @else { "never" } }
@@ -80,7 +82,10 @@ fn list_page(ctx: &Ctx, rows: &[TokenRow], notice: Option<maud::Markup>) -> Resp
             }
             label { "Name " input type="text" name="name" maxlength="128" placeholder="who uses it (required for admin)"; }
             label { "Note " input type="text" name="note" maxlength="500" placeholder="what it is for"; }
-            label { "Expires in (days) " input type="number" name="expires_days" min="1" max=(MAX_DAYS) value="90"; }
+            label { "Expires in (days) " input type="number" name="expires_days" required min="1" max=(MAX_DAYS) value="90"; }
+            @if let Some(own) = ctx.caller.0.expires_at {
+                span.muted { "(not later than your own token: " (own) ")" }
+            }
             fieldset {
                 legend { "Workspaces" }
                 @for ws in ctx.workspaces() {
@@ -142,28 +147,40 @@ pub(super) async fn create(
             ),
         )));
     }
-    let days = match field("expires_days") {
-        None => None,
-        Some(d) => match d.parse::<i64>() {
-            Ok(n) if (1..=MAX_DAYS).contains(&n) => Some(n),
-            _ => {
-                return Err(fail(ApiError::bad_request(format!(
-                    "expires in (days) must be a whole number from 1 to {MAX_DAYS}, not {d:?}"
-                ))));
-            }
-        },
+    // Every token made here expires, and no later than the token making it: a curator
+    // cannot outlast their own access through a token they minted.
+    let days = field("expires_days").unwrap_or_default();
+    let days = match days.parse::<i64>() {
+        Ok(n) if (1..=MAX_DAYS).contains(&n) => n,
+        _ => {
+            return Err(fail(ApiError::bad_request(format!(
+                "expires in (days) must be a whole number from 1 to {MAX_DAYS}, not {days:?}"
+            ))));
+        }
     };
+    let mut expires_at = jiff::Timestamp::now() + (days * 24).hours();
+    if let Some(own) = ctx.caller.0.expires_at
+        && own < expires_at
+    {
+        expires_at = own;
+    }
     let (name, note) = (field("name"), field("note"));
-    let expires_at = days.map(|d| jiff::Timestamp::now() + (d * 24).hours());
+    if note.as_ref().is_some_and(|n| n.chars().count() > 500) {
+        return Err(fail(ApiError::bad_request(
+            "the note is longer than 500 characters",
+        )));
+    }
     let store = console.app.store.clone();
     let ws2 = workspaces.clone();
+    let actor = ctx.caller.actor();
     let (id, token) = blocking(move || {
         store.create_token(&NewToken {
             role,
             workspaces: &ws2,
             note: note.as_deref(),
             name: name.as_deref(),
-            expires_at,
+            expires_at: Some(expires_at),
+            actor: &actor,
         })
     })
     .await
@@ -198,8 +215,8 @@ pub(super) async fn revoke(
             ),
         ));
     }
-    let (store, id2) = (console.app.store.clone(), id.clone());
-    blocking(move || store.revoke_token(&id2))
+    let (store, id2, actor) = (console.app.store.clone(), id.clone(), ctx.caller.actor());
+    blocking(move || store.revoke_token(&id2, &actor))
         .await
         .map_err(|e| api_error(&ctx, None, e))?;
     console

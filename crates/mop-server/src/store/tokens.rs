@@ -85,6 +85,8 @@ pub struct NewToken<'a> {
     pub name: Option<&'a str>,
     /// When it stops working.
     pub expires_at: Option<Timestamp>,
+    /// Who creates it, as the audit names actors (`cli:token`, `token:<id>`).
+    pub actor: &'a str,
 }
 
 /// The SHA-256 under which a token is stored and looked up.
@@ -107,6 +109,7 @@ impl Store {
             note,
             name,
             expires_at,
+            actor,
         } = *new;
         match name {
             Some(n) if !is_scope_id(n) => {
@@ -155,7 +158,7 @@ impl Store {
             if let Some(n) = name {
                 detail.push_str(&format!(" name={n}"));
             }
-            self.audit_token(tx, workspaces, "token_create", &detail)?;
+            self.audit_token(tx, workspaces, actor, "token_create", &detail)?;
             Ok(())
         })?;
         Ok((id, token))
@@ -191,7 +194,7 @@ impl Store {
 
     /// Revokes a token by id, with an audit row in each of its workspaces (in the same
     /// transaction). Revoking twice is not an error and writes nothing.
-    pub fn revoke_token(&self, id: &str) -> Result<()> {
+    pub fn revoke_token(&self, id: &str, actor: &str) -> Result<()> {
         self.write(|tx| {
             let found: Option<(Option<String>, String, String)> = tx
                 .query_row(
@@ -217,6 +220,7 @@ impl Store {
                     self.audit_token(
                         tx,
                         &workspaces,
+                        actor,
                         "token_revoke",
                         &format!("token={id} role={role}"),
                     )?;
@@ -231,6 +235,7 @@ impl Store {
         &self,
         tx: &rusqlite::Transaction<'_>,
         workspaces: &[String],
+        actor: &str,
         action: &str,
         detail: &str,
     ) -> Result<()> {
@@ -247,7 +252,7 @@ impl Store {
                 ws,
                 None,
                 revision as u64,
-                "cli:token",
+                actor,
                 action,
                 None,
                 None,

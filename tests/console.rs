@@ -770,6 +770,33 @@ fn console_posts_need_the_csrf_token_and_pages_carry_a_strict_policy() {
         "the same post with its token works"
     );
     assert!(!enabled());
+    // The note of what was done shows once, from the session; a link cannot fake one.
+    let queue = || {
+        http.get(url(&format!("/console/w/{WS}")))
+            .header("cookie", &session)
+            .send()
+            .unwrap()
+            .text()
+            .unwrap()
+    };
+    assert!(
+        queue().contains(&format!("{id}</a> disabled.")),
+        "the note shows"
+    );
+    assert!(!queue().contains("class=\"flash\""), "once");
+    let faked = http
+        .get(url(&format!(
+            "/console/w/{WS}/cards/{id}?done=verify&card={id}"
+        )))
+        .header("cookie", &session)
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        !faked.contains("class=\"flash\""),
+        "a link's note is ignored"
+    );
     // Tokens made here expire, and the audit names who made them.
     let tokens = url("/console/tokens");
     let create = |days: &str| {

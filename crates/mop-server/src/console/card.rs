@@ -150,18 +150,11 @@ fn actions(ctx: &Ctx, base: &str, card: &CardInfo) -> Markup {
     }
 }
 
-#[derive(Deserialize)]
-pub(super) struct CardQuery {
-    done: Option<String>,
-    card: Option<String>,
-}
-
 /// `GET /console/w/{ws}/cards/{id}`.
 pub(super) async fn show(
     State(console): State<Arc<Console>>,
     ctx: Ctx,
     Path((ws, id)): Path<(String, String)>,
-    Query(q): Query<CardQuery>,
 ) -> Result<Response, Response> {
     ctx.workspace(&console, &ws)?;
     let id = parse_id(&ctx, &ws, &id)?;
@@ -171,7 +164,7 @@ pub(super) async fn show(
     let rendered = markdown::render(body_of(&d.text));
     let read_raw = d.card.summary.is_unverified() || !rendered.hidden.is_empty();
     let body = html! {
-        @if let Some(f) = flash(q.done.as_deref(), q.card.as_deref(), &ws) { (f) }
+        @if let Some(f) = flash(&console, &ctx, &ws) { (f) }
         article.card {
             h1 { (shown(&d.card.summary.title)) }
             p.meta { (badges(&d.card)) }
@@ -368,7 +361,10 @@ pub(super) async fn save(
     match result {
         Ok(_) => {
             let done = if verify { "verify" } else { "save" };
-            Ok(Redirect::to(&format!("{base}?done={done}&card={id}")).into_response())
+            console
+                .sessions
+                .set_flash(&ctx.session.key, done, &id.to_string());
+            Ok(Redirect::to(&base).into_response())
         }
         Err(e) if e.status() == StatusCode::PRECONDITION_FAILED => {
             Err(changed_meanwhile(&console, &ctx, &ws, id, &form.etag, Some(&text)).await)
@@ -513,8 +509,10 @@ pub(super) async fn act(
                         && !b.contains('\\')
                 })
                 .map_or_else(|| format!("/console/w/{ws}"), str::to_owned);
-            let sep = if back.contains('?') { '&' } else { '?' };
-            Ok(Redirect::to(&format!("{back}{sep}done={action}&card={id}")).into_response())
+            console
+                .sessions
+                .set_flash(&ctx.session.key, &action, &id.to_string());
+            Ok(Redirect::to(&back).into_response())
         }
         Err(e) if e.status() == StatusCode::PRECONDITION_FAILED => {
             let seen = form.etag.unwrap_or_default();

@@ -179,7 +179,14 @@ mod tests {
             .collect();
         for tag in &tags {
             let lower = tag.to_lowercase();
-            for bad in ["script", "img", "onerror", "onclick", "javascript", "/console"] {
+            for bad in [
+                "script",
+                "img",
+                "onerror",
+                "onclick",
+                "javascript",
+                "/console",
+            ] {
                 assert!(!lower.contains(bad), "{bad} in <{tag}> of {html}");
             }
         }

@@ -44,15 +44,13 @@ fn excerpt(body: &str) -> Option<&str> {
 pub(super) struct QueueQuery {
     #[serde(default)]
     offset: usize,
-    /// What the last action did (a fixed word), shown once.
-    done: Option<String>,
-    /// The card it was done to.
-    card: Option<String>,
 }
 
-/// The one-line note after an action, from the fixed set of actions only.
-pub(super) fn flash(done: Option<&str>, card: Option<&str>, ws: &str) -> Option<Markup> {
-    let word = match done? {
+/// The one-line note after an action (left in the session by the action), from the fixed
+/// set of actions only.
+pub(super) fn flash(console: &Console, ctx: &Ctx, ws: &str) -> Option<Markup> {
+    let (done, card) = console.sessions.take_flash(&ctx.session.key)?;
+    let word = match done.as_str() {
         "verify" => "verified",
         "reject" => "rejected and archived",
         "merge" => "merged",
@@ -64,7 +62,7 @@ pub(super) fn flash(done: Option<&str>, card: Option<&str>, ws: &str) -> Option<
         "save" => "saved",
         _ => return None,
     };
-    let id = CardId::parse(card?).ok()?;
+    let id = CardId::parse(&card).ok()?;
     Some(html! {
         p.flash role="status" {
             "Card " a href={ "/console/w/" (ws) "/cards/" (id) } { (id) } " " (word) "."
@@ -199,7 +197,7 @@ pub(super) async fn show(
     };
     let body = html! {
         h1 { "Review queue" }
-        @if let Some(f) = flash(q.done.as_deref(), q.card.as_deref(), &ws) { (f) }
+        @if let Some(f) = flash(&console, &ctx, &ws) { (f) }
         (counts(&queue.counts))
         p.keys {
             "Keys: " kbd { "j" } "/" kbd { "k" } " move · " kbd { "v" } " verify · "

@@ -34,6 +34,10 @@ pub struct Session {
     pub token_hash: String,
     /// What each form of this session must send back as `_csrf`.
     pub csrf: String,
+    /// The hash the map keys it by.
+    pub key: String,
+    /// What the last action did, shown once on the next page: (action, card id).
+    flash: Option<(String, String)>,
     opened: Instant,
     last_seen: Instant,
 }
@@ -141,11 +145,14 @@ impl Sessions {
                 map.remove(&oldest);
             }
         }
+        let key = key_of(&id);
         map.insert(
-            key_of(&id),
+            key.clone(),
             Session {
                 token_hash,
                 csrf: random_hex(),
+                key,
+                flash: None,
                 opened: now,
                 last_seen: now,
             },
@@ -190,6 +197,19 @@ impl Sessions {
         for id in ids {
             map.remove(&key_of(id));
         }
+    }
+
+    /// Notes what an action did, for the session's next page (kept here, not in the URL,
+    /// so a link cannot make a page claim something was done).
+    pub fn set_flash(&self, key: &str, action: &str, card: &str) {
+        if let Some(s) = self.map.lock().get_mut(key) {
+            s.flash = Some((action.to_owned(), card.to_owned()));
+        }
+    }
+
+    /// Takes the note [`Sessions::set_flash`] left, once.
+    pub fn take_flash(&self, key: &str) -> Option<(String, String)> {
+        self.map.lock().get_mut(key)?.flash.take()
     }
 
     /// Ends every session opened with the token of this hash.

@@ -107,7 +107,7 @@ pub(super) async fn list(
     let rows = rows(&console, &ctx).await?;
     let notice = q
         .revoked
-        .filter(|id| rows.iter().any(|r| &r.id == id))
+        .filter(|id| rows.iter().any(|r| &r.id == id && r.revoked_at.is_some()))
         .map(|id| html! { p.flash role="status" { "Token " code { (id) } " revoked; its sessions have ended." } });
     Ok(list_page(&ctx, &rows, notice))
 }

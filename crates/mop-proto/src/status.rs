@@ -66,8 +66,11 @@ pub struct DaemonInfo {
     pub uptime_secs: u64,
     /// The config file in force.
     pub config_path: String,
-    /// The server it syncs from.
+    /// The server it syncs from (the first of `server_urls`).
     pub server_url: String,
+    /// Every server it may sync from, in the order tried.
+    #[serde(default)]
+    pub server_urls: Vec<String>,
 }
 
 /// A task with a live view (filled in by task projection).
@@ -144,6 +147,9 @@ pub struct SyncRecord {
     pub result: SyncResult,
     /// The manifest request's HTTP status, when one was answered.
     pub http_status: Option<u16>,
+    /// The server that answered (or, after a failure, the last one tried).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
 }
 
 /// The last error.
@@ -183,6 +189,9 @@ pub struct SyncStats {
     pub failures: u64,
     /// Manifests refused for a lower revision within the epoch.
     pub rollbacks_refused: u64,
+    /// Answers from a replica behind the held generation (kept the held one, asked again).
+    #[serde(default)]
+    pub behind_answers: u64,
     /// Objects downloaded.
     pub objects_fetched: u64,
     /// Object bytes downloaded.

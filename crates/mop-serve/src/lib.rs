@@ -18,6 +18,8 @@
 //! `shutdown` future resolves, no connection is accepted any more, idle ones close, busy
 //! ones finish their response, and [`serve`] returns once all are gone.
 
+pub mod tls;
+
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;

@@ -24,6 +24,23 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// `[console]`.
     pub console: ConsoleConfig,
+    /// `[metrics]`.
+    pub metrics: MetricsConfig,
+}
+
+/// `[metrics]`: Prometheus metrics at `/metrics`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Serve `/metrics` (no token needed: route patterns, counts and times only, never a
+    /// workspace, card or token).
+    pub enabled: bool,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig { enabled: true }
+    }
 }
 
 /// `[console]`: the curators' web pages under `/console`.
@@ -72,6 +89,10 @@ pub struct Listen {
     pub idle_timeout_secs: u64,
     /// Seconds a request body may take to arrive after its head.
     pub body_timeout_secs: u64,
+    /// Serve HTTPS with this certificate chain (PEM); needs `tls_key`. Reloaded on SIGHUP.
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    pub tls_key: Option<PathBuf>,
 }
 
 /// `[sync]`: how changes reach daemons.
@@ -120,6 +141,8 @@ impl Default for Listen {
             header_timeout_secs: 10,
             idle_timeout_secs: 75,
             body_timeout_secs: 30,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -203,6 +226,12 @@ impl ServerConfig {
             return Err(
                 "limits.stores_per_task and limits.stores_per_token_per_minute must be at least 1 \
                  (agents cannot store at all otherwise)"
+                    .into(),
+            );
+        }
+        if self.server.tls_cert.is_some() != self.server.tls_key.is_some() {
+            return Err(
+                "server.tls_cert and server.tls_key go together: set both for HTTPS, or neither"
                     .into(),
             );
         }

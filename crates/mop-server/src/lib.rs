@@ -8,6 +8,7 @@
 //!   API (listings, review queue and actions, search, staleness).
 //! - [`console`]: the curators' web console under `/console` (server-rendered pages over
 //!   the same store calls as the curation API; sessions, CSRF, a strict CSP).
+//! - [`metrics`]: Prometheus metrics at `/metrics`.
 //! - [`search`]: the server's own BM25 index of each workspace, for curators.
 //! - [`server`]: serving with graceful shutdown and background work.
 //! - [`transfer`]: OKF card directories in and out (`import`, `export`).
@@ -15,6 +16,7 @@
 pub mod api;
 pub mod config;
 pub mod console;
+pub mod metrics;
 pub mod search;
 pub mod server;
 pub mod state;

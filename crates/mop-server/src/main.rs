@@ -61,6 +61,18 @@ enum Command {
         #[command(flatten)]
         at: Location,
     },
+    /// Copy the database to DEST while the server keeps serving (SQLite's online backup),
+    /// check the copy and move it into place. Restore by stopping the server and putting
+    /// the copy at server.db.
+    Backup {
+        /// The copy to write (must not exist unless --force).
+        dest: PathBuf,
+        /// Replace DEST if it exists.
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        at: Location,
+    },
     /// Export a workspace's cards, byte for byte, into a new or empty directory.
     Export {
         /// Target directory.
@@ -189,8 +201,13 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 .enable_all()
                 .build()
                 .context("cannot start the async runtime")?;
+            let scheme = if config.server.tls_cert.is_some() {
+                "https"
+            } else {
+                "http"
+            };
             runtime.block_on(mop_server::server::serve(config, |addr| {
-                println!("mop-server listening on http://{addr}");
+                println!("mop-server listening on {scheme}://{addr}");
                 let _ = std::io::stdout().flush();
             }))?;
         }
@@ -301,6 +318,26 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 eprintln!("some files were rejected (listed above); the others were imported");
                 return Ok(std::process::ExitCode::FAILURE);
             }
+        }
+        Command::Backup { dest, force, at } => {
+            let config = config(&at)?;
+            let db = &config.server.db;
+            let mut shown = 0u64;
+            let report = mop_server::store::backup(db, &dest, force, |done, total| {
+                // A line per tenth of a large database; nothing for a small one.
+                if total >= 10_000 && done * 10 / total > shown {
+                    shown = done * 10 / total;
+                    eprintln!("copied {done} of {total} pages");
+                }
+            })
+            .with_context(|| format!("backup of {} to {} failed", db.display(), dest.display()))?;
+            println!(
+                "backed up {} to {}: {} pages, {} bytes, integrity check ok",
+                db.display(),
+                dest.display(),
+                report.pages,
+                report.bytes
+            );
         }
         Command::Export {
             dir,

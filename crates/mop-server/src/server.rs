@@ -29,6 +29,19 @@ pub async fn serve(config: ServerConfig, on_ready: impl FnOnce(SocketAddr)) -> a
     // Handlers first: a signal that arrives as soon as we report ready must shut us down
     // cleanly, not kill us.
     let signals = shutdown_signal()?;
+    if config.server.tls_cert.is_none() {
+        // `systemctl reload` sends SIGHUP, whose default action would end the server:
+        // with no certificate to reload it is only noted.
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                tracing::info!(
+                    "SIGHUP: nothing to reload (no server.tls_cert; other settings need a restart)"
+                );
+            }
+        });
+    }
     serve_until(config, on_ready, signals).await
 }
 
@@ -45,6 +58,13 @@ pub async fn serve_until(
         .with_context(|| format!("cannot open database {}", config.server.db.display()))?;
     let store = Arc::new(store);
     let state = Arc::new(AppState::new(store.clone(), config.clone())?);
+    let tls = match (&config.server.tls_cert, &config.server.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            mop_serve::tls::Tls::load(cert, key)
+                .context("cannot use server.tls_cert and server.tls_key")?,
+        ),
+        _ => None,
+    };
     let listener = TcpListener::bind(config.server.listen)
         .await
         .with_context(|| {
@@ -63,8 +83,16 @@ pub async fn serve_until(
     tasks.spawn(counter_publisher(state.clone(), stop_rx.clone()));
     tasks.spawn(garbage_collector(state.clone(), stop_rx.clone()));
     tasks.spawn(token_use_recorder(state.clone(), stop_rx.clone()));
+    if let Some(tls) = &tls {
+        tasks.spawn(reload_tls_on_sighup(tls.clone(), stop_rx.clone())?);
+    }
 
-    let app = api::router(state.clone()).merge(crate::console::router(state.clone()));
+    let app = api::router(state.clone())
+        .merge(crate::console::router(state.clone()))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::metrics::track,
+        ));
     let mut http_stop = stop_rx.clone();
     tokio::spawn(async move {
         shutdown.await;
@@ -77,10 +105,18 @@ pub async fn serve_until(
         idle_timeout_secs = limits.idle_timeout.as_secs(),
         "connection limits"
     );
-    mop_serve::serve(listener, app, limits, async move {
+    let stopped = async move {
         let _ = http_stop.wait_for(|stop| *stop).await;
-    })
-    .await;
+    };
+    match tls {
+        Some(tls) => {
+            let listener = tls
+                .listener(listener, limits.header_timeout, limits.max_connections)
+                .context("cannot start the TLS listener")?;
+            mop_serve::serve(listener, app, limits, stopped).await;
+        }
+        None => mop_serve::serve(listener, app, limits, stopped).await,
+    }
     tracing::info!("shutting down: draining background tasks");
     while tasks.join_next().await.is_some() {}
     record_token_uses(&state).await;
@@ -94,6 +130,27 @@ pub async fn serve_until(
     }
     tracing::info!("mop-server stopped");
     Ok(())
+}
+
+/// Installs a SIGHUP handler now; the task it returns reloads the TLS certificate and key
+/// at each SIGHUP (keeping the ones in force when the new files are bad) until stopped.
+fn reload_tls_on_sighup(
+    tls: mop_serve::tls::Tls,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<impl std::future::Future<Output = ()> + Send + 'static> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
+    Ok(async move {
+        loop {
+            tokio::select! {
+                _ = hup.recv() => match tls.reload() {
+                    Ok(()) => tracing::info!("SIGHUP: TLS certificate reloaded"),
+                    Err(e) => tracing::error!(error = %e, "SIGHUP: TLS certificate not reloaded; the one in force stays"),
+                },
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    })
 }
 
 /// Installs SIGTERM and SIGINT handlers now; the returned future resolves on either.

@@ -50,6 +50,8 @@ pub struct AppState {
     token_uses: Mutex<HashMap<String, jiff::Timestamp>>,
     /// The curation search indexes.
     pub search: SearchCache,
+    /// Prometheus metrics.
+    pub metrics: crate::metrics::Metrics,
 }
 
 impl AppState {
@@ -64,6 +66,7 @@ impl AppState {
             data_version: Mutex::default(),
             store_budgets: Mutex::default(),
             token_uses: Mutex::default(),
+            metrics: crate::metrics::Metrics::new(),
             search: SearchCache::new(
                 config
                     .server

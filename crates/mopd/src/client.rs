@@ -5,8 +5,14 @@
 //!
 //! Anything unexpected is refused with a reason: an HTML page where a manifest should be
 //! (a captive portal), an ETag that does not match the manifest, a truncated body.
+//!
+//! With several server URLs (replicas of one database), a request that cannot connect,
+//! times out or gets a 5xx is sent to the next URL; the one that answered is tried first
+//! next time. Backing off between rounds is the sync loop's business.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -74,11 +80,13 @@ pub enum ManifestFetch {
     Manifest(Box<Manifest>),
 }
 
-/// A client of one mop-server.
+/// A client of one mop-server, or of several replicas of one database.
 #[derive(Debug, Clone)]
 pub struct ServerClient {
     http: reqwest::Client,
-    base: String,
+    bases: Arc<[String]>,
+    /// The index of the server that answered last (tried first).
+    current: Arc<AtomicUsize>,
     token: String,
 }
 
@@ -105,8 +113,12 @@ pub fn read_token(path: &Path) -> Result<String, String> {
 }
 
 impl ServerClient {
-    /// A client for `base` (no trailing slash needed) with a node token.
-    pub fn new(base: &str, token: String, timeout: Duration) -> Result<ServerClient, String> {
+    /// A client for the servers at `bases` (tried in order; no trailing slash needed) with
+    /// a node token.
+    pub fn new(bases: &[String], token: String, timeout: Duration) -> Result<ServerClient, String> {
+        if bases.is_empty() {
+            return Err("no server URL configured".into());
+        }
         // Installing the provider twice is harmless; it fails only if another is installed.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
@@ -118,13 +130,63 @@ impl ServerClient {
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
         Ok(ServerClient {
             http,
-            base: base.trim_end_matches('/').to_owned(),
+            bases: bases
+                .iter()
+                .map(|b| b.trim_end_matches('/').to_owned())
+                .collect(),
+            current: Arc::default(),
             token,
         })
     }
 
-    fn url(&self, ws: &str, rest: &str) -> String {
-        format!("{}/v1/workspaces/{ws}/{rest}", self.base)
+    /// The URL of the server that answered last (or is tried first).
+    pub fn answered_by(&self) -> &str {
+        &self.bases[self.current.load(Ordering::Relaxed) % self.bases.len()]
+    }
+
+    /// How many servers this client knows.
+    pub fn servers(&self) -> usize {
+        self.bases.len()
+    }
+
+    /// Makes the next request start at the following server (the current one answered
+    /// with something older than what is held: a replica that is behind).
+    pub fn skip_current(&self) {
+        let next = (self.current.load(Ordering::Relaxed) + 1) % self.bases.len();
+        self.current.store(next, Ordering::Relaxed);
+    }
+
+    /// Sends the request `build` makes for a server's base URL, starting at the server that
+    /// answered last and moving on past connection failures, timeouts and 5xx answers.
+    /// Other answers (a 4xx among them) are the caller's to read.
+    async fn send(
+        &self,
+        build: impl Fn(&str) -> reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, ClientError> {
+        let start = self.current.load(Ordering::Relaxed);
+        let mut last = None;
+        for step in 0..self.bases.len() {
+            let i = (start + step) % self.bases.len();
+            let base = &self.bases[i];
+            match build(base).bearer_auth(&self.token).send().await {
+                Ok(r) if r.status().is_server_error() && step + 1 < self.bases.len() => {
+                    tracing::warn!(server = %base, status = r.status().as_u16(), "server answered with an error; trying the next one");
+                    last = Some(Self::error_status(r).await);
+                }
+                Ok(r) => {
+                    self.current.store(i, Ordering::Relaxed);
+                    return Ok(r);
+                }
+                Err(e) => {
+                    let e = transport(e);
+                    if self.bases.len() > 1 {
+                        tracing::warn!(server = %base, error = %e, "server not reached; trying the next one");
+                    }
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.expect("at least one server was tried"))
     }
 
     async fn error_status(response: reqwest::Response) -> ClientError {
@@ -144,15 +206,18 @@ impl ServerClient {
         ws: &str,
         current: Option<&Version>,
     ) -> Result<ManifestFetch, ClientError> {
-        let mut url = self.url(ws, "manifest");
-        if let Some(v) = current {
-            url.push_str(&format!("?since={v}"));
-        }
-        let mut req = self.http.get(&url).bearer_auth(&self.token);
-        if let Some(v) = current {
-            req = req.header(header::IF_NONE_MATCH, v.etag());
-        }
-        let response = req.send().await.map_err(transport)?;
+        let since = current.map_or_else(String::new, |v| format!("?since={v}"));
+        let response = self
+            .send(|base| {
+                let req = self
+                    .http
+                    .get(format!("{base}/v1/workspaces/{ws}/manifest{since}"));
+                match current {
+                    Some(v) => req.header(header::IF_NONE_MATCH, v.etag()),
+                    None => req,
+                }
+            })
+            .await?;
         match response.status() {
             StatusCode::NOT_MODIFIED => return Ok(ManifestFetch::NotModified),
             StatusCode::OK => {}
@@ -210,13 +275,12 @@ impl ServerClient {
         what: &str,
     ) -> Result<T, ClientError> {
         let response = self
-            .http
-            .post(self.url(ws, endpoint))
-            .bearer_auth(&self.token)
-            .json(body)
-            .send()
-            .await
-            .map_err(transport)?;
+            .send(|base| {
+                self.http
+                    .post(format!("{base}/v1/workspaces/{ws}/{endpoint}"))
+                    .json(body)
+            })
+            .await?;
         if !response.status().is_success() {
             return Err(Self::error_status(response).await);
         }
@@ -228,12 +292,11 @@ impl ServerClient {
     /// One object's body, to be read as it arrives.
     pub async fn object(&self, ws: &str, sha256: &str) -> Result<Body, ClientError> {
         let response = self
-            .http
-            .get(self.url(ws, &format!("objects/{sha256}")))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .map_err(transport)?;
+            .send(|base| {
+                self.http
+                    .get(format!("{base}/v1/workspaces/{ws}/objects/{sha256}"))
+            })
+            .await?;
         if response.status() != StatusCode::OK {
             return Err(Self::error_status(response).await);
         }
@@ -242,14 +305,14 @@ impl ServerClient {
 
     /// A batch answer for `sha256` (in that order), to be decoded as it arrives.
     pub async fn object_batch(&self, ws: &str, sha256: Vec<String>) -> Result<Body, ClientError> {
+        let request = ObjectBatchRequest { sha256 };
         let response = self
-            .http
-            .post(self.url(ws, "objects/batch"))
-            .bearer_auth(&self.token)
-            .json(&ObjectBatchRequest { sha256 })
-            .send()
-            .await
-            .map_err(transport)?;
+            .send(|base| {
+                self.http
+                    .post(format!("{base}/v1/workspaces/{ws}/objects/batch"))
+                    .json(&request)
+            })
+            .await?;
         if response.status() != StatusCode::OK {
             return Err(Self::error_status(response).await);
         }

@@ -97,14 +97,35 @@ impl Default for SocketsSection {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerSection {
-    /// Base URL of mop-server (`https://…`, or `http://…` on a trusted network).
-    pub url: String,
+    /// Base URL of mop-server (`https://…`, or `http://…` on a trusted network). Give
+    /// either this or `urls`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Several mop-server replicas of one database, tried in order: on a connection
+    /// failure, a timeout or a 5xx the daemon moves on to the next.
+    #[serde(default)]
+    pub urls: Vec<String>,
     /// File holding this host's node token; readable by the daemon alone (mode 0600 or 0400).
     #[serde(default = "default_token_file")]
     pub token_file: PathBuf,
     /// Timeout of one request to the server, in seconds.
     #[serde(default = "default_timeout")]
     pub timeout_secs: u64,
+}
+
+impl ServerSection {
+    /// The server URLs in the order they are tried (`url` alone, or `urls`).
+    pub fn all_urls(&self) -> Vec<String> {
+        match &self.url {
+            Some(u) => vec![u.clone()],
+            None => self.urls.clone(),
+        }
+    }
+
+    /// The first URL, for messages that name one server.
+    pub fn primary_url(&self) -> String {
+        self.all_urls().into_iter().next().unwrap_or_default()
+    }
 }
 
 /// `[sync]`.
@@ -239,11 +260,30 @@ impl MopdConfig {
 
     /// Checks values a parser cannot: URL form, workspace names, ranges, paths.
     pub fn validate(&self) -> Result<(), String> {
-        let url = &self.server.url;
-        if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 10 {
-            return Err(format!(
-                "server.url {url:?} must be an http:// or https:// URL"
-            ));
+        let key = match (&self.server.url, self.server.urls.is_empty()) {
+            (Some(_), false) => {
+                return Err(
+                    "server.url and server.urls are both set: give one (server.urls for several replicas)"
+                        .into(),
+                );
+            }
+            (None, true) => {
+                return Err("server.url (or server.urls) must name the card server".into());
+            }
+            (Some(_), true) => "server.url",
+            (None, false) => "server.urls",
+        };
+        let urls = self.server.all_urls();
+        for (i, url) in urls.iter().enumerate() {
+            if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 10 {
+                return Err(format!("{key} {url:?} must be an http:// or https:// URL"));
+            }
+            if urls[..i]
+                .iter()
+                .any(|u| u.trim_end_matches('/') == url.trim_end_matches('/'))
+            {
+                return Err(format!("{key}: {url:?} is listed twice"));
+            }
         }
         if self.sync.workspaces.is_empty() {
             return Err("sync.workspaces must name at least one workspace".into());

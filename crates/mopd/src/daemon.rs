@@ -48,7 +48,7 @@ fn prepare_dirs(config: &MopdConfig) -> anyhow::Result<()> {
 fn client_for(config: &MopdConfig) -> anyhow::Result<ServerClient> {
     let token = read_token(&config.server.token_file).map_err(anyhow::Error::msg)?;
     ServerClient::new(
-        &config.server.url,
+        &config.server.all_urls(),
         token,
         Duration::from_secs(config.server.timeout_secs),
     )

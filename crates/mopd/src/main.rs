@@ -281,7 +281,7 @@ fn verify(config_path: &Path, repair: bool, only: Option<String>, json: bool) ->
                 String::new()
             };
             let client = mopd::client::ServerClient::new(
-                &config.server.url,
+                &config.server.all_urls(),
                 token,
                 std::time::Duration::from_secs(config.server.timeout_secs),
             )

@@ -46,6 +46,7 @@ pub(crate) async fn store(
     state.note_revision(&ws, response.revision);
     tracing::info!(workspace = %ws, card = %response.id, outcome = ?response.outcome,
         token = %caller.0.id, revision = response.revision, "memory stored");
+    state.metrics.store(response.outcome.word());
     let status = match response.outcome {
         StoreOutcome::Created => StatusCode::CREATED,
         _ => StatusCode::OK,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::FromRequestParts;
+use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -29,6 +29,9 @@ use crate::store::{Role, StoreError, TokenInfo, token_hash};
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/health", get(health))
+        .route("/healthz", get(health))
+        .route("/readyz", get(ready))
+        .route("/metrics", get(metrics))
         .route("/v1/workspaces/{ws}/manifest", get(sync::manifest))
         .route("/v1/workspaces/{ws}/objects/{sha256}", get(sync::object))
         .route(
@@ -84,8 +87,44 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
+/// `/v1/health` and `/healthz`: the process is alive and serving.
 async fn health() -> impl IntoResponse {
     axum::Json(serde_json::json!({ "status": "ok" }))
+}
+
+/// `/metrics`: Prometheus metrics (OpenMetrics text), unless `metrics.enabled` is off.
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    if !state.config.metrics.enabled {
+        return ApiError::not_found("metrics are off (metrics.enabled = false)").into_response();
+    }
+    let text = state.metrics.encode(state.store.idle_readers());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// `/readyz`: the database answers and the caches are loaded, so this replica can take
+/// traffic; 503 naming the cause otherwise (a load balancer stops sending it requests).
+async fn ready(State(state): State<Arc<AppState>>) -> Response {
+    let check = tokio::task::spawn_blocking(move || state.refresh_if_changed()).await;
+    match check {
+        Ok(Ok(_)) => axum::Json(serde_json::json!({ "status": "ready" })).into_response(),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "not ready: the database does not answer");
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not_ready",
+                "the database does not answer; see the server log",
+            )
+            .into_response()
+        }
+        Err(e) => ApiError::internal(e).into_response(),
+    }
 }
 
 /// A JSON error response.
@@ -184,7 +223,11 @@ impl From<StoreError> for ApiError {
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    match tokio::task::spawn_blocking(f).await {
+    let busy = &*crate::metrics::DB_BUSY;
+    busy.inc();
+    let result = tokio::task::spawn_blocking(f).await;
+    busy.dec();
+    match result {
         Ok(r) => r.map_err(ApiError::from),
         Err(e) => Err(ApiError::internal(e)),
     }

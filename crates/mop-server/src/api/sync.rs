@@ -76,6 +76,7 @@ pub(crate) async fn manifest(
         .and_then(|v| v.to_str().ok())
         && if_none_match(inm, &current.to_string())
     {
+        state.metrics.manifest("not_modified");
         return Ok((
             StatusCode::NOT_MODIFIED,
             [(header::ETAG, etag_header(&current))],
@@ -102,6 +103,7 @@ pub(crate) async fn manifest(
             .latest_manifest(&ws)
             .map(|m| (m.cards / 2).max(MIN_DELTA_LIMIT));
         if let Some(built) = blocking(move || store.delta(&ws2, since, max_changed)).await? {
+            state.metrics.manifest("delta");
             let body = serde_json::to_vec(&built.manifest).map_err(ApiError::internal)?;
             return Ok(respond(
                 &Version::of(&built.manifest),
@@ -131,6 +133,7 @@ pub(crate) async fn manifest(
         epoch: current.epoch,
         revision: cached.revision,
     };
+    state.metrics.manifest("full");
     Ok(respond(
         &version,
         cached.json.clone(),
@@ -169,6 +172,7 @@ async fn full_manifest(
     }
     let store = state.store.clone();
     let ws2 = ws.to_owned();
+    let started = std::time::Instant::now();
     let cached = blocking(move || {
         let built = store.manifest(&ws2, ManifestKind::Full)?;
         let json = serde_json::to_vec(&built.manifest).expect("manifests serialize");
@@ -181,6 +185,7 @@ async fn full_manifest(
         })
     })
     .await?;
+    state.metrics.manifest_built(started.elapsed());
     let cached = Arc::new(cached);
     state.note_revision(ws, cached.revision);
     state.cache_manifest(ws, cached.clone());

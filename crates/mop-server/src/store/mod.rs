@@ -8,6 +8,7 @@
 //! at its current object. Objects no card references are kept for a retention window, so
 //! a daemon that is mid-sync can still fetch what its manifest named.
 
+mod backup;
 mod cards;
 mod curation;
 mod memories;
@@ -24,6 +25,7 @@ use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
 };
 
+pub use backup::{BackupReport, backup};
 pub use cards::{CardChange, CardState, Expect, HistoryRow, ImportReport, Rejected};
 pub use memories::StoreLimits;
 pub use sync::{BuiltManifest, ManifestKind};
@@ -236,6 +238,11 @@ impl Store {
             pool.push(conn);
         }
         out
+    }
+
+    /// Reader connections idle in the pool now.
+    pub fn idle_readers(&self) -> usize {
+        self.readers.lock().len()
     }
 
     /// SQLite's `data_version`: changes when another connection (another process, or this

@@ -175,6 +175,7 @@ mod tests {
                 at: ts("2026-11-29T10:00:00Z"),
                 result: SyncResult::NotModified,
                 http_status: Some(304),
+                server: None,
             }),
             last_reached: Some(ts("2026-11-29T10:00:00Z")),
             ..Default::default()

@@ -82,7 +82,7 @@ pub fn assemble(f: Facts<'_>, now: Timestamp) -> StatusReport {
         &f.workspaces,
         now,
         stale_after,
-        &config.server.url,
+        &config.server.primary_url(),
         &config.server.token_file.display().to_string(),
     );
     warnings.extend(judge::receipts(&f.receipts));
@@ -129,7 +129,8 @@ pub fn assemble(f: Facts<'_>, now: Timestamp) -> StatusReport {
             started_at: f.started_at,
             uptime_secs: (now.as_second() - f.started_at.as_second()).max(0) as u64,
             config_path: f.config_path.display().to_string(),
-            server_url: config.server.url.clone(),
+            server_url: config.server.primary_url(),
+            server_urls: config.server.all_urls(),
         },
         workspaces: f.workspaces,
         tasks,
@@ -204,6 +205,7 @@ mod tests {
                 at: now,
                 result: SyncResult::NotModified,
                 http_status: Some(304),
+                server: None,
             }),
             last_reached: Some(now),
             ..Default::default()

@@ -100,7 +100,13 @@ impl Render for StatusReport {
                         SyncResult::Failed => "failed".to_owned(),
                     };
                     let code = s.http_status.map(|c| format!("{c} ")).unwrap_or_default();
-                    let _ = writeln!(out, "  last sync    {}: {code}{what}", ago(now, s.at));
+                    let from = s
+                        .server
+                        .as_ref()
+                        .filter(|_| self.daemon.server_urls.len() > 1)
+                        .map(|u| format!(" from {u}"))
+                        .unwrap_or_default();
+                    let _ = writeln!(out, "  last sync    {}: {code}{what}{from}", ago(now, s.at));
                 }
                 None => {
                     let _ = writeln!(out, "  last sync    never");
@@ -158,7 +164,11 @@ impl Render for StatusReport {
             d.pid,
             human_secs(d.uptime_secs),
             d.config_path,
-            d.server_url
+            if d.server_urls.len() > 1 {
+                d.server_urls.join(", ")
+            } else {
+                d.server_url.clone()
+            }
         );
         out
     }

@@ -153,7 +153,14 @@ pub struct Syncer {
     /// immutable and names are never reused, so an unchanged poll costs one readlink
     /// instead of parsing the current manifest (34 ms at 10k cards before this cache).
     held: Arc<Mutex<Option<(String, Version)>>>,
+    /// Older answers in a row from replicas that are behind (see [`MAX_BEHIND`]).
+    behind: Arc<std::sync::atomic::AtomicU32>,
 }
+
+/// Older answers in a row taken as a replica that is behind before they count as a
+/// rollback: replicas of one database catch up within a second or two, a server that
+/// keeps answering with the past does not.
+const MAX_BEHIND: u32 = 5;
 
 impl Syncer {
     /// The sync machinery of one workspace.
@@ -169,6 +176,7 @@ impl Syncer {
             status,
             state,
             held: Arc::default(),
+            behind: Arc::default(),
         }
     }
 
@@ -223,7 +231,8 @@ impl Syncer {
     pub async fn sync_once(&self) -> Result<SyncResult, Failure> {
         let outcome = self.try_sync().await;
         let now = Timestamp::now();
-        let status = self.update(|s| record_sync(s, now, &outcome));
+        let server = self.state.client().answered_by().to_owned();
+        let status = self.update(|s| record_sync(s, now, &outcome, server));
         crate::status::save(self.state.paths(), &status);
         outcome.map(|(r, _)| r)
     }
@@ -245,12 +254,31 @@ impl Syncer {
         let pool = self.pool.clone();
         let current = blocking(move || pool.current()).await?;
         let pool = self.pool.clone();
-        let planned = plan::plan(
+        let planned = match plan::plan(
             incoming,
             current.as_ref().map(|g| &g.manifest),
             |sha, size| pool.has_object(sha, size),
-        )
-        .map_err(refused)?;
+        ) {
+            Ok(p) => p,
+            // With replicas, an older revision is one that has not caught up yet: the
+            // held generation stays (it is never rolled back) and the next poll asks
+            // the next replica. Only a streak of them is reported as a rollback.
+            Err(r)
+                if r.rollback
+                    && client.servers() > 1
+                    && self
+                        .behind
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                        < MAX_BEHIND =>
+            {
+                tracing::info!(workspace = %self.ws, server = %client.answered_by(), "a replica answered with an older revision than the held one (it is behind); kept the held generation");
+                self.update(|s| s.stats.behind_answers += 1);
+                client.skip_current();
+                return Ok((SyncResult::NotModified, Some(200)));
+            }
+            Err(r) => return Err(refused(r)),
+        };
+        self.behind.store(0, std::sync::atomic::Ordering::Relaxed);
         // Only the plan needed the held generation; the fetch and build do not.
         drop(current);
         let Plan::Publish {
@@ -378,6 +406,7 @@ fn record_sync(
     s: &mut WorkspaceStatus,
     now: Timestamp,
     outcome: &Result<(SyncResult, Option<u16>), Failure>,
+    server: String,
 ) {
     use mop_proto::status::{ErrorRecord, SyncRecord};
     s.stats.polls += 1;
@@ -392,6 +421,7 @@ fn record_sync(
                 at: now,
                 result: *result,
                 http_status: *code,
+                server: Some(server),
             });
             match result {
                 SyncResult::NotModified => s.stats.not_modified += 1,
@@ -420,6 +450,7 @@ fn record_sync(
                 at: now,
                 result: SyncResult::Failed,
                 http_status: f.http_status,
+                server: Some(server),
             });
             s.last_error = Some(ErrorRecord {
                 at: now,

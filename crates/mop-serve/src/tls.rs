@@ -1,0 +1,196 @@
+//! Native TLS for a TCP listener (rustls), with the certificate reloaded on demand (the
+//! card server reloads on SIGHUP): connections accepted after a reload get the new
+//! certificate, connections already open keep theirs.
+//!
+//! Handshakes run concurrently, each within a deadline and at most a bounded number at a
+//! time, so a client that connects and says nothing cannot hold up the others; a finished
+//! handshake is handed to [`crate::serve`] as an ordinary connection.
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use rustls::ServerConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+
+/// Why a certificate or key could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// The certificate file is unreadable or holds no PEM certificate.
+    #[error("certificate {path}: {message}")]
+    Certificate {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The key file is unreadable or holds no PEM private key.
+    #[error("private key {path}: {message}")]
+    Key {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// rustls refused the pair (a key that does not match the certificate, say).
+    #[error("certificate {cert} with key {key}: {message}")]
+    Pair {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+        /// rustls's reason.
+        message: String,
+    },
+}
+
+/// The certificate and key files, and the TLS configuration made from them.
+#[derive(Debug, Clone)]
+pub struct Tls {
+    cert: PathBuf,
+    key: PathBuf,
+    current: Arc<RwLock<Arc<ServerConfig>>>,
+}
+
+fn load(cert: &Path, key: &Path) -> Result<ServerConfig, TlsError> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| TlsError::Certificate {
+            path: cert.to_owned(),
+            message: e.to_string(),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::Certificate {
+            path: cert.to_owned(),
+            message: "no PEM certificate in it".into(),
+        });
+    }
+    let private = PrivateKeyDer::from_pem_file(key).map_err(|e| TlsError::Key {
+        path: key.to_owned(),
+        message: e.to_string(),
+    })?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let pair = |e: rustls::Error| TlsError::Pair {
+        cert: cert.to_owned(),
+        key: key.to_owned(),
+        message: e.to_string(),
+    };
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(pair)?
+        .with_no_client_auth()
+        .with_single_cert(certs, private)
+        .map_err(pair)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+impl Tls {
+    /// Loads the certificate chain and private key (PEM files).
+    pub fn load(cert: &Path, key: &Path) -> Result<Tls, TlsError> {
+        let config = load(cert, key)?;
+        Ok(Tls {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            current: Arc::new(RwLock::new(Arc::new(config))),
+        })
+    }
+
+    /// Reads the files again; on an error the configuration in force stays.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let config = load(&self.cert, &self.key)?;
+        *self.current.write() = Arc::new(config);
+        Ok(())
+    }
+
+    /// A listener that hands over connections once their TLS handshake is done: each
+    /// within `handshake_timeout`, at most `max_pending` at a time.
+    pub fn listener(
+        &self,
+        tcp: TcpListener,
+        handshake_timeout: Duration,
+        max_pending: usize,
+    ) -> io::Result<TlsListener> {
+        let addr = tcp.local_addr()?;
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(handshakes(
+            tcp,
+            self.current.clone(),
+            tx,
+            handshake_timeout,
+            Arc::new(Semaphore::new(max_pending.max(1))),
+        ));
+        Ok(TlsListener { rx, addr })
+    }
+}
+
+async fn handshakes(
+    tcp: TcpListener,
+    config: Arc<RwLock<Arc<ServerConfig>>>,
+    tx: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
+    timeout: Duration,
+    pending: Arc<Semaphore>,
+) {
+    loop {
+        let permit = tokio::select! {
+            p = pending.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+            _ = tx.closed() => return,
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = tcp.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors, say: wait a moment instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = tx.closed() => return,
+        };
+        let acceptor = TlsAcceptor::from(config.read().clone());
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => {
+                    let _ = tx.send((tls, peer)).await;
+                }
+                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+            }
+        });
+    }
+}
+
+/// Connections whose TLS handshake is done, for [`crate::serve`].
+#[derive(Debug)]
+pub struct TlsListener {
+    rx: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    addr: SocketAddr,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.rx.recv().await {
+            Some(conn) => conn,
+            // The handshake task ends only when this listener is gone.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<Self::Addr> {
+        Ok(self.addr)
+    }
+}

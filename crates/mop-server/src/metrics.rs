@@ -1,0 +1,181 @@
+//! Prometheus metrics, served at `/metrics` in the OpenMetrics text format: requests by
+//! route and status with latency histograms, manifest answers by kind (the share of 304s
+//! is `not_modified` over all of them), full manifest builds and their time, stores by
+//! outcome, and how much of the database is in use (store calls running off the async
+//! workers, reader connections idle in the pool).
+//!
+//! Labels are bounded: a route is its pattern (`/v1/workspaces/{ws}/manifest`), never the
+//! path a client sent, so no workspace name, card id or token appears.
+
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Store calls now running on the blocking threads (each holds a database connection).
+pub static DB_BUSY: LazyLock<Gauge> = LazyLock::new(Gauge::default);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    route: String,
+    method: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+fn latency_buckets() -> Histogram {
+    // 100 µs to about 3 s.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+}
+
+/// The server's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<RouteLabels, Histogram, fn() -> Histogram>,
+    manifests: Family<KindLabels, Counter>,
+    manifest_builds: Histogram,
+    stores: Family<KindLabels, Counter>,
+    db_idle_readers: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("mop_server");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests answered, by route pattern, method and status",
+            requests.clone(),
+        );
+        let latency: Family<RouteLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_buckets);
+        registry.register(
+            "http_request_duration_seconds",
+            "Time to answer a request (head ready), by route pattern",
+            latency.clone(),
+        );
+        let manifests = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "manifest_answers",
+            "Manifest answers by kind: not_modified (304), delta, full",
+            manifests.clone(),
+        );
+        let manifest_builds = Histogram::new(exponential_buckets(0.001, 2.0, 14));
+        registry.register(
+            "manifest_build_seconds",
+            "Time to build, serialize and compress a full manifest (once per revision)",
+            manifest_builds.clone(),
+        );
+        let stores = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "stores",
+            "Memory stores from tasks, by outcome",
+            stores.clone(),
+        );
+        registry.register(
+            "db_busy_calls",
+            "Store calls running now, each holding a database connection",
+            DB_BUSY.clone(),
+        );
+        let db_idle_readers = Gauge::default();
+        registry.register(
+            "db_idle_readers",
+            "Reader connections idle in the pool",
+            db_idle_readers.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            latency,
+            manifests,
+            manifest_builds,
+            stores,
+            db_idle_readers,
+        }
+    }
+
+    /// Counts a manifest answer: `not_modified`, `delta` or `full`.
+    pub fn manifest(&self, kind: &str) {
+        self.manifests
+            .get_or_create(&KindLabels { kind: kind.into() })
+            .inc();
+    }
+
+    /// Records a full manifest build's time.
+    pub fn manifest_built(&self, took: Duration) {
+        self.manifest_builds.observe(took.as_secs_f64());
+    }
+
+    /// Counts a store by its outcome (`created`, `reinforced`, …).
+    pub fn store(&self, outcome: &str) {
+        self.stores
+            .get_or_create(&KindLabels {
+                kind: outcome.into(),
+            })
+            .inc();
+    }
+
+    /// The text exposition, with the idle readers read now.
+    pub fn encode(&self, idle_readers: usize) -> String {
+        self.db_idle_readers.set(idle_readers as i64);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+/// Middleware (a route layer, so the route pattern is known): counts and times requests.
+pub async fn track(
+    State(state): State<std::sync::Arc<crate::state::AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = request.method().as_str().to_owned();
+    let start = Instant::now();
+    let response = next.run(request).await;
+    let m = &state.metrics;
+    m.latency
+        .get_or_create(&RouteLabels {
+            route: route.clone(),
+        })
+        .observe(start.elapsed().as_secs_f64());
+    m.requests
+        .get_or_create(&RequestLabels {
+            route,
+            method,
+            status: response.status().as_u16(),
+        })
+        .inc();
+    response
+}

@@ -65,6 +65,8 @@ pub struct Server {
     pub dir: tempfile::TempDir,
     log: Arc<Mutex<String>>,
     wrap: Vec<String>,
+    /// Another server's database, for a replica (see [`Server::replica`]).
+    shared_db: Option<PathBuf>,
 }
 
 /// A command line that runs what follows it with the soft descriptor limit a systemd
@@ -127,17 +129,50 @@ impl Server {
             dir,
             log: Arc::default(),
             wrap: wrap.iter().map(|s| s.to_string()).collect(),
+            shared_db: None,
         };
         s.spawn();
         s
     }
 
-    /// The database file.
-    pub fn db(&self) -> PathBuf {
-        self.dir.path().join("mop.db")
+    /// A second server process on this one's database and config: a replica.
+    pub fn replica(&self) -> Server {
+        Server::on_database(&self.db(), &self.config())
     }
 
-    fn config(&self) -> PathBuf {
+    /// A server on an existing database file (a replica, or a restored backup).
+    pub fn on_database(db: &Path, config: &Path) -> Server {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::copy(config, dir.path().join("server.toml")).expect("copy config");
+        let mut s = Server {
+            child: None,
+            url: String::new(),
+            dir,
+            log: Arc::default(),
+            wrap: Vec::new(),
+            shared_db: Some(db.to_owned()),
+        };
+        s.spawn();
+        s
+    }
+
+    /// Sends SIGKILL and waits (a crashed replica).
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The database file.
+    pub fn db(&self) -> PathBuf {
+        self.shared_db
+            .clone()
+            .unwrap_or_else(|| self.dir.path().join("mop.db"))
+    }
+
+    /// The config file.
+    pub fn config(&self) -> PathBuf {
         self.dir.path().join("server.toml")
     }
 
@@ -341,6 +376,8 @@ pub struct DaemonOptions<'a> {
     /// A command the daemon is started through, its own command line appended (for
     /// example `unshare -m … sh -c '… exec "$@"' sh` to give it a mount namespace).
     pub wrap: &'a [&'a str],
+    /// Server replicas to use (`server.urls`) instead of the one server's URL.
+    pub urls: &'a [&'a str],
 }
 
 impl Default for DaemonOptions<'_> {
@@ -352,6 +389,7 @@ impl Default for DaemonOptions<'_> {
             extra: "",
             user: None,
             wrap: &[],
+            urls: &[],
         }
     }
 }
@@ -419,8 +457,13 @@ impl Daemon {
             .map(|w| format!("\"{w}\""))
             .collect::<Vec<_>>()
             .join(", ");
+        let server = if o.urls.is_empty() {
+            format!("url = \"{url}\"")
+        } else {
+            format!("urls = {:?}", o.urls)
+        };
         let text = format!(
-            "[server]\nurl = \"{url}\"\ntoken_file = \"{}\"\ntimeout_secs = 5\n\
+            "[server]\n{server}\ntoken_file = \"{}\"\ntimeout_secs = 5\n\
              [sync]\nworkspaces = [{list}]\ninterval_secs = {}\noffline_recheck_secs = {}\nbackoff_max_secs = 2\n\
              [paths]\ncache_dir = \"{}\"\nruntime_dir = \"{}\"\nstate_dir = \"{}\"\n{}",
             p.join("node.token").display(),

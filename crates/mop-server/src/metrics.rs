@@ -4,7 +4,7 @@
 //! outcome, and how much of the database is in use (store calls running off the async
 //! workers, reader connections idle in the pool).
 //!
-//! Labels are bounded: a route is its pattern (`/v1/workspaces/{ws}/manifest`), never the
+//! Labels are bounded: a route is its pattern (`/v1/workspaces/:ws/manifest`), never the
 //! path a client sent, so no workspace name, card id or token appears.
 
 use std::sync::LazyLock;
@@ -157,10 +157,11 @@ pub async fn track(
     request: Request,
     next: Next,
 ) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    // `:ws` rather than `{ws}`: braces inside a label value trip some exposition parsers.
+    let route = request.extensions().get::<MatchedPath>().map_or_else(
+        || "unmatched".to_owned(),
+        |p| p.as_str().replace('{', ":").replace('}', ""),
+    );
     let method = request.method().as_str().to_owned();
     let start = Instant::now();
     let response = next.run(request).await;

@@ -56,16 +56,31 @@ impl WorkspaceIndex {
 /// The indexes of the workspaces curators have searched.
 #[derive(Debug)]
 pub struct SearchCache {
-    /// Where index directories are made: `curation-index/` beside the database, emptied
-    /// at start (a killed server leaves its last ones behind).
+    /// Where index directories are made: `curation-index/<pid>/` beside the database, so
+    /// several server processes on one database keep theirs apart.
     dir: std::path::PathBuf,
     built: Mutex<HashMap<String, Arc<WorkspaceIndex>>>,
     building: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl SearchCache {
-    /// Indexes under `dir` (created, or emptied of what an earlier run left).
-    pub fn new(dir: std::path::PathBuf) -> SearchCache {
+    /// Indexes under `base/<pid>`. What servers that are gone left under `base` (a killed
+    /// server leaves its last indexes behind) is removed; a running one's is not touched.
+    pub fn new(base: std::path::PathBuf) -> SearchCache {
+        if let Ok(entries) = std::fs::read_dir(&base) {
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let gone = match name.to_str().and_then(|n| n.parse::<u32>().ok()) {
+                    Some(pid) => !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+                    // Left by a version that kept its indexes at the top.
+                    None => true,
+                };
+                if gone {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        }
+        let dir = base.join(std::process::id().to_string());
         let _ = std::fs::remove_dir_all(&dir);
         SearchCache {
             dir,

@@ -157,9 +157,9 @@ pub struct Syncer {
     behind: Arc<std::sync::atomic::AtomicU32>,
 }
 
-/// Older answers in a row taken as a replica that is behind before they count as a
-/// rollback: replicas of one database catch up within a second or two, a server that
-/// keeps answering with the past does not.
+/// Older answers in a row (with no current answer between them) taken as a replica that
+/// is behind before they count as a rollback: replicas of one database catch up within a
+/// second or two, a server that keeps answering with the past does not.
 const MAX_BEHIND: u32 = 5;
 
 impl Syncer {
@@ -246,7 +246,10 @@ impl Syncer {
         let client = self.state.client();
         let held = self.held_version().await?;
         let incoming = match client.manifest(&self.ws, held.as_ref()).await? {
-            ManifestFetch::NotModified => return Ok((SyncResult::NotModified, Some(304))),
+            ManifestFetch::NotModified => {
+                self.behind.store(0, std::sync::atomic::Ordering::Relaxed);
+                return Ok((SyncResult::NotModified, Some(304)));
+            }
             ManifestFetch::Manifest(m) => *m,
         };
         // Loaded only now that something came: a delta is checked against it, so a

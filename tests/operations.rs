@@ -1,0 +1,488 @@
+//! Running the card server in production, with the real binaries: health and readiness
+//! probes, Prometheus metrics that a Prometheus parser reads, an online backup while the
+//! server takes writes, native TLS with a certificate reloaded on SIGHUP, replicas on one
+//! database that agree on ETags, and a daemon that fails over from a killed replica and
+//! does not take a replica that is behind for a rollback.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use mop_tests::example_cards_dir;
+use mop_tests::faults::{Fault, FaultyProxy};
+use mop_tests::procs::{Daemon, DaemonOptions, Server, output_text, run};
+use serde_json::{Value, json};
+
+const WS: &str = "acme";
+
+fn get(url: &str, token: Option<&str>, etag: Option<&str>) -> reqwest::blocking::Response {
+    let mut req = mop_tests::http().get(url);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(e) = etag {
+        req = req.header("if-none-match", e);
+    }
+    req.send().unwrap()
+}
+
+fn store(server: &Server, node: &str, title: &str) -> Value {
+    let r = mop_tests::http()
+        .post(format!("{}/v1/workspaces/{WS}/memories", server.url))
+        .bearer_auth(node)
+        .json(&json!({
+            "provenance": {"task_id": format!("t-{}", title.len()), "user_id": "alice"},
+            "card": {"type": "fact", "title": title, "labels": ["ops"], "body": format!("{title}.\n")}
+        }))
+        .send()
+        .unwrap();
+    assert!(r.status().is_success(), "store: {}", r.status());
+    r.json().unwrap()
+}
+
+fn sample_value(s: &prometheus_parse::Sample) -> f64 {
+    match &s.value {
+        prometheus_parse::Value::Counter(v)
+        | prometheus_parse::Value::Gauge(v)
+        | prometheus_parse::Value::Untyped(v) => *v,
+        prometheus_parse::Value::Histogram(h) => h.last().map_or(0.0, |b| b.count),
+        prometheus_parse::Value::Summary(_) => 0.0,
+    }
+}
+
+#[test]
+fn probes_answer_and_metrics_parse_with_counts_and_no_names() {
+    let server = Server::start();
+    assert!(server.import(&example_cards_dir(), WS).status.success());
+    let node = server.token("node", &[WS]);
+    let manifest = format!("{}/v1/workspaces/{WS}/manifest", server.url);
+    let first = get(&manifest, Some(&node), None);
+    assert_eq!(first.status().as_u16(), 200);
+    let etag = first.headers()["etag"].to_str().unwrap().to_owned();
+    for _ in 0..3 {
+        assert_eq!(
+            get(&manifest, Some(&node), Some(&etag)).status().as_u16(),
+            304
+        );
+    }
+    store(&server, &node, "Metrics probe card one");
+    for (path, want) in [("/healthz", "ok"), ("/readyz", "ready")] {
+        let r = get(&format!("{}{path}", server.url), None, None);
+        assert_eq!(r.status().as_u16(), 200, "{path}");
+        assert_eq!(r.json::<Value>().unwrap()["status"], want);
+    }
+
+    let r = get(&format!("{}/metrics", server.url), None, None);
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .contains("openmetrics-text")
+    );
+    let text = r.text().unwrap();
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned())))
+        .expect("the exposition parses");
+
+    let find = |metric: &str, labels: &[(&str, &str)]| -> f64 {
+        scrape
+            .samples
+            .iter()
+            // The parser names an OpenMetrics counter's samples by the family name.
+            .filter(|s| s.metric == metric || s.metric == metric.trim_end_matches("_total"))
+            .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .map(sample_value)
+            .sum()
+    };
+    let route = "/v1/workspaces/:ws/manifest";
+    assert_eq!(
+        find(
+            "mop_server_http_requests_total",
+            &[("route", route), ("status", "304")]
+        ),
+        3.0,
+        "{text}"
+    );
+    assert_eq!(
+        find(
+            "mop_server_http_requests_total",
+            &[("route", route), ("status", "200")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        find(
+            "mop_server_manifest_answers_total",
+            &[("kind", "not_modified")]
+        ),
+        3.0
+    );
+    assert_eq!(
+        find("mop_server_manifest_answers_total", &[("kind", "full")]),
+        1.0
+    );
+    assert_eq!(find("mop_server_stores_total", &[("kind", "created")]), 1.0);
+    assert!(
+        find("mop_server_manifest_build_seconds", &[]) >= 1.0,
+        "a build was timed"
+    );
+    assert!(
+        find(
+            "mop_server_http_request_duration_seconds",
+            &[("route", route)]
+        ) >= 4.0,
+        "latencies of the manifest route: {text}"
+    );
+    assert!(
+        scrape
+            .samples
+            .iter()
+            .any(|s| s.metric == "mop_server_db_idle_readers")
+    );
+    for secret in [WS, node.as_str(), "alice", "Metrics probe"] {
+        assert!(!text.contains(secret), "{secret:?} in /metrics");
+    }
+
+    // The control: with metrics off the same request finds nothing.
+    let quiet = Server::start_with("[metrics]\nenabled = false\n");
+    assert_eq!(
+        get(&format!("{}/metrics", quiet.url), None, None)
+            .status()
+            .as_u16(),
+        404
+    );
+    assert_eq!(
+        get(&format!("{}/healthz", quiet.url), None, None)
+            .status()
+            .as_u16(),
+        200
+    );
+}
+
+fn count_cards(db: &Path) -> i64 {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let ok: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(ok, "ok");
+    conn.query_row("SELECT count(*) FROM cards", [], |r| r.get(0))
+        .unwrap()
+}
+
+#[test]
+fn an_online_backup_is_consistent_while_stores_go_on() {
+    let server = Server::start();
+    assert!(server.import(&example_cards_dir(), WS).status.success());
+    let node = server.token("node", &[WS]);
+    let before = count_cards(&server.db());
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("copy.db");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (url, node, stop) = (server.url.clone(), node.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 40 {
+                let r = mop_tests::http()
+                    .post(format!("{url}/v1/workspaces/{WS}/memories"))
+                    .bearer_auth(&node)
+                    .json(&json!({
+                        "provenance": {"task_id": format!("backup-{n}"), "user_id": "alice"},
+                        "card": {"type": "fact", "title": format!("Written during the backup {n}"), "body": "x\n"}
+                    }))
+                    .send()
+                    .unwrap();
+                assert!(r.status().is_success());
+                n += 1;
+            }
+            n
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let out = run(&mut server.cli(&[std::ffi::OsStr::new("backup"), dest.as_os_str()]));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written = writer.join().unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("integrity check ok"));
+    let copied = count_cards(&dest);
+    assert!(
+        copied >= before && copied <= before + written,
+        "{before} ≤ {copied} ≤ {before}+{written}"
+    );
+    // The copy is a working database: a server serves it and export reads it.
+    let export = dir.path().join("export");
+    let out = run(Command::new(mop_tests::procs::bin("mop-server"))
+        .args(["export", "--workspace", WS, "--db"])
+        .arg(&dest)
+        .arg(&export));
+    assert!(out.status.success(), "{}", output_text(&out));
+    // An existing copy is not overwritten without --force, and nothing is left behind.
+    let size = std::fs::metadata(&dest).unwrap().len();
+    let out = run(&mut server.cli(&[std::ffi::OsStr::new("backup"), dest.as_os_str()]));
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--force"),
+        "{}",
+        output_text(&out)
+    );
+    assert_eq!(std::fs::metadata(&dest).unwrap().len(), size);
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".mop-backup"))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+    let out = run(&mut server.cli(&[
+        std::ffi::OsStr::new("backup"),
+        dest.as_os_str(),
+        std::ffi::OsStr::new("--force"),
+    ]));
+    assert!(out.status.success(), "{}", output_text(&out));
+}
+
+/// A self-signed certificate for 127.0.0.1 with the given common name.
+fn certificate(dir: &Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (cert, key) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
+    let out = run(Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "2", "-subj"])
+        .arg(format!("/CN={name}"))
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        // An end-entity certificate (webpki refuses a CA certificate as a server's).
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .args(["-addext", "extendedKeyUsage=serverAuth", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert));
+    assert!(out.status.success(), "openssl: {}", output_text(&out));
+    (cert, key)
+}
+
+fn trusting(cert: &Path) -> reqwest::blocking::Client {
+    let pem = std::fs::read(cert).unwrap();
+    mop_tests::http_builder()
+        .tls_backend_rustls()
+        .tls_certs_only([reqwest::Certificate::from_pem(&pem).unwrap()])
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn native_tls_serves_https_and_a_new_certificate_after_sighup() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert1, key1) = certificate(dir.path(), "first");
+    let (cert2, key2) = certificate(dir.path(), "second");
+    let (live_cert, live_key) = (dir.path().join("live.crt"), dir.path().join("live.key"));
+    std::fs::copy(&cert1, &live_cert).unwrap();
+    std::fs::copy(&key1, &live_key).unwrap();
+    let server = Server::start_with(&format!(
+        "[server]\ntls_cert = {:?}\ntls_key = {:?}\n",
+        live_cert.display().to_string(),
+        live_key.display().to_string()
+    ));
+    assert!(
+        server.url.starts_with("https://127.0.0.1:"),
+        "{}",
+        server.url
+    );
+    let health = format!("{}/healthz", server.url);
+    let ok = |client: &reqwest::blocking::Client| {
+        client
+            .get(&health)
+            .send()
+            .is_ok_and(|r| r.status().is_success())
+    };
+    assert!(ok(&trusting(&cert1)), "https with the first certificate");
+    assert!(!ok(&trusting(&cert2)), "the second is not served yet");
+    let plain = format!(
+        "http://{}/healthz",
+        server.url.trim_start_matches("https://")
+    );
+    let plain_answered = mop_tests::http()
+        .get(&plain)
+        .send()
+        .is_ok_and(|r| r.status().is_success());
+    assert!(!plain_answered, "plain HTTP gets nothing from a TLS port");
+
+    // A bad file on SIGHUP keeps the certificate in force.
+    std::fs::write(&live_cert, "not a certificate").unwrap();
+    let pid = nix::unistd::Pid::from_raw(server.pid().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(ok(&trusting(&cert1)), "still serving the first certificate");
+    assert!(server.log().contains("not reloaded"), "{}", server.log());
+
+    std::fs::copy(&cert2, &live_cert).unwrap();
+    std::fs::copy(&key2, &live_key).unwrap();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ok(&trusting(&cert2)) {
+        assert!(
+            Instant::now() < deadline,
+            "the second certificate was not served; log:\n{}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        !ok(&trusting(&cert1)),
+        "new connections no longer get the first"
+    );
+}
+
+fn manifest_etag(server: &Server, token: &str) -> (String, u64) {
+    let r = get(
+        &format!("{}/v1/workspaces/{WS}/manifest", server.url),
+        Some(token),
+        None,
+    );
+    assert_eq!(r.status().as_u16(), 200);
+    let etag = r.headers()["etag"].to_str().unwrap().to_owned();
+    let m: Value = r.json().unwrap();
+    (etag, m["revision"].as_u64().unwrap())
+}
+
+#[test]
+fn replicas_on_one_database_agree_within_two_seconds() {
+    let a = Server::start();
+    assert!(a.import(&example_cards_dir(), WS).status.success());
+    let b = a.replica();
+    let node = a.token("node", &[WS]);
+    for (writer, reader) in [(&a, &b), (&b, &a)] {
+        let stored = store(writer, &node, &format!("Stored through {}", writer.url));
+        let revision = stored["revision"].as_u64().unwrap();
+        let start = Instant::now();
+        loop {
+            let (etag, rev) = manifest_etag(reader, &node);
+            if rev >= revision {
+                let (etag_w, rev_w) = manifest_etag(writer, &node);
+                assert_eq!(
+                    (etag.clone(), rev),
+                    (etag_w, rev_w),
+                    "the same state, the same ETag"
+                );
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(2),
+                "revision {revision} not visible through the other replica within 2 s (at {rev})"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        eprintln!("seen through the other replica after {:?}", start.elapsed());
+    }
+}
+
+fn workspace(status: &Value) -> &Value {
+    &status["workspaces"][0]
+}
+
+#[test]
+fn a_daemon_fails_over_from_a_killed_replica_and_waits_for_one_behind() {
+    let mut a = Server::start();
+    assert!(a.import(&example_cards_dir(), WS).status.success());
+    let b = a.replica();
+    let admin = a.token("admin", &[WS]);
+    // A is reached through a proxy that trickles its answers: the daemon is still
+    // reading A's manifest when A is killed.
+    let proxy = FaultyProxy::start(&a.url);
+    proxy.set(Fault::SlowDrip);
+    let urls = [proxy.url.as_str(), b.url.as_str()];
+    let daemon = Daemon::start(
+        &a,
+        DaemonOptions {
+            urls: &urls,
+            interval_secs: 1,
+            offline_recheck_secs: 1,
+            ..Default::default()
+        },
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let (_, status) = daemon.status();
+    assert!(
+        workspace(&status)["generation"].is_null(),
+        "still syncing from A: {status:#}"
+    );
+    a.kill9();
+    proxy.set(Fault::Reset);
+    let status = daemon.wait_for("a generation from B", |s| {
+        !workspace(s)["generation"].is_null()
+    });
+    let ws = workspace(&status);
+    assert_eq!(ws["last_sync"]["server"], json!(b.url), "{status:#}");
+    let out = run(&mut daemon.cli(&["verify"]));
+    assert!(
+        out.status.success(),
+        "the generation verifies: {}",
+        output_text(&out)
+    );
+    let (code, status) = daemon.status();
+    assert_eq!(code, 0, "healthy after failing over: {status:#}");
+    let text = String::from_utf8_lossy(&run(&mut daemon.ctl(&["status"])).stdout).into_owned();
+    assert!(
+        text.contains(&format!("from {}", b.url)),
+        "status names the server: {text}"
+    );
+
+    // A replica behind the held generation: a server on a copy of the database taken
+    // now (the same epoch, a revision that stops here). After the next change the daemon
+    // asks it first; it keeps its newer generation, counts the answer as behind, asks the
+    // next server, and reports no rollback.
+    let copies = tempfile::tempdir().unwrap();
+    let frozen = copies.path().join("frozen.db");
+    let out = run(&mut b.cli(&[std::ffi::OsStr::new("backup"), frozen.as_os_str()]));
+    assert!(out.status.success(), "{}", output_text(&out));
+    let behind = Server::on_database(&frozen, &b.config());
+    let id = {
+        let r = mop_tests::http()
+            .get(format!("{}/v1/workspaces/{WS}/cards?limit=1", b.url))
+            .bearer_auth(&admin)
+            .send()
+            .unwrap();
+        let page: Value = r.json().unwrap();
+        page["cards"][0]["summary"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let newer = b.edit_card(WS, &admin, &id, "\nEdited after the copy was taken.\n");
+    daemon.sync(WS);
+    daemon.wait_for("the newer revision", |s| {
+        workspace(s)["revision"] == json!(newer)
+    });
+    daemon.write_config(
+        &b.url,
+        DaemonOptions {
+            urls: &[behind.url.as_str(), b.url.as_str()],
+            interval_secs: 1,
+            offline_recheck_secs: 1,
+            ..Default::default()
+        },
+    );
+    let status = daemon.wait_for("an answer from the replica behind", |s| {
+        workspace(s)["stats"]["behind_answers"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 1
+    });
+    let ws = workspace(&status);
+    assert_eq!(ws["revision"], json!(newer), "the newer generation is kept");
+    assert_eq!(ws["stats"]["rollbacks_refused"], json!(0), "{status:#}");
+    assert!(ws["last_error"].is_null(), "no error: {status:#}");
+    let status = daemon.wait_for("the next answer from the current replica", |s| {
+        workspace(s)["last_sync"]["server"] == json!(b.url)
+    });
+    assert!(workspace(&status)["last_error"].is_null());
+    let (code, _) = daemon.status();
+    assert_eq!(code, 0);
+}

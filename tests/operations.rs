@@ -486,3 +486,104 @@ fn a_daemon_fails_over_from_a_killed_replica_and_waits_for_one_behind() {
     let (code, _) = daemon.status();
     assert_eq!(code, 0);
 }
+
+#[test]
+fn daemon_metrics_are_served_on_loopback_only_when_asked() {
+    let server = Server::start();
+    assert!(server.import(&example_cards_dir(), WS).status.success());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let extra = format!(
+        "{}[metrics]\nlisten = \"127.0.0.1:{port}\"\n",
+        mop_tests::profiles_config(&[])
+    );
+    let daemon = Daemon::start(
+        &server,
+        DaemonOptions {
+            extra: &extra,
+            ..Default::default()
+        },
+    );
+    daemon.wait_synced();
+    daemon.sync(WS);
+    let out = run(Command::new(mop_tests::procs::bin("mop")).args([
+        "prepare",
+        "--socket",
+        daemon.socket().to_str().unwrap(),
+        "--workspace",
+        WS,
+        "--task-id",
+        "metrics-task",
+        "--user",
+        "alice",
+        "--title",
+        "Nightly ETL fails with ORA-01555",
+        "--json",
+    ]));
+    assert!(out.status.success(), "prepare: {}", output_text(&out));
+    let text = get(&format!("http://127.0.0.1:{port}/metrics"), None, None)
+        .text()
+        .unwrap();
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned())))
+        .expect("the exposition parses");
+    let find = |metric: &str, labels: &[(&str, &str)]| -> f64 {
+        scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == metric || s.metric == metric.trim_end_matches("_total"))
+            .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .map(sample_value)
+            .sum()
+    };
+    assert!(
+        find(
+            "mopd_syncs_total",
+            &[("workspace", WS), ("result", "modified")]
+        ) >= 1.0,
+        "{text}"
+    );
+    assert!(
+        find("mopd_syncs_total", &[("workspace", WS)]) >= 2.0,
+        "{text}"
+    );
+    assert!(
+        find("mopd_pool_bytes", &[("workspace", WS)]) > 0.0,
+        "{text}"
+    );
+    assert!(find("mopd_generation_build_seconds", &[]) >= 1.0, "{text}");
+    assert_eq!(find("mopd_prepare_seconds", &[]), 1.0, "{text}");
+    assert_eq!(find("mopd_live_tasks", &[]), 1.0, "{text}");
+    for secret in ["metrics-task", "alice", "ORA-01555"] {
+        assert!(!text.contains(secret), "{secret:?} in the daemon's metrics");
+    }
+
+    // Off by default: a daemon without [metrics] serves none; a public address is
+    // refused when the config is read.
+    let quiet = Daemon::start(&server, DaemonOptions::default());
+    quiet.wait_synced();
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        "the control: the configured daemon's port is open"
+    );
+    assert!(!quiet.log().contains("metrics served"), "{}", quiet.log());
+    quiet.write_config(
+        &server.url,
+        DaemonOptions {
+            extra: "[metrics]\nlisten = \"0.0.0.0:9\"\n",
+            ..Default::default()
+        },
+    );
+    // The running daemon refuses the new file on reload (and keeps its config).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !quiet.log().contains("not a loopback address") {
+        assert!(
+            Instant::now() < deadline,
+            "no refusal logged:\n{}",
+            quiet.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -38,6 +38,9 @@ pub struct MopdConfig {
     /// `[receipts]`: task receipts kept on the host and reported to the server.
     #[serde(default)]
     pub receipts: ReceiptsSection,
+    /// `[metrics]`.
+    #[serde(default)]
+    pub metrics: MetricsSection,
 }
 
 /// `[receipts]`: what the host keeps of each task's receipt and how often it reports them.
@@ -91,6 +94,16 @@ impl Default for SocketsSection {
             body_timeout_secs: 10,
         }
     }
+}
+
+/// `[metrics]`: Prometheus metrics, off unless a loopback port or a socket is named.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsSection {
+    /// Serve `/metrics` on this loopback address (`127.0.0.1:9732`).
+    pub listen: Option<std::net::SocketAddr>,
+    /// Or on this Unix socket (mode 0660).
+    pub socket: Option<PathBuf>,
 }
 
 /// `[server]`.
@@ -285,6 +298,17 @@ impl MopdConfig {
                 return Err(format!("{key}: {url:?} is listed twice"));
             }
         }
+        match (&self.metrics.listen, &self.metrics.socket) {
+            (Some(_), Some(_)) => {
+                return Err("metrics.listen and metrics.socket are both set: give one".into());
+            }
+            (Some(addr), None) if !addr.ip().is_loopback() => {
+                return Err(format!(
+                    "metrics.listen = {addr} is not a loopback address: the metrics port stays on this host (127.0.0.1 or ::1); let a local agent scrape it"
+                ));
+            }
+            _ => {}
+        }
         if self.sync.workspaces.is_empty() {
             return Err("sync.workspaces must name at least one workspace".into());
         }
@@ -445,6 +469,10 @@ mod tests {
                 "server.url",
             ),
             (MINIMAL.replace("[\"acme\"]", "[]"), "sync.workspaces"),
+            (
+                format!("{MINIMAL}[metrics]\nlisten = \"0.0.0.0:9732\"\n"),
+                "not a loopback address",
+            ),
             (
                 MINIMAL.replace("[\"acme\"]", "[\"Acme\"]"),
                 "sync.workspaces",

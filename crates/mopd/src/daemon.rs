@@ -148,6 +148,10 @@ pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
         stop_rx.clone(),
     ));
     let scrubber = tokio::spawn(scrub(state.clone(), workspaces.clone(), stop_rx.clone()));
+    let metrics = tokio::spawn(crate::sockets::metrics::serve(
+        tasks.clone(),
+        stop_rx.clone(),
+    ));
 
     loop {
         tokio::select! {
@@ -174,6 +178,11 @@ pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
     let _ = flusher.await;
     let _ = notifier.await;
     let _ = scrubber.await;
+    match metrics.await {
+        Ok(Err(e)) => tracing::error!(error = %e, "metrics were not served"),
+        Err(e) => tracing::error!(error = %e, "the metrics server failed"),
+        Ok(Ok(())) => {}
+    }
     let _ = std::fs::remove_file(&socket);
     tracing::info!("mopd stopped");
     Ok(())

@@ -13,7 +13,8 @@
 //!   and reported to the server.
 //! - [`sockets`]: the control socket and each task's agent socket over one checked
 //!   listener.
-//! - [`status`]: the status report, assembled, judged and rendered.
+//! - [`status`]: the status report, assembled, judged and rendered; [`metrics`]: the
+//!   Prometheus metrics (served by `sockets::metrics` when configured).
 //! - [`sys`]: pidfds and allocator calls, the only system calls safe Rust lacks here.
 //! - [`daemon`]: `mopd run`, orchestration only; [`demo`]: `mopd demo`, the whole system
 //!   in a temporary directory with a `mop-server` started beside it.
@@ -22,6 +23,7 @@ pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod demo;
+pub mod metrics;
 pub mod paths;
 pub mod pool;
 pub mod receipts;

@@ -33,6 +33,8 @@ pub struct State {
     /// (workspace, generation) each time a generation is published, so task projection
     /// can load it before the first prepare needs it.
     pub published: tokio::sync::broadcast::Sender<(String, String)>,
+    /// Prometheus metrics.
+    pub metrics: crate::metrics::Metrics,
 }
 
 impl State {
@@ -47,6 +49,7 @@ impl State {
             statuses: Mutex::default(),
             pins: Mutex::default(),
             published: tokio::sync::broadcast::channel(64).0,
+            metrics: crate::metrics::Metrics::new(),
         }
     }
 

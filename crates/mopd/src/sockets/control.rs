@@ -111,13 +111,17 @@ async fn prepare(
     ConnectInfo(peer): ConnectInfo<Peer>,
     body: axum::body::Bytes,
 ) -> Response {
+    let started = std::time::Instant::now();
     let req: PrepareRequest = match json_required(&body) {
         Ok(r) => r,
         Err(e) => return e,
     };
     if !matches!(req.lease, LeaseRequest::Run { .. }) {
         return match c.tasks.prepare(req, peer.uid, peer.pid, &c.agents).await {
-            Ok(plan) => (StatusCode::CREATED, Json(plan)).into_response(),
+            Ok(plan) => {
+                c.state.metrics.prepared(started.elapsed());
+                (StatusCode::CREATED, Json(plan)).into_response()
+            }
             Err(e) => task_error(e),
         };
     }
@@ -143,7 +147,10 @@ async fn prepare(
     let (tasks, agents) = (c.tasks.clone(), c.agents.clone());
     tokio::spawn(async move {
         let event = match tasks.fill(reserved, &agents).await {
-            Ok(plan) => PrepareEvent::Ready(Box::new(plan)),
+            Ok(plan) => {
+                tasks.state().metrics.prepared(started.elapsed());
+                PrepareEvent::Ready(Box::new(plan))
+            }
             Err(e) => PrepareEvent::Failed {
                 message: e.to_string(),
             },

@@ -9,6 +9,7 @@
 
 pub mod agent;
 pub mod control;
+pub mod metrics;
 
 use std::io;
 use std::os::unix::fs::MetadataExt;

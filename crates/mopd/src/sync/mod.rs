@@ -233,6 +233,14 @@ impl Syncer {
         let now = Timestamp::now();
         let server = self.state.client().answered_by().to_owned();
         let status = self.update(|s| record_sync(s, now, &outcome, server));
+        let metrics = &self.state.metrics;
+        let result = match &outcome {
+            Ok((SyncResult::Modified, _)) => "modified".to_owned(),
+            Ok(_) => "not_modified".to_owned(),
+            Err(f) => format!("{:?}", f.kind).to_lowercase(),
+        };
+        metrics.sync(&self.ws, &result);
+        metrics.pool_bytes(&self.ws, status.pool_bytes);
         crate::status::save(self.state.paths(), &status);
         outcome.map(|(r, _)| r)
     }
@@ -352,6 +360,7 @@ impl Syncer {
     ) -> Result<(String, u64), Failure> {
         let pool = self.pool.clone();
         let pins = self.state.pinned(&self.ws);
+        let started = std::time::Instant::now();
         let (name, usage) = blocking(move || {
             let name = pool.build_generation(&manifest)?;
             pool.publish(&name)?;
@@ -359,6 +368,7 @@ impl Syncer {
             Ok((name, pool.usage()))
         })
         .await?;
+        self.state.metrics.built(started.elapsed());
         let _ = self.state.published.send((self.ws.clone(), name.clone()));
         Ok((name, usage))
     }

@@ -52,7 +52,7 @@ fn sample_value(s: &prometheus_parse::Sample) -> f64 {
 
 #[test]
 fn probes_answer_and_metrics_parse_with_counts_and_no_names() {
-    let server = Server::start();
+    let server = Server::start_with("[metrics]\nenabled = true\n");
     assert!(server.import(&example_cards_dir(), WS).status.success());
     let node = server.token("node", &[WS]);
     let manifest = format!("{}/v1/workspaces/{WS}/manifest", server.url);
@@ -143,8 +143,8 @@ fn probes_answer_and_metrics_parse_with_counts_and_no_names() {
         assert!(!text.contains(secret), "{secret:?} in /metrics");
     }
 
-    // The control: with metrics off the same request finds nothing.
-    let quiet = Server::start_with("[metrics]\nenabled = false\n");
+    // The control: by default the same request finds nothing.
+    let quiet = Server::start();
     assert_eq!(
         get(&format!("{}/metrics", quiet.url), None, None)
             .status()
@@ -434,14 +434,22 @@ fn a_daemon_fails_over_from_a_killed_replica_and_waits_for_one_behind() {
         "status names the server: {text}"
     );
 
-    // A replica behind the held generation: a server on a copy of the database taken
-    // now (the same epoch, a revision that stops here). After the next change the daemon
-    // asks it first; it keeps its newer generation, counts the answer as behind, asks the
-    // next server, and reports no rollback.
+    // A replica behind the held generation: a server on a page-for-page copy of the
+    // database taken now (the same epoch, as a lagging replica has; a revision that stops
+    // here). After the next change the daemon asks it first; it keeps its newer
+    // generation, counts the answer as behind, asks the next server, and reports no
+    // rollback.
     let copies = tempfile::tempdir().unwrap();
     let frozen = copies.path().join("frozen.db");
-    let out = run(&mut b.cli(&[std::ffi::OsStr::new("backup"), frozen.as_os_str()]));
-    assert!(out.status.success(), "{}", output_text(&out));
+    {
+        let src = rusqlite::Connection::open(b.db()).unwrap();
+        src.backup(
+            rusqlite::MAIN_DB,
+            &frozen,
+            None::<fn(rusqlite::backup::Progress)>,
+        )
+        .unwrap();
+    }
     let behind = Server::on_database(&frozen, &b.config());
     let id = {
         let r = mop_tests::http()

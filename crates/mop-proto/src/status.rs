@@ -147,7 +147,7 @@ pub struct SyncRecord {
     pub result: SyncResult,
     /// The manifest request's HTTP status, when one was answered.
     pub http_status: Option<u16>,
-    /// The server that answered (or, after a failure, the last one tried).
+    /// The server that answered the manifest request; none when no server was reached.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<String>,
 }

@@ -3,21 +3,24 @@
 //! certificate, connections already open keep theirs.
 //!
 //! Handshakes run concurrently, each within a deadline and at most a bounded number at a
-//! time, so a client that connects and says nothing cannot hold up the others; a finished
-//! handshake is handed to [`crate::serve`] as an ordinary connection.
+//! time; at that bound a new connection ends the oldest unfinished handshake (as
+//! [`crate::serve`] closes the oldest idle connection), so clients that connect and say
+//! nothing cannot keep others out. A finished handshake is handed to [`crate::serve`] as
+//! an ordinary connection.
 
+use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
@@ -61,6 +64,13 @@ pub struct Tls {
 }
 
 fn load(cert: &Path, key: &Path) -> Result<ServerConfig, TlsError> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(meta) = std::fs::metadata(key)
+        && meta.permissions().mode() & 0o077 != 0
+    {
+        tracing::warn!(key = %key.display(), mode = format!("{:o}", meta.permissions().mode() & 0o777),
+            "the TLS private key is readable by others; chmod 0600 it");
+    }
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
         .map_err(|e| TlsError::Certificate {
@@ -126,41 +136,61 @@ impl Tls {
             self.current.clone(),
             tx,
             handshake_timeout,
-            Arc::new(Semaphore::new(max_pending.max(1))),
+            max_pending.max(1),
         ));
         Ok(TlsListener { rx, addr })
     }
 }
+
+/// Most handshakes in progress at once, whatever the connection cap: each holds a
+/// descriptor that the connection cap does not count yet.
+pub const MAX_PENDING_HANDSHAKES: usize = 256;
 
 async fn handshakes(
     tcp: TcpListener,
     config: Arc<RwLock<Arc<ServerConfig>>>,
     tx: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
     timeout: Duration,
-    pending: Arc<Semaphore>,
+    max_pending: usize,
 ) {
+    // Unfinished handshakes, oldest first, by id.
+    let pending: Arc<Mutex<VecDeque<(u64, tokio::task::AbortHandle)>>> = Arc::default();
+    let mut next_id = 0u64;
+    let mut last_warning: Option<Instant> = None;
     loop {
-        let permit = tokio::select! {
-            p = pending.clone().acquire_owned() => p.expect("the semaphore is never closed"),
-            _ = tx.closed() => return,
-        };
         let (stream, peer) = tokio::select! {
             accepted = tcp.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
-                    // Out of descriptors, say: wait a moment instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
+                    // Out of descriptors, say: wait a moment instead of spinning, and say
+                    // so at most once a minute.
+                    if last_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
+                        tracing::warn!(error = %e, "accept failed");
+                        last_warning = Some(Instant::now());
+                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },
             _ = tx.closed() => return,
         };
+        // Held while the handshake is spawned and listed, so that its own removal from
+        // the list (when it ends) comes after it was put there.
+        let mut p = pending.lock();
+        while p.len() >= max_pending {
+            let Some((_, oldest)) = p.pop_front() else {
+                break;
+            };
+            oldest.abort();
+        }
         let acceptor = TlsAcceptor::from(config.read().clone());
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+        let (tx, list) = (tx.clone(), pending.clone());
+        let id = next_id;
+        next_id += 1;
+        let task = tokio::spawn(async move {
+            let result = tokio::time::timeout(timeout, acceptor.accept(stream)).await;
+            list.lock().retain(|(i, _)| *i != id);
+            match result {
                 Ok(Ok(tls)) => {
                     let _ = tx.send((tls, peer)).await;
                 }
@@ -168,6 +198,7 @@ async fn handshakes(
                 Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
             }
         });
+        p.push_back((id, task.abort_handle()));
     }
 }
 

@@ -29,18 +29,13 @@ pub struct ServerConfig {
 }
 
 /// `[metrics]`: Prometheus metrics at `/metrics`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsConfig {
-    /// Serve `/metrics` (no token needed: route patterns, counts and times only, never a
-    /// workspace, card or token).
+    /// Serve `/metrics` to anyone who reaches the port (route patterns, counts and
+    /// times, never a workspace, card or token; still, counts of logins and actions say
+    /// something), so off unless turned on.
     pub enabled: bool,
-}
-
-impl Default for MetricsConfig {
-    fn default() -> Self {
-        MetricsConfig { enabled: true }
-    }
 }
 
 /// `[console]`: the curators' web pages under `/console`.

@@ -322,21 +322,17 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Command::Backup { dest, force, at } => {
             let config = config(&at)?;
             let db = &config.server.db;
-            let mut shown = 0u64;
-            let report = mop_server::store::backup(db, &dest, force, |done, total| {
-                // A line per tenth of a large database; nothing for a small one.
-                if total >= 10_000 && done * 10 / total > shown {
-                    shown = done * 10 / total;
-                    eprintln!("copied {done} of {total} pages");
-                }
-            })
-            .with_context(|| format!("backup of {} to {} failed", db.display(), dest.display()))?;
+            let report = mop_server::store::backup(db, &dest, force).with_context(|| {
+                format!("backup of {} to {} failed", db.display(), dest.display())
+            })?;
             println!(
-                "backed up {} to {}: {} pages, {} bytes, integrity check ok",
+                "backed up {} to {}: {} pages, {} bytes, integrity check ok; the copy's epoch is {} (the database's is {}), so daemons take a restore as a new history",
                 db.display(),
                 dest.display(),
                 report.pages,
-                report.bytes
+                report.bytes,
+                report.epoch,
+                report.source_epoch
             );
         }
         Command::Export {

@@ -56,34 +56,52 @@ impl WorkspaceIndex {
 /// The indexes of the workspaces curators have searched.
 #[derive(Debug)]
 pub struct SearchCache {
-    /// Where index directories are made: `curation-index/<pid>/` beside the database, so
-    /// several server processes on one database keep theirs apart.
+    /// Where index directories are made: `curation-index/<random>/` beside the database,
+    /// so several server processes on one database keep theirs apart.
     dir: std::path::PathBuf,
+    /// `<random>.lock`, locked for as long as this process runs: how another process
+    /// tells a live server's indexes from those a killed one left.
+    _lock: Option<std::fs::File>,
     built: Mutex<HashMap<String, Arc<WorkspaceIndex>>>,
     building: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl SearchCache {
-    /// Indexes under `base/<pid>`. What servers that are gone left under `base` (a killed
-    /// server leaves its last indexes behind) is removed; a running one's is not touched.
+    /// Indexes under `base/<random>/`. What servers that are gone left under `base` (a
+    /// killed server leaves its last indexes behind) is removed; a running one's (its lock
+    /// file is locked) is not touched.
     pub fn new(base: std::path::PathBuf) -> SearchCache {
+        use fs2::FileExt;
+        let _ = std::fs::create_dir_all(&base);
         if let Ok(entries) = std::fs::read_dir(&base) {
             for entry in entries.flatten() {
-                let name = entry.file_name();
-                let gone = match name.to_str().and_then(|n| n.parse::<u32>().ok()) {
-                    Some(pid) => !std::path::Path::new(&format!("/proc/{pid}")).exists(),
-                    // Left by a version that kept its indexes at the top.
-                    None => true,
+                let path = entry.path();
+                let (dir, lock) = if path.extension().is_some_and(|e| e == "lock") {
+                    (path.with_extension(""), path)
+                } else {
+                    (path.clone(), path.with_extension("lock"))
                 };
-                if gone {
-                    let _ = std::fs::remove_dir_all(entry.path());
+                // Alive while its process holds the lock; a lock file nobody holds, or
+                // none at all, marks what a gone process left.
+                let alive =
+                    std::fs::File::open(&lock).is_ok_and(|f| f.try_lock_exclusive().is_err());
+                if !alive {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    let _ = std::fs::remove_file(&lock);
                 }
             }
         }
-        let dir = base.join(std::process::id().to_string());
-        let _ = std::fs::remove_dir_all(&dir);
+        let name = uuid::Uuid::new_v4().simple().to_string();
+        let dir = base.join(&name);
+        let lock = std::fs::File::create(base.join(format!("{name}.lock")))
+            .ok()
+            .filter(|f| f.try_lock_exclusive().is_ok());
+        if lock.is_none() {
+            tracing::warn!(dir = %base.display(), "cannot lock a curation index directory; another server may remove it");
+        }
         SearchCache {
             dir,
+            _lock: lock,
             built: Mutex::default(),
             building: Mutex::default(),
         }

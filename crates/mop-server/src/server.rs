@@ -29,28 +29,36 @@ pub async fn serve(config: ServerConfig, on_ready: impl FnOnce(SocketAddr)) -> a
     // Handlers first: a signal that arrives as soon as we report ready must shut us down
     // cleanly, not kill us.
     let signals = shutdown_signal()?;
-    if config.server.tls_cert.is_none() {
-        // `systemctl reload` sends SIGHUP, whose default action would end the server:
-        // with no certificate to reload it is only noted.
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut hup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
-        tokio::spawn(async move {
-            while hup.recv().await.is_some() {
-                tracing::info!(
-                    "SIGHUP: nothing to reload (no server.tls_cert; other settings need a restart)"
-                );
-            }
-        });
-    }
-    serve_until(config, on_ready, signals).await
+    // `systemctl reload` sends SIGHUP, whose default action would end the server: it is
+    // caught from the start (a reload while the database opens must not kill us).
+    use tokio::signal::unix::{SignalKind, signal};
+    let hup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
+    serve_with(config, on_ready, signals, Some(hup)).await
 }
 
 /// Opens the store and serves until `shutdown` resolves; for embedding the server in
-/// another program (`mopd demo`), which owns the signals.
+/// another program (`mopd demo`), which owns the signals (with TLS, SIGHUP reloads the
+/// certificate).
 pub async fn serve_until(
     config: ServerConfig,
     on_ready: impl FnOnce(SocketAddr),
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let hup = match config.server.tls_cert {
+        Some(_) => Some(
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+                .context("cannot handle SIGHUP")?,
+        ),
+        None => None,
+    };
+    serve_with(config, on_ready, shutdown, hup).await
+}
+
+async fn serve_with(
+    config: ServerConfig,
+    on_ready: impl FnOnce(SocketAddr),
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    hup: Option<tokio::signal::unix::Signal>,
 ) -> anyhow::Result<()> {
     let db = config.server.db.clone();
     let store = tokio::task::spawn_blocking(move || Store::open(&db))
@@ -83,8 +91,8 @@ pub async fn serve_until(
     tasks.spawn(counter_publisher(state.clone(), stop_rx.clone()));
     tasks.spawn(garbage_collector(state.clone(), stop_rx.clone()));
     tasks.spawn(token_use_recorder(state.clone(), stop_rx.clone()));
-    if let Some(tls) = &tls {
-        tasks.spawn(reload_tls_on_sighup(tls.clone(), stop_rx.clone())?);
+    if let Some(hup) = hup {
+        tasks.spawn(on_sighup(hup, tls.clone(), stop_rx.clone()));
     }
 
     let app = api::router(state.clone())
@@ -111,7 +119,11 @@ pub async fn serve_until(
     match tls {
         Some(tls) => {
             let listener = tls
-                .listener(listener, limits.header_timeout, limits.max_connections)
+                .listener(
+                    listener,
+                    limits.header_timeout,
+                    mop_serve::tls::MAX_PENDING_HANDSHAKES.min(limits.max_connections),
+                )
                 .context("cannot start the TLS listener")?;
             mop_serve::serve(listener, app, limits, stopped).await;
         }
@@ -132,25 +144,25 @@ pub async fn serve_until(
     Ok(())
 }
 
-/// Installs a SIGHUP handler now; the task it returns reloads the TLS certificate and key
-/// at each SIGHUP (keeping the ones in force when the new files are bad) until stopped.
-fn reload_tls_on_sighup(
-    tls: mop_serve::tls::Tls,
+/// At each SIGHUP until stopped: reloads the TLS certificate and key (keeping the pair in
+/// force when the new files are bad), or says there is nothing to reload.
+async fn on_sighup(
+    mut hup: tokio::signal::unix::Signal,
+    tls: Option<mop_serve::tls::Tls>,
     mut stop: watch::Receiver<bool>,
-) -> anyhow::Result<impl std::future::Future<Output = ()> + Send + 'static> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut hup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
-    Ok(async move {
-        loop {
-            tokio::select! {
-                _ = hup.recv() => match tls.reload() {
+) {
+    loop {
+        tokio::select! {
+            _ = hup.recv() => match &tls {
+                Some(tls) => match tls.reload() {
                     Ok(()) => tracing::info!("SIGHUP: TLS certificate reloaded"),
                     Err(e) => tracing::error!(error = %e, "SIGHUP: TLS certificate not reloaded; the one in force stays"),
                 },
-                _ = stop.wait_for(|s| *s) => return,
-            }
+                None => tracing::info!("SIGHUP: nothing to reload (no server.tls_cert; other settings need a restart)"),
+            },
+            _ = stop.wait_for(|s| *s) => return,
         }
-    })
+    }
 }
 
 /// Installs SIGTERM and SIGINT handlers now; the returned future resolves on either.

@@ -88,7 +88,24 @@ pub struct ServerClient {
     /// The index of the server that answered last (tried first).
     current: Arc<AtomicUsize>,
     token: String,
+    /// The longest a whole manifest answer may take, body included: a server (or a proxy)
+    /// that trickles a byte now and then must not hold a sync forever.
+    manifest_deadline: Duration,
 }
+
+/// Whether a request may be sent again to another server after an unclear failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    /// Reads, and writes the server applies once however often they come (receipts):
+    /// past connection failures, timeouts and 5xx answers.
+    Safe,
+    /// A store: only when it never left (a connection failure), since one that reached a
+    /// server may have been applied there.
+    IfNotSent,
+}
+
+/// Most bytes of an error answer read for its message.
+const MAX_ERROR_BYTES: usize = 64 * 1024;
 
 /// Reads a node token file, refusing one that others can read.
 pub fn read_token(path: &Path) -> Result<String, String> {
@@ -136,6 +153,7 @@ impl ServerClient {
                 .collect(),
             current: Arc::default(),
             token,
+            manifest_deadline: (timeout * 4).max(Duration::from_secs(60)),
         })
     }
 
@@ -161,6 +179,7 @@ impl ServerClient {
     /// Other answers (a 4xx among them) are the caller's to read.
     async fn send(
         &self,
+        retry: Retry,
         build: impl Fn(&str) -> reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, ClientError> {
         let start = self.current.load(Ordering::Relaxed);
@@ -168,8 +187,9 @@ impl ServerClient {
         for step in 0..self.bases.len() {
             let i = (start + step) % self.bases.len();
             let base = &self.bases[i];
+            let more = step + 1 < self.bases.len();
             match build(base).bearer_auth(&self.token).send().await {
-                Ok(r) if r.status().is_server_error() && step + 1 < self.bases.len() => {
+                Ok(r) if r.status().is_server_error() && more && retry == Retry::Safe => {
                     tracing::warn!(server = %base, status = r.status().as_u16(), "server answered with an error; trying the next one");
                     last = Some(Self::error_status(r).await);
                 }
@@ -177,9 +197,12 @@ impl ServerClient {
                     self.current.store(i, Ordering::Relaxed);
                     return Ok(r);
                 }
+                Err(e) if retry == Retry::IfNotSent && !e.is_connect() => {
+                    return Err(transport(e));
+                }
                 Err(e) => {
                     let e = transport(e);
-                    if self.bases.len() > 1 {
+                    if more {
                         tracing::warn!(server = %base, error = %e, "server not reached; trying the next one");
                     }
                     last = Some(e);
@@ -191,7 +214,16 @@ impl ServerClient {
 
     async fn error_status(response: reqwest::Response) -> ClientError {
         let status = response.status().as_u16();
-        let text = response.text().await.unwrap_or_default();
+        // A few seconds and 64 KiB at most: an error page is read for its message only.
+        let body = tokio::time::timeout(
+            Duration::from_secs(5),
+            read_limited(response, MAX_ERROR_BYTES),
+        )
+        .await;
+        let text = match body {
+            Ok(Ok(b)) => String::from_utf8_lossy(&b).into_owned(),
+            _ => String::new(),
+        };
         let message = serde_json::from_str::<serde_json::Value>(&text)
             .ok()
             .and_then(|v| v["message"].as_str().map(str::to_owned))
@@ -208,10 +240,11 @@ impl ServerClient {
     ) -> Result<ManifestFetch, ClientError> {
         let since = current.map_or_else(String::new, |v| format!("?since={v}"));
         let response = self
-            .send(|base| {
+            .send(Retry::Safe, |base| {
                 let req = self
                     .http
-                    .get(format!("{base}/v1/workspaces/{ws}/manifest{since}"));
+                    .get(format!("{base}/v1/workspaces/{ws}/manifest{since}"))
+                    .timeout(self.manifest_deadline);
                 match current {
                     Some(v) => req.header(header::IF_NONE_MATCH, v.etag()),
                     None => req,
@@ -219,7 +252,19 @@ impl ServerClient {
             })
             .await?;
         match response.status() {
-            StatusCode::NOT_MODIFIED => return Ok(ManifestFetch::NotModified),
+            StatusCode::NOT_MODIFIED => {
+                // A 304 must name the version held, or it answers some other question.
+                let named = response
+                    .headers()
+                    .get(header::ETAG)
+                    .and_then(|v| v.to_str().ok());
+                return match (named, current) {
+                    (Some(tag), Some(v)) if tag != v.etag() => Err(ClientError::BadResponse(
+                        format!("304 for {tag}, but {} is held", v.etag()),
+                    )),
+                    _ => Ok(ManifestFetch::NotModified),
+                };
+            }
             StatusCode::OK => {}
             _ => return Err(Self::error_status(response).await),
         }
@@ -254,7 +299,8 @@ impl ServerClient {
 
     /// Forwards a store from a task.
     pub async fn store(&self, ws: &str, req: &StoreRequest) -> Result<StoreResponse, ClientError> {
-        self.post_json(ws, "memories", req, "store").await
+        self.post_json(ws, "memories", req, "store", Retry::IfNotSent)
+            .await
     }
 
     /// Reports receipts of ended tasks.
@@ -263,7 +309,8 @@ impl ServerClient {
         ws: &str,
         batch: &ReceiptBatch,
     ) -> Result<ReceiptBatchResponse, ClientError> {
-        self.post_json(ws, "receipts", batch, "receipts").await
+        self.post_json(ws, "receipts", batch, "receipts", Retry::Safe)
+            .await
     }
 
     /// POSTs JSON to a workspace endpoint and reads its JSON answer.
@@ -273,9 +320,10 @@ impl ServerClient {
         endpoint: &str,
         body: &impl serde::Serialize,
         what: &str,
+        retry: Retry,
     ) -> Result<T, ClientError> {
         let response = self
-            .send(|base| {
+            .send(retry, |base| {
                 self.http
                     .post(format!("{base}/v1/workspaces/{ws}/{endpoint}"))
                     .json(body)
@@ -292,7 +340,7 @@ impl ServerClient {
     /// One object's body, to be read as it arrives.
     pub async fn object(&self, ws: &str, sha256: &str) -> Result<Body, ClientError> {
         let response = self
-            .send(|base| {
+            .send(Retry::Safe, |base| {
                 self.http
                     .get(format!("{base}/v1/workspaces/{ws}/objects/{sha256}"))
             })
@@ -307,7 +355,7 @@ impl ServerClient {
     pub async fn object_batch(&self, ws: &str, sha256: Vec<String>) -> Result<Body, ClientError> {
         let request = ObjectBatchRequest { sha256 };
         let response = self
-            .send(|base| {
+            .send(Retry::Safe, |base| {
                 self.http
                     .post(format!("{base}/v1/workspaces/{ws}/objects/batch"))
                     .json(&request)
@@ -350,7 +398,7 @@ async fn read_limited(
     })? {
         if body.len() + chunk.len() > limit {
             return Err(ClientError::BadResponse(format!(
-                "manifest larger than {limit} bytes"
+                "answer larger than {limit} bytes"
             )));
         }
         body.extend_from_slice(&chunk);

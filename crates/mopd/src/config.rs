@@ -298,6 +298,16 @@ impl MopdConfig {
                 return Err(format!("{key}: {url:?} is listed twice"));
             }
         }
+        // Every replica is trusted alike: one reached over plain HTTP would let anyone on
+        // its path speak for all of them.
+        if urls.len() > 1
+            && urls.iter().any(|u| u.starts_with("https://"))
+            && urls.iter().any(|u| u.starts_with("http://"))
+        {
+            return Err(format!(
+                "{key} mixes https:// and http:// replicas: use https:// for all of them (or http:// for all, on a trusted network)"
+            ));
+        }
         match (&self.metrics.listen, &self.metrics.socket) {
             (Some(_), Some(_)) => {
                 return Err("metrics.listen and metrics.socket are both set: give one".into());

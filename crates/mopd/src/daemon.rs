@@ -96,6 +96,7 @@ pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
 
     let socket = config.socket_path();
     let listener = crate::sockets::control::bind(&socket).await?;
+    let metrics_listener = crate::sockets::metrics::bind(&config).await?;
     let state = Arc::new(State::new(config, client, config_path.clone()));
     let receipts = Arc::new(Receipts::open(state.paths()).with_context(|| {
         format!(
@@ -148,10 +149,13 @@ pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
         stop_rx.clone(),
     ));
     let scrubber = tokio::spawn(scrub(state.clone(), workspaces.clone(), stop_rx.clone()));
-    let metrics = tokio::spawn(crate::sockets::metrics::serve(
-        tasks.clone(),
-        stop_rx.clone(),
-    ));
+    let metrics = metrics_listener.map(|l| {
+        tokio::spawn(crate::sockets::metrics::serve(
+            l,
+            tasks.clone(),
+            stop_rx.clone(),
+        ))
+    });
 
     loop {
         tokio::select! {
@@ -178,10 +182,8 @@ pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
     let _ = flusher.await;
     let _ = notifier.await;
     let _ = scrubber.await;
-    match metrics.await {
-        Ok(Err(e)) => tracing::error!(error = %e, "metrics were not served"),
-        Err(e) => tracing::error!(error = %e, "the metrics server failed"),
-        Ok(Ok(())) => {}
+    if let Some(m) = metrics {
+        let _ = m.await;
     }
     let _ = std::fs::remove_file(&socket);
     tracing::info!("mopd stopped");

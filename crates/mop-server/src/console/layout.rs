@@ -135,6 +135,14 @@ pub fn ago(at: &str) -> String {
     }
 }
 
+/// A stored time to the minute (`2026-12-02 13:07`), for tables.
+pub fn minute(at: &str) -> String {
+    match at.get(..16) {
+        Some(head) if at.len() > 16 => head.replacen('T', " ", 1),
+        _ => at.to_owned(),
+    }
+}
+
 /// "Previous / next" links for a paged list of `total` entries.
 pub fn pager(base: &str, offset: usize, shown: usize, total: usize, limit: usize) -> Markup {
     let sep = if base.contains('?') { '&' } else { '?' };

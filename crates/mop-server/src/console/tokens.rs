@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use super::Console;
 use super::auth::{Ctx, Posted};
-use super::layout::{api_error, csrf, page, respond};
+use super::layout::{api_error, csrf, minute, page, respond};
 use super::markdown::shown;
 use crate::api::{ApiError, blocking};
 use crate::store::{NewToken, Role};
@@ -54,11 +54,11 @@ fn list_page(ctx: &Ctx, rows: &[TokenRow], notice: Option<maud::Markup>) -> Resp
                             td { (r.role) }
                             td { @if let Some(n) = &r.name { (shown(n)) } @if let Some(n) = &r.note { br; span.muted { (shown(n)) } } }
                             td { (r.workspaces.join(", ")) }
-                            td { (r.created_at) }
-                            td { @if let Some(e) = &r.expires_at { (e) } @else { "never" } }
-                            td { @if let Some(u) = &r.last_used_at { (u) } @else { "never" } }
+                            td { span title=(r.created_at) { (minute(&r.created_at)) } }
+                            td { @if let Some(e) = &r.expires_at { span title=(e) { (minute(e)) } } @else { "never" } }
+                            td { @if let Some(u) = &r.last_used_at { span title=(u) { (minute(u)) } } @else { "never" } }
                             td {
-                                @if let Some(at) = &r.revoked_at { "revoked " (at) }
+                                @if let Some(at) = &r.revoked_at { "revoked " span title=(at) { (minute(at)) } }
                                 @else {
                                     form method="post" action={ "/console/tokens/" (r.id) "/revoke" } {
                                         (csrf(ctx))

@@ -1,8 +1,14 @@
 //! `mop-server backup`: a consistent copy of a live database, made with SQLite's online
-//! backup API while the server keeps serving (it copies a page range at a time and starts
-//! over only the pages a concurrent write changed). The copy is written under a temporary
-//! name beside the destination, checked, synced and renamed into place, so a failed or
-//! interrupted backup leaves no file that looks complete.
+//! backup API while the server keeps serving. All pages are copied in one step, inside
+//! one read transaction: in WAL mode that blocks no writer, and a stream of writes cannot
+//! make it start over. The copy is written under a temporary name beside the
+//! destination, checked, given its own epoch, synced and renamed into place, so a failed
+//! or interrupted backup leaves no file that looks complete.
+//!
+//! Why a new epoch: a restored copy goes back in time. Had it kept the epoch, the
+//! revisions written after the restore would repeat numbers daemons already hold with
+//! other contents, and a daemon would take the new history for the old. With its own
+//! epoch, daemons see a different database and replace their cards (with a warning).
 
 use std::path::Path;
 use std::time::Duration;
@@ -11,16 +17,17 @@ use rusqlite::{Connection, OpenFlags};
 
 use super::{Result, StoreError};
 
-/// Pages copied per step; between steps the server's writers get the database.
-const PAGES_PER_STEP: std::ffi::c_int = 1024;
-
 /// What a backup copied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackupReport {
     /// Database pages copied.
     pub pages: u64,
     /// Bytes of the copy.
     pub bytes: u64,
+    /// The epoch of the database copied.
+    pub source_epoch: String,
+    /// The copy's own epoch.
+    pub epoch: String,
 }
 
 fn sqlite<'a>(
@@ -38,14 +45,8 @@ fn io(path: &Path, what: &str, e: std::io::Error) -> StoreError {
     StoreError::Invalid(format!("{what} {}: {e}", path.display()))
 }
 
-/// Copies the database at `db` to `dest` (which must not exist unless `replace`), calling
-/// `progress(copied, total)` pages as it goes.
-pub fn backup(
-    db: &Path,
-    dest: &Path,
-    replace: bool,
-    mut progress: impl FnMut(u64, u64),
-) -> Result<BackupReport> {
+/// Copies the database at `db` to `dest` (which must not exist unless `replace`).
+pub fn backup(db: &Path, dest: &Path, replace: bool) -> Result<BackupReport> {
     if !db.is_file() {
         return Err(StoreError::NotFound(format!(
             "no database at {} (pass --db or set server.db)",
@@ -70,25 +71,23 @@ pub fn backup(
         .map_err(sqlite(db, "open for backup"))?;
     src.busy_timeout(Duration::from_secs(10))
         .map_err(sqlite(db, "configure"))?;
-    let pages = {
+    let (pages, source_epoch, epoch) = {
         let mut out = Connection::open(tmp.path()).map_err(sqlite(tmp.path(), "open copy"))?;
         {
             use rusqlite::backup::{Backup, StepResult};
             let backup = Backup::new(&src, &mut out).map_err(sqlite(db, "start backup"))?;
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
             loop {
-                let step = backup
-                    .step(PAGES_PER_STEP)
-                    .map_err(sqlite(db, "copy pages"))?;
-                let p = backup.progress();
-                let total = p.pagecount.max(0) as u64;
-                progress(total - (p.remaining.max(0) as u64).min(total), total);
-                match step {
+                // -1: every page in one step, one read transaction.
+                match backup.step(-1).map_err(sqlite(db, "copy pages"))? {
                     StepResult::Done => break,
-                    // Let the server's writers in between steps.
-                    StepResult::More | StepResult::Busy | StepResult::Locked => {
-                        std::thread::sleep(Duration::from_millis(5))
+                    _ if std::time::Instant::now() > deadline => {
+                        return Err(StoreError::Invalid(format!(
+                            "the database {} stayed locked for a minute; try again",
+                            db.display()
+                        )));
                     }
-                    _ => std::thread::sleep(Duration::from_millis(5)),
+                    _ => std::thread::sleep(Duration::from_millis(50)),
                 }
             }
         }
@@ -101,12 +100,34 @@ pub fn backup(
                 dest.display()
             )));
         }
+        let source_epoch: String = out
+            .query_row("SELECT value FROM meta WHERE key = 'epoch'", [], |r| {
+                r.get(0)
+            })
+            .map_err(sqlite(tmp.path(), "read epoch"))?;
+        let epoch = uuid::Uuid::new_v4().to_string();
+        out.execute_batch("BEGIN IMMEDIATE")
+            .map_err(sqlite(tmp.path(), "begin"))?;
+        for (key, value) in [
+            ("epoch", epoch.as_str()),
+            ("backup_of", source_epoch.as_str()),
+            ("backup_at", &super::now()),
+        ] {
+            out.execute(
+                "INSERT INTO meta (key, value) VALUES (?1, ?2)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                rusqlite::params![key, value],
+            )
+            .map_err(sqlite(tmp.path(), "write epoch"))?;
+        }
+        out.execute_batch("COMMIT")
+            .map_err(sqlite(tmp.path(), "commit"))?;
         let pages: i64 = out
             .query_row("PRAGMA page_count", [], |r| r.get(0))
             .map_err(sqlite(tmp.path(), "count pages"))?;
         out.close()
             .map_err(|(_, e)| sqlite(tmp.path(), "close copy")(e))?;
-        pages as u64
+        (pages as u64, source_epoch, epoch)
     };
     tmp.as_file()
         .sync_all()
@@ -116,10 +137,20 @@ pub fn backup(
         .metadata()
         .map_err(|e| io(tmp.path(), "cannot stat", e))?
         .len();
-    tmp.persist(dest)
-        .map_err(|e| io(dest, "cannot move the copy to", e.error))?;
+    let persisted = if replace {
+        tmp.persist(dest)
+    } else {
+        // Refused, not replaced, if the name appeared meanwhile.
+        tmp.persist_noclobber(dest)
+    };
+    persisted.map_err(|e| io(dest, "cannot move the copy to", e.error))?;
     if let Ok(d) = std::fs::File::open(dir) {
         let _ = d.sync_all();
     }
-    Ok(BackupReport { pages, bytes })
+    Ok(BackupReport {
+        pages,
+        bytes,
+        source_epoch,
+        epoch,
+    })
 }

@@ -29,31 +29,54 @@ fn router(tasks: Arc<Tasks>) -> Router {
         .with_state(tasks)
 }
 
-/// Serves `/metrics` where `[metrics]` says, until stopped; nothing when it names neither
-/// a port nor a socket.
-pub async fn serve(tasks: Arc<Tasks>, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
+/// Where `/metrics` is served.
+#[derive(Debug)]
+pub enum MetricsListener {
+    /// A loopback port.
+    Tcp(tokio::net::TcpListener),
+    /// A Unix socket, removed at the end.
+    Unix(tokio::net::UnixListener, std::path::PathBuf),
+}
+
+/// Binds what `[metrics]` names (at start, so a taken port fails the start, not later):
+/// nothing when it names neither a port nor a socket.
+pub async fn bind(config: &crate::config::MopdConfig) -> anyhow::Result<Option<MetricsListener>> {
     use anyhow::Context;
-    let config = tasks.state().config();
-    let limits = config.socket_limits(false);
-    let stopped = async move {
-        let _ = stop.wait_for(|s| *s).await;
-    };
     if let Some(addr) = config.metrics.listen {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("cannot listen on metrics.listen = {addr}"))?;
-        tracing::info!(%addr, "metrics served");
-        mop_serve::serve(listener, router(tasks), limits, stopped).await;
-    } else if let Some(path) = &config.metrics.socket {
+        return Ok(Some(MetricsListener::Tcp(listener)));
+    }
+    if let Some(path) = &config.metrics.socket {
         let _ = std::fs::remove_file(path);
         let listener = tokio::net::UnixListener::bind(path)
             .with_context(|| format!("cannot bind metrics.socket = {}", path.display()))?;
         set_mode(path, 0o660)?;
-        tracing::info!(socket = %path.display(), "metrics served");
-        mop_serve::serve(listener, router(tasks), limits, stopped).await;
-        let _ = std::fs::remove_file(path);
+        return Ok(Some(MetricsListener::Unix(listener, path.clone())));
     }
-    Ok(())
+    Ok(None)
+}
+
+/// Serves `/metrics` on `listener` until stopped.
+pub async fn serve(listener: MetricsListener, tasks: Arc<Tasks>, mut stop: watch::Receiver<bool>) {
+    let limits = tasks.state().config().socket_limits(false);
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    match listener {
+        MetricsListener::Tcp(l) => {
+            if let Ok(addr) = l.local_addr() {
+                tracing::info!(%addr, "metrics served");
+            }
+            mop_serve::serve(l, router(tasks), limits, stopped).await;
+        }
+        MetricsListener::Unix(l, path) => {
+            tracing::info!(socket = %path.display(), "metrics served");
+            mop_serve::serve(l, router(tasks), limits, stopped).await;
+            let _ = std::fs::remove_file(&path);
+        }
+    }
 }
 
 fn set_mode(path: &Path, mode: u32) -> anyhow::Result<()> {

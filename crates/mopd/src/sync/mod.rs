@@ -155,6 +155,9 @@ pub struct Syncer {
     held: Arc<Mutex<Option<(String, Version)>>>,
     /// Older answers in a row from replicas that are behind (see [`MAX_BEHIND`]).
     behind: Arc<std::sync::atomic::AtomicU32>,
+    /// The server that answered this poll's manifest request, if one did, and whether its
+    /// answer was from a replica that is behind.
+    answered: Arc<Mutex<(Option<String>, bool)>>,
 }
 
 /// Older answers in a row (with no current answer between them) taken as a replica that
@@ -177,6 +180,7 @@ impl Syncer {
             state,
             held: Arc::default(),
             behind: Arc::default(),
+            answered: Arc::default(),
         }
     }
 
@@ -229,13 +233,24 @@ impl Syncer {
 
     /// One poll. Records the outcome in the status and returns it.
     pub async fn sync_once(&self) -> Result<SyncResult, Failure> {
+        *self.answered.lock() = (None, false);
         let outcome = self.try_sync().await;
         let now = Timestamp::now();
-        let server = self.state.client().answered_by().to_owned();
+        let (server, behind) = self.answered.lock().clone();
+        let client = self.state.client();
+        if let Err(f) = &outcome
+            && f.reached
+            && client.servers() > 1
+        {
+            // A server that answered with something refused is not asked first again:
+            // the next poll starts at the next replica.
+            client.skip_current();
+        }
         let status = self.update(|s| record_sync(s, now, &outcome, server));
         let metrics = &self.state.metrics;
         let result = match &outcome {
             Ok((SyncResult::Modified, _)) => "modified".to_owned(),
+            Ok(_) if behind => "behind".to_owned(),
             Ok(_) => "not_modified".to_owned(),
             Err(f) => format!("{:?}", f.kind).to_lowercase(),
         };
@@ -253,7 +268,11 @@ impl Syncer {
         }
         let client = self.state.client();
         let held = self.held_version().await?;
-        let incoming = match client.manifest(&self.ws, held.as_ref()).await? {
+        let fetched = client.manifest(&self.ws, held.as_ref()).await;
+        if !matches!(&fetched, Err(e) if e.is_offline()) {
+            self.answered.lock().0 = Some(client.answered_by().to_owned());
+        }
+        let incoming = match fetched? {
             ManifestFetch::NotModified => {
                 self.behind.store(0, std::sync::atomic::Ordering::Relaxed);
                 return Ok((SyncResult::NotModified, Some(304)));
@@ -284,6 +303,7 @@ impl Syncer {
             {
                 tracing::info!(workspace = %self.ws, server = %client.answered_by(), "a replica answered with an older revision than the held one (it is behind); kept the held generation");
                 self.update(|s| s.stats.behind_answers += 1);
+                self.answered.lock().1 = true;
                 client.skip_current();
                 return Ok((SyncResult::NotModified, Some(200)));
             }
@@ -419,7 +439,7 @@ fn record_sync(
     s: &mut WorkspaceStatus,
     now: Timestamp,
     outcome: &Result<(SyncResult, Option<u16>), Failure>,
-    server: String,
+    server: Option<String>,
 ) {
     use mop_proto::status::{ErrorRecord, SyncRecord};
     s.stats.polls += 1;
@@ -434,7 +454,7 @@ fn record_sync(
                 at: now,
                 result: *result,
                 http_status: *code,
-                server: Some(server),
+                server,
             });
             match result {
                 SyncResult::NotModified => s.stats.not_modified += 1,
@@ -463,7 +483,7 @@ fn record_sync(
                 at: now,
                 result: SyncResult::Failed,
                 http_status: f.http_status,
-                server: Some(server),
+                server,
             });
             s.last_error = Some(ErrorRecord {
                 at: now,

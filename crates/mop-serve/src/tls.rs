@@ -225,3 +225,66 @@ impl axum::serve::Listener for TlsListener {
         Ok(self.addr)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    /// A throwaway certificate for 127.0.0.1 (Debian's openssl, as the tests install it).
+    fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
+        let (cert, key) = (dir.join("c.pem"), dir.join("k.pem"));
+        let ok = std::process::Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+            ])
+            .args(["-nodes", "-days", "1", "-subj", "/CN=t", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .output()
+            .expect("openssl")
+            .status
+            .success();
+        assert!(ok);
+        (cert, key)
+    }
+
+    /// True when the peer closed the connection within `limit`.
+    async fn closed(s: &mut TcpStream, limit: Duration) -> bool {
+        let mut buf = [0u8; 16];
+        matches!(
+            tokio::time::timeout(limit, s.read(&mut buf)).await,
+            Ok(Ok(0)) | Ok(Err(_))
+        )
+    }
+
+    #[tokio::test]
+    async fn at_the_bound_a_new_connection_ends_the_oldest_silent_handshake() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = certificate(dir.path());
+        let tls = Tls::load(&cert, &key).unwrap();
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let _listener = tls.listener(tcp, Duration::from_secs(60), 2).unwrap();
+        let mut first = TcpStream::connect(addr).await.unwrap();
+        let mut second = TcpStream::connect(addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !closed(&mut first, Duration::from_millis(200)).await,
+            "under the bound"
+        );
+        let mut third = TcpStream::connect(addr).await.unwrap();
+        assert!(
+            closed(&mut first, Duration::from_secs(2)).await,
+            "the oldest was ended"
+        );
+        assert!(!closed(&mut second, Duration::from_millis(200)).await);
+        assert!(!closed(&mut third, Duration::from_millis(200)).await);
+    }
+}

@@ -405,3 +405,112 @@ async fn read_limited(
     }
     Ok(body)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// A server that reads a request and then says nothing (a request that timed out after
+    /// reaching it), and one that counts the connections it gets.
+    async fn silent_and_counting() -> (String, String, Arc<AtomicUsize>) {
+        let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let silent_url = format!("http://{}", silent.local_addr().unwrap());
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = silent.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 65536];
+                    let _ = s.read(&mut buf).await;
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                });
+            }
+        });
+        let counting = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let counting_url = format!("http://{}", counting.local_addr().unwrap());
+        let count = Arc::new(AtomicUsize::new(0));
+        let c = count.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = counting.accept().await.unwrap();
+                c.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 65536];
+                    let _ = s.read(&mut buf).await;
+                    let body = br#"{"accepted":0,"duplicates":0,"too_old":0}"#;
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = s.write_all(head.as_bytes()).await;
+                    let _ = s.write_all(body).await;
+                });
+            }
+        });
+        (silent_url, counting_url, count)
+    }
+
+    #[tokio::test]
+    async fn a_store_that_reached_a_server_is_not_sent_to_another() {
+        let (silent, counting, count) = silent_and_counting().await;
+        let client =
+            ServerClient::new(&[silent, counting], "t".into(), Duration::from_millis(500)).unwrap();
+        let store: StoreRequest = serde_json::from_value(serde_json::json!({
+            "provenance": {"task_id": "t1", "user_id": "alice"},
+            "card": {"type": "fact", "title": "x", "body": "y\n"}
+        }))
+        .unwrap();
+        let err = client.store("acme", &store).await.unwrap_err();
+        assert!(err.is_offline(), "a timeout: {err}");
+        assert_eq!(
+            count.load(Ordering::SeqCst),
+            0,
+            "the store was not sent again"
+        );
+        // The control: receipts (counted once by the server however often they come) do
+        // go on to the next replica.
+        let batch: ReceiptBatch =
+            serde_json::from_value(serde_json::json!({"receipts": []})).unwrap();
+        client.report_receipts("acme", &batch).await.unwrap();
+        assert_eq!(count.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_manifest_trickled_past_its_deadline_is_refused() {
+        let trickle = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", trickle.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (mut s, _) = trickle.accept().await.unwrap();
+            let mut buf = vec![0u8; 65536];
+            let _ = s.read(&mut buf).await;
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\netag: W/\"e-1\"\r\ncontent-length: 100000\r\n\r\n")
+                .await;
+            // A byte every 100 ms: never idle long enough for a read timeout.
+            for _ in 0..600 {
+                if s.write_all(b" ").await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        let mut client = ServerClient::new(&[url], "t".into(), Duration::from_secs(5)).unwrap();
+        client.manifest_deadline = Duration::from_secs(1);
+        let started = std::time::Instant::now();
+        let err = client.manifest("acme", None).await.unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(
+            matches!(
+                err,
+                ClientError::BadResponse(_) | ClientError::Unreachable(_)
+            ),
+            "{err}"
+        );
+    }
+}

@@ -595,3 +595,25 @@ fn daemon_metrics_are_served_on_loopback_only_when_asked() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// The PostgreSQL the coming store backend is tested against (issue 18): a real server
+/// from Debian's package, started by the test itself on a free loopback port, two at once
+/// without sharing anything.
+#[test]
+fn the_tests_start_their_own_postgresql_on_loopback() {
+    let Some(first) = mop_tests::postgres::Postgres::start() else {
+        return;
+    };
+    let second = mop_tests::postgres::Postgres::start().expect("a second cluster");
+    assert_ne!(first.port, second.port);
+    assert!(first.psql("SELECT version()").starts_with("PostgreSQL "));
+    assert_eq!(first.psql("SHOW listen_addresses"), "127.0.0.1");
+    first.psql("CREATE TABLE probe (n int); INSERT INTO probe VALUES (1)");
+    assert_eq!(first.psql("SELECT count(*) FROM probe"), "1");
+    assert_eq!(
+        second.psql("SELECT to_regclass('probe') IS NULL"),
+        "t",
+        "the second cluster has no such table"
+    );
+    assert!(first.url().starts_with("postgres://mop@127.0.0.1:"));
+}

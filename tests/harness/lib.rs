@@ -3,6 +3,7 @@
 //! catalog and a real tantivy index in a temporary directory.
 
 pub mod faults;
+pub mod postgres;
 pub mod procs;
 
 use std::collections::HashMap;

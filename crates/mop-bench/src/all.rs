@@ -51,19 +51,26 @@ pub fn run(smoke: bool, out: &Path, seed: u64) -> Result<()> {
             seed,
         })?])
     })?;
+    // One server, then two server processes on the same database, in the same run.
     step("fleet", &mut || {
-        Ok(vec![crate::fleet::run(&crate::fleet::Options {
-            cards,
-            hosts: if smoke {
-                vec![1_000, 3_000]
-            } else {
-                vec![
-                    1_000, 10_000, 30_000, 60_000, 120_000, 240_000, 480_000, 960_000,
-                ]
-            },
-            seconds: if smoke { 1 } else { 10 },
-            seed,
-        })?])
+        [1, 2]
+            .into_iter()
+            .map(|replicas| {
+                crate::fleet::run(&crate::fleet::Options {
+                    cards,
+                    hosts: if smoke {
+                        vec![1_000, 3_000]
+                    } else {
+                        vec![
+                            1_000, 10_000, 30_000, 60_000, 120_000, 240_000, 480_000, 960_000,
+                        ]
+                    },
+                    seconds: if smoke { 1 } else { 10 },
+                    seed,
+                    replicas,
+                })
+            })
+            .collect()
     })?;
     step("run", &mut || {
         Ok(vec![crate::run::run(&crate::run::Options {

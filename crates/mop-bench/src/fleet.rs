@@ -1,4 +1,6 @@
-//! `mop-bench fleet`: one mop-server under the polls of a simulated fleet of daemons.
+//! `mop-bench fleet`: mop-server under the polls of a simulated fleet of daemons, as one
+//! process or as several server processes on one database (`--replicas`, the polls
+//! spread over them in turn, their CPU summed).
 //!
 //! Each simulated host polls every 30 s with a conditional manifest request; 1 % of the
 //! polls find a change (the host holds the previous version and gets a delta), the rest
@@ -21,6 +23,8 @@ pub struct Options {
     /// Seconds per step.
     pub seconds: u64,
     pub seed: u64,
+    /// Server processes on the one database.
+    pub replicas: usize,
 }
 
 const WS: &str = "bench";
@@ -49,7 +53,16 @@ pub fn run(o: &Options) -> Result<Section> {
     if !out.status.success() {
         bail!("import failed: {}", String::from_utf8_lossy(&out.stderr));
     }
-    let pid = server.pid().context("server pid")?;
+    let replicas: Vec<Server> = (1..o.replicas.max(1)).map(|_| server.replica()).collect();
+    let pids = std::iter::once(&server)
+        .chain(&replicas)
+        .map(|s| s.pid().context("server pid"))
+        .collect::<Result<Vec<u32>>>()?;
+    let cpu = |pids: &[u32]| -> Result<Duration> {
+        pids.iter()
+            .map(|&p| cpu_time(p))
+            .try_fold(Duration::ZERO, |sum, t| Ok(sum + t?))
+    };
     let http = mop_tests::http_builder().build()?;
     let manifest = format!("{}/v1/workspaces/{WS}/manifest", server.url);
     let etag = |http: &reqwest::blocking::Client| -> Result<String> {
@@ -79,6 +92,24 @@ pub fn run(o: &Options) -> Result<Section> {
         bail!("the edit did not change the workspace's ETag");
     }
     let old_version = old.trim_start_matches("W/").trim_matches('"').to_owned();
+    // Every replica has seen the edit (each notices another's writes within a second).
+    for r in &replicas {
+        let url = format!("{}/v1/workspaces/{WS}/manifest", r.url);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while http
+            .get(&url)
+            .bearer_auth(&node)
+            .header("if-none-match", &current)
+            .send()?
+            .status()
+            != reqwest::StatusCode::NOT_MODIFIED
+        {
+            if Instant::now() > deadline {
+                bail!("replica {} did not see the edit within 10 s", r.url);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -88,9 +119,13 @@ pub fn run(o: &Options) -> Result<Section> {
         .gzip(true)
         .pool_idle_timeout(Duration::from_secs(90))
         .build()?;
+    let manifests = std::iter::once(&server)
+        .chain(&replicas)
+        .map(|s| format!("{}/v1/workspaces/{WS}/manifest", s.url))
+        .collect();
     let poll = Arc::new(Poll {
         client,
-        manifest: manifest.clone(),
+        manifests,
         token: node.clone(),
         current,
         old,
@@ -104,11 +139,11 @@ pub fn run(o: &Options) -> Result<Section> {
             "fleet: {hosts} hosts = {rate:.0} polls/s for {}s",
             o.seconds
         );
-        let cpu_before = cpu_time(pid)?;
+        let cpu_before = cpu(&pids)?;
         let wall = Instant::now();
         let step = rt.block_on(drive(poll.clone(), rate, Duration::from_secs(o.seconds)));
         let server_cpu =
-            cpu_time(pid)?.saturating_sub(cpu_before).as_secs_f64() / wall.elapsed().as_secs_f64();
+            cpu(&pids)?.saturating_sub(cpu_before).as_secs_f64() / wall.elapsed().as_secs_f64();
         let (mut lat, changed, errors, achieved) = step;
         let s = summarize(&mut lat);
         steps.push(Step {
@@ -127,10 +162,17 @@ pub fn run(o: &Options) -> Result<Section> {
         }
     }
 
-    let mut sec = Section::new(format!(
-        "Fleet: simulated daemons polling one server ({} cards)",
-        o.cards
-    ));
+    let mut sec = Section::new(if o.replicas > 1 {
+        format!(
+            "Fleet: simulated daemons polling {} server processes on one database ({} cards)",
+            o.replicas, o.cards
+        )
+    } else {
+        format!(
+            "Fleet: simulated daemons polling one server ({} cards)",
+            o.cards
+        )
+    });
     sec.line(format!(
         "Each host polls every 30 s (`GET /manifest` with `If-None-Match`); 1 % of polls \
          find a change (the host holds the previous version and gets a delta of one card), \
@@ -193,7 +235,8 @@ pub fn run(o: &Options) -> Result<Section> {
 
 struct Poll {
     client: reqwest::Client,
-    manifest: String,
+    /// Each server process's manifest URL; poll k goes to `k % len`.
+    manifests: Vec<String>,
     token: String,
     current: String,
     old: String,
@@ -212,14 +255,13 @@ async fn drive(p: Arc<Poll>, rate: f64, length: Duration) -> (Vec<Duration>, usi
         // Every 100th poll is a host that missed the last change.
         let stale = k % 100 == 0;
         tasks.spawn(async move {
+            let manifest = &p.manifests[k % p.manifests.len()];
             let req = if stale {
                 p.client
-                    .get(format!("{}?since={}", p.manifest, p.old_version))
+                    .get(format!("{manifest}?since={}", p.old_version))
                     .header("if-none-match", &p.old)
             } else {
-                p.client
-                    .get(&p.manifest)
-                    .header("if-none-match", &p.current)
+                p.client.get(manifest).header("if-none-match", &p.current)
             };
             let res = req.bearer_auth(&p.token).send().await;
             let ok = match res {

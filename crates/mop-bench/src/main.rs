@@ -133,6 +133,9 @@ enum Command {
         /// Seed of the synthetic data.
         #[arg(long, default_value_t = 42)]
         seed: u64,
+        /// Server processes on the one database, the polls spread over them in turn.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=8))]
+        replicas: u16,
     },
     /// Daemon memory after syncing several workspaces and serving prepares.
     Memory {
@@ -219,11 +222,13 @@ fn main() -> Result<()> {
             hosts,
             seconds,
             seed,
+            replicas,
         } => fleet::run(&fleet::Options {
             cards,
             hosts,
             seconds: seconds.max(1),
             seed,
+            replicas: usize::from(replicas),
         })?,
         Command::Memory {
             workspaces,

@@ -40,6 +40,19 @@ fn store(server: &Server, node: &str, title: &str) -> Value {
     r.json().unwrap()
 }
 
+/// The sum of the samples of `metric` with these labels (a histogram counts its
+/// observations).
+fn metric_sum(scrape: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    scrape
+        .samples
+        .iter()
+        // The parser names an OpenMetrics counter's samples by the family name.
+        .filter(|s| s.metric == metric || s.metric == metric.trim_end_matches("_total"))
+        .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(sample_value)
+        .sum()
+}
+
 fn sample_value(s: &prometheus_parse::Sample) -> f64 {
     match &s.value {
         prometheus_parse::Value::Counter(v)
@@ -84,16 +97,7 @@ fn probes_answer_and_metrics_parse_with_counts_and_no_names() {
     let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned())))
         .expect("the exposition parses");
 
-    let find = |metric: &str, labels: &[(&str, &str)]| -> f64 {
-        scrape
-            .samples
-            .iter()
-            // The parser names an OpenMetrics counter's samples by the family name.
-            .filter(|s| s.metric == metric || s.metric == metric.trim_end_matches("_total"))
-            .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
-            .map(sample_value)
-            .sum()
-    };
+    let find = |metric: &str, labels: &[(&str, &str)]| metric_sum(&scrape, metric, labels);
     let route = "/v1/workspaces/:ws/manifest";
     assert_eq!(
         find(
@@ -537,15 +541,7 @@ fn daemon_metrics_are_served_on_loopback_only_when_asked() {
         .unwrap();
     let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned())))
         .expect("the exposition parses");
-    let find = |metric: &str, labels: &[(&str, &str)]| -> f64 {
-        scrape
-            .samples
-            .iter()
-            .filter(|s| s.metric == metric || s.metric == metric.trim_end_matches("_total"))
-            .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
-            .map(sample_value)
-            .sum()
-    };
+    let find = |metric: &str, labels: &[(&str, &str)]| metric_sum(&scrape, metric, labels);
     assert!(
         find(
             "mopd_syncs_total",

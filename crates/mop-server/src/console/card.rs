@@ -54,6 +54,18 @@ async fn details(
         .map_err(|e| api_error(ctx, Some(ws), e))
 }
 
+/// A card page's common start: the workspace in scope, the id well formed, the card read.
+async fn load(
+    console: &Console,
+    ctx: &Ctx,
+    ws: &str,
+    id: &str,
+) -> Result<(CardId, CardDetails), Response> {
+    ctx.workspace(console, ws)?;
+    let id = parse_id(ctx, ws, id)?;
+    Ok((id, details(console, ctx, ws, id).await?))
+}
+
 fn body_of(text: &str) -> &str {
     mop_cards::card_body(text.as_bytes()).unwrap_or(text)
 }
@@ -156,9 +168,7 @@ pub(super) async fn show(
     ctx: Ctx,
     Path((ws, id)): Path<(String, String)>,
 ) -> Result<Response, Response> {
-    ctx.workspace(&console, &ws)?;
-    let id = parse_id(&ctx, &ws, &id)?;
-    let d = details(&console, &ctx, &ws, id).await?;
+    let (id, d) = load(&console, &ctx, &ws, &id).await?;
     let base = format!("/console/w/{ws}/cards/{id}");
     let recent: Vec<&HistoryRow> = d.history.iter().rev().take(5).collect();
     let rendered = markdown::render(body_of(&d.text));
@@ -227,9 +237,7 @@ pub(super) async fn history(
     Path((ws, id)): Path<(String, String)>,
     Query(q): Query<OffsetQuery>,
 ) -> Result<Response, Response> {
-    ctx.workspace(&console, &ws)?;
-    let id = parse_id(&ctx, &ws, &id)?;
-    let d = details(&console, &ctx, &ws, id).await?;
+    let (id, d) = load(&console, &ctx, &ws, &id).await?;
     // Diffs are CPU work: off the async workers, and within one budget per page.
     tokio::task::spawn_blocking(move || history_page(&ctx, &ws, id, &d, q.offset))
         .await
@@ -309,9 +317,7 @@ pub(super) async fn edit_page(
     ctx: Ctx,
     Path((ws, id)): Path<(String, String)>,
 ) -> Result<Response, Response> {
-    ctx.workspace(&console, &ws)?;
-    let id = parse_id(&ctx, &ws, &id)?;
-    let d = details(&console, &ctx, &ws, id).await?;
+    let (id, d) = load(&console, &ctx, &ws, &id).await?;
     let base = format!("/console/w/{ws}/cards/{id}");
     let body = html! {
         h1 { "Edit " a href=(base) { (shown(&d.card.summary.title)) } }

@@ -95,12 +95,15 @@ async fn serve_with(
         tasks.spawn(on_sighup(hup, tls.clone(), stop_rx.clone()));
     }
 
-    let app = api::router(state.clone())
-        .merge(crate::console::router(state.clone()))
-        .route_layer(axum::middleware::from_fn_with_state(
+    let mut app = api::router(state.clone()).merge(crate::console::router(state.clone()));
+    // Counting and timing every request (the 304 polls among them) costs only when the
+    // counts are served.
+    if config.metrics.enabled {
+        app = app.route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             crate::metrics::track,
         ));
+    }
     let mut http_stop = stop_rx.clone();
     tokio::spawn(async move {
         shutdown.await;

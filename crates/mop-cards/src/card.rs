@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{CardError, Rule};
 use crate::id::{CardId, is_scope_id, is_slug};
+use crate::parse::MAX_FRONTMATTER_BYTES;
 
 /// Longest title, in characters.
 pub const MAX_TITLE_CHARS: usize = 200;
@@ -419,6 +420,15 @@ impl Card {
         self.summary.validate()?;
         if self.counters.occurrence < 1 {
             return Err(CardError::field("occurrence", Rule::AtLeastOne));
+        }
+        // Measured as rendered, not as read: quoting can make a file's unknown keys longer
+        // when written back, and a card the server stores must parse when it is read again.
+        let size = crate::render::frontmatter(self).len();
+        if size > MAX_FRONTMATTER_BYTES {
+            return Err(CardError::FrontmatterTooLarge {
+                size,
+                max: MAX_FRONTMATTER_BYTES,
+            });
         }
         check_body(&self.body)
     }

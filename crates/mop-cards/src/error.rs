@@ -100,7 +100,9 @@ pub enum CardError {
     #[error("frontmatter is not closed: add a '---' line between the frontmatter and the body")]
     UnclosedFrontmatter,
     /// The frontmatter is implausibly large.
-    #[error("frontmatter is {size} bytes; at most {max} are allowed")]
+    #[error(
+        "frontmatter is {size} bytes as read or as written back (lists one item a line, strings quoted); at most {max} are allowed: shorten its values or unknown keys"
+    )]
     FrontmatterTooLarge {
         /// Its size.
         size: usize,

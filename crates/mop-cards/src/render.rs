@@ -9,6 +9,18 @@ use crate::card::{Card, DEFAULT_IMPORTANCE, Trust};
 
 /// Renders a card as an OKF v1 file.
 pub fn render_card(card: &Card) -> String {
+    let mut out = String::with_capacity(card.body.len() + 512);
+    out.push_str("---\n");
+    out.push_str(&frontmatter(card));
+    out.push_str("---\n");
+    out.push_str(&card.body);
+    out
+}
+
+/// The frontmatter block as `render_card` writes it between its two `---` lines, ending in a
+/// newline. `Card::validate` bounds its size, so every valid card renders to a file that
+/// parses again, whatever quoting its unknown keys need.
+pub(crate) fn frontmatter(card: &Card) -> String {
     let s = &card.summary;
     let mut map = Hash::new();
     let mut put = |k: &str, v: Yaml| {
@@ -91,11 +103,12 @@ pub fn render_card(card: &Card) -> String {
         map.insert(k.clone(), v.clone());
     }
 
-    let mut out = String::with_capacity(card.body.len() + 512);
+    let mut out = String::with_capacity(512);
     YamlEmitter::new(&mut out)
         .dump(&Yaml::Hash(map))
         .expect("emitting YAML into a String cannot fail");
-    out.push_str("\n---\n");
-    out.push_str(&card.body);
-    out
+    // The emitter opens with its own `---` line; the file's opening line is written above.
+    let mut yaml = out.split_off(out.find('\n').map_or(0, |i| i + 1));
+    yaml.push('\n');
+    yaml
 }

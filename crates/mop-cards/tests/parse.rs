@@ -292,6 +292,27 @@ fn structure_errors() {
     assert!(matches!(err(&huge), CardError::FrontmatterTooLarge { .. }));
 }
 
+/// Found by the fuzzer: a flow list is short as read but one item a line as written back, so a
+/// card could parse, be stored, and then fail to parse when read again. The bound is on the
+/// rendered form; the control fits both ways and round-trips.
+#[test]
+fn frontmatter_is_bounded_as_written_back() {
+    let items = |n: usize| vec!["a"; n].join(", ");
+    let fits = card_with(&format!("x: [{}]\n", items(1000)));
+    let card = parse_card(fits.as_bytes()).expect("a short list parses");
+    assert_eq!(parse_card(render_card(&card).as_bytes()).unwrap(), card);
+
+    let grows = card_with(&format!("x: [{}]\n", items(4000)));
+    assert!(
+        grows.len() < mop_cards::MAX_FRONTMATTER_BYTES,
+        "read, it fits"
+    );
+    match err(&grows) {
+        CardError::FrontmatterTooLarge { size, max } => assert!(size > max, "{size} {max}"),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn duplicate_keys_are_rejected() {
     let text = card_with("title: Another\n");

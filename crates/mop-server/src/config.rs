@@ -69,8 +69,16 @@ pub struct Listen {
     /// Address to listen on. Plain HTTP: put a TLS-terminating proxy in front when daemons
     /// reach the server over an untrusted network.
     pub listen: SocketAddr,
-    /// The SQLite database file; created with its schema on first start.
+    /// The SQLite database file; created with its schema on first start. With
+    /// `database_url` set it is unused, but its directory still holds the curation search
+    /// index (a cache).
     pub db: PathBuf,
+    /// A PostgreSQL database (`postgres://user:password@host:port/db`) instead of the
+    /// SQLite file, for several replicas on one database. The schema is created on first
+    /// start. The `MOP_DATABASE_URL` environment variable, when set, takes precedence, so
+    /// the password need not be in this file. No TLS to PostgreSQL: reach it over
+    /// loopback or a network you trust.
+    pub database_url: Option<String>,
     /// Largest accepted request body, in bytes.
     pub max_body_bytes: usize,
     /// Most open client connections; 0 sizes it from the descriptor limit (the soft
@@ -131,6 +139,7 @@ impl Default for Listen {
         Listen {
             listen: "127.0.0.1:8731".parse().expect("valid address"),
             db: PathBuf::from("/var/lib/mop-server/mop.db"),
+            database_url: None,
             max_body_bytes: 1024 * 1024,
             max_connections: 0,
             header_timeout_secs: 10,
@@ -171,6 +180,15 @@ impl Default for Retention {
 }
 
 impl ServerConfig {
+    /// The database in force: `server.database_url` (which `MOP_DATABASE_URL` overrides at
+    /// load), else the SQLite file `server.db`.
+    pub fn database(&self) -> crate::store::Database {
+        match &self.server.database_url {
+            Some(url) => crate::store::Database::parse(url),
+            None => crate::store::Database::Sqlite(self.server.db.clone()),
+        }
+    }
+
     /// Reads a config file. A missing file is an error only when it was named explicitly;
     /// the default path may be absent (all defaults then apply).
     pub fn load(path: Option<&Path>) -> anyhow::Result<ServerConfig> {
@@ -181,17 +199,31 @@ impl ServerConfig {
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
-                return Ok(ServerConfig::default());
+                let mut config = ServerConfig::default();
+                config.database_from_env();
+                return Ok(config);
             }
             Err(e) => anyhow::bail!("cannot read config {}: {e}", path.display()),
         };
-        let config: ServerConfig = toml::from_str(&text).map_err(|e| {
+        let mut config: ServerConfig = toml::from_str(&text).map_err(|e| {
             anyhow::anyhow!("config {}: {}", path.display(), e.to_string().trim_end())
         })?;
+        config.database_from_env();
         config
             .validate()
             .map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))?;
         Ok(config)
+    }
+
+    /// `MOP_DATABASE_URL`, when set and not empty, replaces `server.database_url`: the
+    /// password then lives in the service's environment, not in this file.
+    fn database_from_env(&mut self) {
+        if let Some(url) = std::env::var("MOP_DATABASE_URL")
+            .ok()
+            .filter(|u| !u.is_empty())
+        {
+            self.server.database_url = Some(url);
+        }
     }
 
     /// Checks ranges.
@@ -232,6 +264,16 @@ impl ServerConfig {
         }
         if self.console.idle_secs == 0 {
             return Err("console.idle_secs must be at least 1".into());
+        }
+        if let Some(url) = &self.server.database_url
+            && !matches!(
+                crate::store::Database::parse(url),
+                crate::store::Database::Postgres(_)
+            )
+        {
+            return Err(
+                "server.database_url must be a postgres:// URL (for SQLite, set server.db)".into(),
+            );
         }
         Ok(())
     }

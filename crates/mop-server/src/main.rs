@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use mop_server::config::{DEFAULT_CONFIG, ServerConfig};
-use mop_server::store::{NewToken, Role, Store};
+use mop_server::store::{Database, NewToken, Role, Store};
 use mop_server::transfer;
 
 #[derive(Parser)]
@@ -31,9 +31,10 @@ struct Location {
     /// Config file [default: /etc/mop-server/server.toml, used when present].
     #[arg(long, value_name = "FILE", global = true)]
     config: Option<PathBuf>,
-    /// SQLite database (overrides server.db in the config).
-    #[arg(long, value_name = "PATH", global = true)]
-    db: Option<PathBuf>,
+    /// SQLite database file, or a postgres:// URL (overrides server.db and
+    /// server.database_url in the config, and MOP_DATABASE_URL).
+    #[arg(long, value_name = "PATH|URL", global = true)]
+    db: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -72,6 +73,22 @@ enum Command {
         force: bool,
         #[command(flatten)]
         at: Location,
+    },
+    /// Copy a whole database to another, e.g. SQLite to PostgreSQL: cards, objects,
+    /// history, tokens and counters, keeping the epoch and revisions (daemons go on with
+    /// 304s). Checks row counts and content hashes of every table at the end. Safe to run
+    /// again; refuses a target that holds other data unless --replace. Stop the servers
+    /// (or writes) on the source first: writes made during the copy are not in it.
+    Migrate {
+        /// The database to copy: sqlite:PATH (or a path), or a postgres:// URL.
+        #[arg(long, value_name = "DB")]
+        from: String,
+        /// The database to fill: postgres://user[:password]@host[:port]/db, or sqlite:PATH.
+        #[arg(long, value_name = "DB")]
+        to: String,
+        /// Overwrite a target that already holds other data.
+        #[arg(long)]
+        replace: bool,
     },
     /// Export a workspace's cards, byte for byte, into a new or empty directory.
     Export {
@@ -132,16 +149,23 @@ enum TokenCommand {
 
 fn config(at: &Location) -> Result<ServerConfig> {
     let mut config = ServerConfig::load(at.config.as_deref())?;
-    if let Some(db) = &at.db {
-        config.server.db = db.clone();
+    match at.db.as_deref().map(Database::parse) {
+        Some(Database::Sqlite(path)) => {
+            config.server.db = path;
+            config.server.database_url = None;
+        }
+        Some(Database::Postgres(url)) => config.server.database_url = Some(url),
+        None => {}
     }
     Ok(config)
 }
 
 fn open(at: &Location) -> Result<Store> {
     let config = config(at)?;
+    let database = config.database();
     let db = &config.server.db;
-    if let Some(parent) = db.parent().filter(|p| !p.as_os_str().is_empty())
+    if matches!(database, Database::Sqlite(_))
+        && let Some(parent) = db.parent().filter(|p| !p.as_os_str().is_empty())
         && !parent.is_dir()
     {
         bail!(
@@ -153,7 +177,7 @@ fn open(at: &Location) -> Result<Store> {
                 .display()
         );
     }
-    Store::open(db).with_context(|| format!("cannot open database {}", db.display()))
+    Store::connect(&database).with_context(|| format!("cannot open database {}", database.shown()))
 }
 
 /// `90d`, `12h`, `30m`, `45s`, `2w`: a positive whole number and one unit.
@@ -321,6 +345,12 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
         }
         Command::Backup { dest, force, at } => {
             let config = config(&at)?;
+            if let Database::Postgres(_) = config.database() {
+                bail!(
+                    "backup copies an SQLite file; this server uses PostgreSQL ({}): back it up with pg_dump -Fc (see README, Backups)",
+                    config.database().shown()
+                );
+            }
             let db = &config.server.db;
             let report = mop_server::store::backup(db, &dest, force).with_context(|| {
                 format!("backup of {} to {} failed", db.display(), dest.display())
@@ -334,6 +364,37 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 report.epoch,
                 report.source_epoch
             );
+        }
+        Command::Migrate { from, to, replace } => {
+            let (from, to) = (Database::parse(&from), Database::parse(&to));
+            eprintln!("copying {} to {}", from.shown(), to.shown());
+            let report = mop_server::store::migrate(&from, &to, replace, |table, rows| {
+                eprintln!("copied {rows} rows of {table}");
+            })
+            .with_context(|| format!("migration from {} to {} failed", from.shown(), to.shown()))?;
+            for t in &report.tables {
+                println!(
+                    "{:<20} {:>10} rows  sha256 {}",
+                    t.table,
+                    t.rows,
+                    &t.sha256[..16]
+                );
+            }
+            if report.already {
+                println!(
+                    "{} already holds exactly what {} holds (epoch {}); nothing was written",
+                    to.shown(),
+                    from.shown(),
+                    report.epoch
+                );
+            } else {
+                println!(
+                    "migrated {} to {}: every table's row count and content hash match (epoch {})",
+                    from.shown(),
+                    to.shown(),
+                    report.epoch
+                );
+            }
         }
         Command::Export {
             dir,

@@ -60,10 +60,11 @@ async fn serve_with(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     hup: Option<tokio::signal::unix::Signal>,
 ) -> anyhow::Result<()> {
-    let db = config.server.db.clone();
-    let store = tokio::task::spawn_blocking(move || Store::open(&db))
+    let db = config.database();
+    let shown = db.shown();
+    let store = tokio::task::spawn_blocking(move || Store::connect(&db))
         .await?
-        .with_context(|| format!("cannot open database {}", config.server.db.display()))?;
+        .with_context(|| format!("cannot open database {shown}"))?;
     let store = Arc::new(store);
     let state = Arc::new(AppState::new(store.clone(), config.clone())?);
     let tls = match (&config.server.tls_cert, &config.server.tls_key) {
@@ -82,7 +83,7 @@ async fn serve_with(
             )
         })?;
     let addr = listener.local_addr()?;
-    tracing::info!(%addr, db = %config.server.db.display(), epoch = store.epoch(), "mop-server listening");
+    tracing::info!(%addr, db = %store.shown(), epoch = store.epoch(), "mop-server listening");
     on_ready(addr);
 
     let (stop_tx, stop_rx) = watch::channel(false);

@@ -111,7 +111,11 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 /// `/readyz`: the database answers and the caches are loaded, so this replica can take
 /// traffic; 503 naming the cause otherwise (a load balancer stops sending it requests).
 async fn ready(State(state): State<Arc<AppState>>) -> Response {
-    let check = tokio::task::spawn_blocking(move || state.refresh_if_changed()).await;
+    let check = tokio::task::spawn_blocking(move || {
+        state.store.ping()?;
+        state.refresh_if_changed()
+    })
+    .await;
     match check {
         Ok(Ok(_)) => axum::Json(serde_json::json!({ "status": "ready" })).into_response(),
         Ok(Err(e)) => {
@@ -208,6 +212,16 @@ impl From<StoreError> for ApiError {
             StoreError::Forbidden(m) => ApiError::new(StatusCode::FORBIDDEN, "forbidden", m),
             StoreError::Limit(m) => {
                 ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_requests", m)
+            }
+            e @ StoreError::Unavailable { .. } => {
+                tracing::warn!(error = %e, "database unavailable");
+                let mut err = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "the database cannot be reached now; nothing was changed: try again shortly",
+                );
+                err.retry_after = Some(1);
+                err
             }
             e @ StoreError::Precondition { .. } => ApiError::new(
                 StatusCode::PRECONDITION_FAILED,

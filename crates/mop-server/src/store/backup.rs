@@ -34,10 +34,10 @@ fn sqlite<'a>(
     path: &'a Path,
     context: &'static str,
 ) -> impl Fn(rusqlite::Error) -> StoreError + 'a {
-    move |source| StoreError::Sqlite {
-        path: path.display().to_string(),
+    move |source| StoreError::Database {
+        db: path.display().to_string(),
         context,
-        source,
+        source: source.into(),
     }
 }
 

@@ -7,13 +7,13 @@
 
 use std::collections::HashMap;
 
+use super::db::{OptionalExtension, Tx, params};
 use mop_cards::{Card, CardId, CardSummary, CardType, Trust, parse_card, render_card, sha256_hex};
 use mop_proto::curation::card_etag;
 pub use mop_proto::curation::{CardChange, HistoryRow};
-use rusqlite::{OptionalExtension, Transaction, params};
 use serde::Serialize;
 
-use super::{Result, Store, StoreError, bump, ensure_workspace, now, stamp};
+use super::{Result, Store, StoreError, bump, db, ensure_workspace, now, stamp};
 
 /// A state change an admin can make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,11 +83,7 @@ pub(crate) struct Row {
     pub archived_at: Option<String>,
 }
 
-pub(crate) fn load_row(
-    tx: &Transaction<'_>,
-    ws: &str,
-    id: &CardId,
-) -> rusqlite::Result<Option<Row>> {
+pub(crate) fn load_row(tx: &Tx<'_>, ws: &str, id: &CardId) -> db::Result<Option<Row>> {
     tx.query_row(
         "SELECT summary, sha256, occurrence, last_seen, archived_at FROM cards WHERE workspace = ?1 AND id = ?2",
         params![ws, id.to_string()],
@@ -95,10 +91,10 @@ pub(crate) fn load_row(
             let summary: String = r.get(0)?;
             Ok(Row {
                 summary: serde_json::from_str(&summary).map_err(|e| {
-                    rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+                    super::db::DbError::decode(0, e)
                 })?,
                 sha256: r.get(1)?,
-                occurrence: r.get::<_, i64>(2)? as u64,
+                occurrence: r.get::<i64>(2)? as u64,
                 last_seen: r.get(3)?,
                 archived_at: r.get(4)?,
             })
@@ -107,7 +103,7 @@ pub(crate) fn load_row(
     .optional()
 }
 
-pub(crate) fn load_object(tx: &Transaction<'_>, ws: &str, sha: &str) -> rusqlite::Result<Vec<u8>> {
+pub(crate) fn load_object(tx: &Tx<'_>, ws: &str, sha: &str) -> db::Result<Vec<u8>> {
     tx.query_row(
         "SELECT body FROM objects WHERE workspace = ?1 AND sha256 = ?2",
         params![ws, sha],
@@ -137,13 +133,13 @@ pub(crate) struct Kept<'a> {
 
 /// Writes a card row and its object; releases the previous object if nothing else uses it.
 pub(crate) fn write_card(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     ws: &str,
     card: &Card,
     raw: &[u8],
     rev: u64,
     kept: Kept<'_>,
-) -> rusqlite::Result<String> {
+) -> db::Result<String> {
     let Kept {
         occurrence,
         last_seen,
@@ -198,7 +194,7 @@ pub(crate) fn write_card(
 }
 
 /// Marks an object released when no card uses it, starting its retention window.
-pub(crate) fn release_if_unused(tx: &Transaction<'_>, ws: &str, sha: &str) -> rusqlite::Result<()> {
+pub(crate) fn release_if_unused(tx: &Tx<'_>, ws: &str, sha: &str) -> db::Result<()> {
     tx.execute(
         "UPDATE objects SET released_at = ?3
          WHERE workspace = ?1 AND sha256 = ?2 AND released_at IS NULL
@@ -211,7 +207,7 @@ pub(crate) fn release_if_unused(tx: &Transaction<'_>, ws: &str, sha: &str) -> ru
 /// One audit row.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn audit(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     ws: &str,
     card_id: Option<&CardId>,
     revision: u64,
@@ -221,7 +217,7 @@ pub(crate) fn audit(
     after: Option<&str>,
     content: Option<&[u8]>,
     detail: Option<&str>,
-) -> rusqlite::Result<()> {
+) -> db::Result<()> {
     tx.execute(
         "INSERT INTO history (workspace, card_id, revision, at, actor, action, sha256_before,
                               sha256_after, content, detail)
@@ -242,11 +238,11 @@ pub(crate) fn audit(
     Ok(())
 }
 
-pub(super) fn current_revision(tx: &Transaction<'_>, ws: &str) -> rusqlite::Result<u64> {
+pub(super) fn current_revision(tx: &Tx<'_>, ws: &str) -> db::Result<u64> {
     tx.query_row(
         "SELECT revision FROM workspaces WHERE name = ?1",
         params![ws],
-        |r| r.get::<_, i64>(0).map(|v| v as u64),
+        |r| r.get::<i64>(0).map(|v| v as u64),
     )
     .optional()
     .map(Option::unwrap_or_default)
@@ -426,9 +422,9 @@ impl Store {
             let rows = stmt
                 .query_map(params![ws, include_archived], |r| {
                     Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, Vec<u8>>(2)?,
+                        r.get::<String>(0)?,
+                        r.get::<String>(1)?,
+                        r.get::<Vec<u8>>(2)?,
                     ))
                 })
                 .map_err(&e)?;
@@ -577,7 +573,7 @@ impl Store {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn set_state_in(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Tx<'_>,
         ws: &str,
         id: &CardId,
         state: CardState,
@@ -691,12 +687,7 @@ impl Store {
     }
 
     /// [`Store::history`] inside a read transaction.
-    pub(crate) fn history_in(
-        &self,
-        tx: &Transaction<'_>,
-        ws: &str,
-        id: &CardId,
-    ) -> Result<Vec<HistoryRow>> {
+    pub(crate) fn history_in(&self, tx: &Tx<'_>, ws: &str, id: &CardId) -> Result<Vec<HistoryRow>> {
         {
             let e = self.err("read history");
             let mut stmt = tx
@@ -710,7 +701,7 @@ impl Store {
             let rows = stmt
                 .query_map(params![ws, id.to_string()], history_row)
                 .map_err(&e)?
-                .collect::<rusqlite::Result<Vec<_>>>()
+                .collect::<db::Result<Vec<_>>>()
                 .map_err(&e)?;
             if rows.is_empty() {
                 return Err(not_found(ws, id));
@@ -733,7 +724,7 @@ impl Store {
                 .map_err(&e)?;
             stmt.query_map(params![ws, after_seq], history_row)
                 .map_err(&e)?
-                .collect::<rusqlite::Result<Vec<_>>>()
+                .collect::<db::Result<Vec<_>>>()
                 .map_err(&e)
         })
     }
@@ -759,7 +750,7 @@ impl Store {
                     .map_err(&e)?;
                 stmt.query_map(params![ws, id.to_string()], |r| r.get(0))
                     .map_err(&e)?
-                    .collect::<rusqlite::Result<_>>()
+                    .collect::<db::Result<_>>()
                     .map_err(&e)?
             };
             remove_card(tx, ws, id, &row.sha256, rev).map_err(&e)?;
@@ -825,7 +816,7 @@ impl Store {
                     .map_err(&e)?;
                 stmt.query_map(params![archive_cut], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
                     .map_err(&e)?
-                    .collect::<rusqlite::Result<_>>()
+                    .collect::<db::Result<_>>()
                     .map_err(&e)?
             };
             for (ws, id, sha, rev) in &expired {
@@ -839,9 +830,11 @@ impl Store {
                 .execute("DELETE FROM objects WHERE released_at IS NOT NULL AND released_at < ?1", params![object_cut])
                 .map_err(&e)?;
             tx.execute(
-                "UPDATE workspaces SET history_floor = MAX(history_floor,
+                "UPDATE workspaces SET history_floor =
                     (SELECT COALESCE(MAX(rev), 0) FROM tombstones t
-                     WHERE t.workspace = workspaces.name AND t.created_at < ?1))",
+                     WHERE t.workspace = workspaces.name AND t.created_at < ?1)
+                 WHERE history_floor < (SELECT COALESCE(MAX(rev), 0) FROM tombstones t
+                     WHERE t.workspace = workspaces.name AND t.created_at < ?1)",
                 params![delta_cut],
             )
             .map_err(&e)?;
@@ -854,13 +847,7 @@ impl Store {
 
 /// Deletes a card row, leaves a tombstone for deltas, deletes its object if unshared and
 /// redacts the card's history.
-fn remove_card(
-    tx: &Transaction<'_>,
-    ws: &str,
-    id: &CardId,
-    sha: &str,
-    rev: u64,
-) -> rusqlite::Result<()> {
+fn remove_card(tx: &Tx<'_>, ws: &str, id: &CardId, sha: &str, rev: u64) -> db::Result<()> {
     let id_s = id.to_string();
     tx.execute(
         "DELETE FROM cards WHERE workspace = ?1 AND id = ?2",
@@ -884,11 +871,11 @@ fn remove_card(
     Ok(())
 }
 
-pub(crate) fn history_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryRow> {
+pub(crate) fn history_row(r: &db::Row<'_>) -> db::Result<HistoryRow> {
     Ok(HistoryRow {
         seq: r.get(0)?,
         card_id: r.get(1)?,
-        revision: r.get::<_, i64>(2)? as u64,
+        revision: r.get::<i64>(2)? as u64,
         at: r.get(3)?,
         actor: r.get(4)?,
         action: r.get(5)?,

@@ -5,13 +5,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use super::db::{Tx, params};
 use jiff::{Timestamp, ToSpan};
 use mop_cards::{CardId, CardSummary, CardType, Trust, parse_card, render_card};
 use mop_proto::curation::{
     CardChange, CardDetails, CardInfo, CardPage, CardProvenance, Chain, DEFAULT_PAGE, ListQuery,
     MAX_PAGE, ReviewCounts, StaleCard, StaleReport, card_etag,
 };
-use rusqlite::{Transaction, params};
 
 use super::cards::{CardState, Expect, audit, current_revision, load_row};
 use super::{Result, Store, StoreError};
@@ -116,7 +116,7 @@ fn page_of(offset: Option<usize>, limit: Option<usize>) -> (usize, usize) {
 
 impl Store {
     /// Every card of `ws` with its server facts, usage and provenance.
-    fn full_cards(&self, tx: &Transaction<'_>, ws: &str) -> Result<Vec<Full>> {
+    fn full_cards(&self, tx: &Tx<'_>, ws: &str) -> Result<Vec<Full>> {
         let e = self.err("read cards");
         let mut usage = self.usage_map(tx, ws)?;
         let mut reinforced: HashMap<String, u64> = HashMap::new();
@@ -131,10 +131,10 @@ impl Store {
             let rows = stmt
                 .query_map(params![ws], |r| {
                     Ok((
-                        r.get::<_, Option<String>>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, String>(3)?,
+                        r.get::<Option<String>>(0)?,
+                        r.get::<String>(1)?,
+                        r.get::<String>(2)?,
+                        r.get::<String>(3)?,
                     ))
                 })
                 .map_err(&e)?;
@@ -158,12 +158,12 @@ impl Store {
         let rows = stmt
             .query_map(params![ws], |r| {
                 Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, Option<String>>(3)?,
-                    r.get::<_, Option<String>>(4)?,
-                    r.get::<_, String>(5)?,
+                    r.get::<String>(0)?,
+                    r.get::<String>(1)?,
+                    r.get::<i64>(2)?,
+                    r.get::<Option<String>>(3)?,
+                    r.get::<Option<String>>(4)?,
+                    r.get::<String>(5)?,
                 ))
             })
             .map_err(&e)?;
@@ -318,7 +318,7 @@ impl Store {
     }
 
     /// A card's stored text, as UTF-8 (cards are UTF-8 by the parser's rules).
-    fn text_of(&self, tx: &Transaction<'_>, ws: &str, id: &CardId) -> Result<String> {
+    fn text_of(&self, tx: &Tx<'_>, ws: &str, id: &CardId) -> Result<String> {
         let e = self.err("read card");
         let row = load_row(tx, ws, id)
             .map_err(&e)?
@@ -342,7 +342,7 @@ impl Store {
                 .map_err(&e)?;
             let rows = stmt
                 .query_map(params![ws], |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+                    Ok((r.get::<String>(0)?, r.get::<Vec<u8>>(1)?))
                 })
                 .map_err(&e)?;
             let mut out = Vec::new();
@@ -494,7 +494,8 @@ impl Store {
             tx.execute(
                 "UPDATE cards SET occurrence = ?3, last_seen = ?4, rev = ?5,
                     pending_occurrence = pending_occurrence + ?6,
-                    pending_last_seen = MAX(COALESCE(pending_last_seen, ''), COALESCE(?7, ''))
+                    pending_last_seen = CASE WHEN COALESCE(pending_last_seen, '') > COALESCE(?7, '')
+                        THEN COALESCE(pending_last_seen, '') ELSE COALESCE(?7, '') END
                  WHERE workspace = ?1 AND id = ?2",
                 params![ws, into.to_string(), occurrence as i64, last_seen, rev as i64, pending.0, pending.1],
             )

@@ -14,16 +14,16 @@
 //! task reinforces a card at most once (a repeat is answered `unchanged`). A refusal
 //! changes nothing. Every answer says who will see the card.
 
+use super::db::{Tx, params};
 use jiff::Timestamp;
 use mop_cards::{
     Card, CardId, CardSummary, Counters, Extra, Provenance, Trust, is_scope_id, is_task_id,
     parse_card, render_card,
 };
 use mop_proto::sync::{StoreOutcome, StoreRequest, StoreResponse};
-use rusqlite::params;
 
 use super::cards::{Kept, audit, current_revision, load_object, title_key, write_card};
-use super::{Result, Store, StoreError, bump, ensure_workspace, stamp};
+use super::{Result, Store, StoreError, bump, db, ensure_workspace, stamp};
 
 fn body_key(body: &str) -> String {
     body.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -32,16 +32,16 @@ fn body_key(body: &str) -> String {
 /// Records that a task (a node token's task id) contributed to a card: created, extended
 /// or reinforced it. False when it had already, so its repeat counts for nothing.
 fn note_contribution(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &Tx<'_>,
     ws: &str,
     actor: &str,
     task_id: &str,
     card: &CardId,
     at: Timestamp,
-) -> rusqlite::Result<bool> {
+) -> db::Result<bool> {
     let inserted = tx.execute(
-        "INSERT OR IGNORE INTO task_reinforcements (workspace, actor, task_id, card_id, at)
-         VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO task_reinforcements (workspace, actor, task_id, card_id, at)
+         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
         params![ws, actor, task_id, card.to_string(), stamp(at)],
     )?;
     Ok(inserted == 1)
@@ -152,7 +152,7 @@ impl Store {
             let stores: i64 = tx
                 .query_row(
                     "INSERT INTO task_stores (workspace, actor, task_id, stores, last_at) VALUES (?1, ?2, ?3, 1, ?4)
-                     ON CONFLICT (workspace, actor, task_id) DO UPDATE SET stores = stores + 1, last_at = ?4
+                     ON CONFLICT (workspace, actor, task_id) DO UPDATE SET stores = task_stores.stores + 1, last_at = ?4
                      RETURNING stores",
                     params![ws, actor, p.task_id, stamp(now_ts)],
                     |r| r.get(0),
@@ -176,7 +176,7 @@ impl Store {
                     .map_err(&e)?;
                 let rows = stmt
                     .query_map(params![ws, c.card_type.as_str(), key], |r| {
-                        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+                        Ok((r.get::<String>(0)?, r.get::<String>(1)?))
                     })
                     .map_err(&e)?;
                 let mut out = Vec::new();

@@ -1,8 +1,11 @@
-//! The embedded SQLite store.
+//! The store: every workspace's cards, objects, history, tokens and counters, on one of two
+//! engines.
 //!
-//! One writer connection (every change is one `BEGIN IMMEDIATE` transaction that also
-//! bumps the workspace revision and writes its audit rows) and a small pool of readers;
-//! WAL mode lets them run side by side. Callers run store methods on blocking threads.
+//! SQLite (a file; the default, and what `mopd demo` and small teams use) or PostgreSQL
+//! (for several stateless replicas; see `pg`). Both run the same queries through the
+//! narrow interface in `db`, so each store method is written once. Every change is one
+//! transaction that also bumps the workspace revision and writes its audit rows. Callers
+//! run store methods on blocking threads.
 //!
 //! Card content lives once, in `objects`, keyed by (workspace, sha256); a card row points
 //! at its current object. Objects no card references are kept for a retention window, so
@@ -11,28 +14,66 @@
 mod backup;
 mod cards;
 mod curation;
+pub mod db;
 mod memories;
+mod migrate;
+mod pg;
 mod schema;
+mod sqlite;
 mod sync;
 mod tokens;
 mod usage;
 
-use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
 
 use jiff::Timestamp;
-use rusqlite::{
-    Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
-};
 
 pub use backup::{BackupReport, backup};
 pub use cards::{CardChange, CardState, Expect, HistoryRow, ImportReport, Rejected};
+use db::{DbError, OptionalExtension, Tx, params};
 pub use memories::StoreLimits;
+pub use migrate::{MigrateReport, TableCheck, migrate};
 pub use sync::{BuiltManifest, ManifestKind};
 pub use tokens::{NewToken, Role, TokenInfo, TokenRow, token_hash};
 
-/// Why a store operation failed. `NotFound` and `Invalid` are the caller's mistakes; the
-/// rest are the server's.
+/// Where a database is: an SQLite file or a PostgreSQL URL.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Database {
+    /// An SQLite file.
+    Sqlite(PathBuf),
+    /// A `postgres://` (or `postgresql://`) URL; it may hold a password, so it is never
+    /// shown: see [`Database::shown`].
+    Postgres(String),
+}
+
+impl Database {
+    /// `postgres://…` or `postgresql://…` is PostgreSQL; `sqlite:PATH` or a bare path is
+    /// SQLite.
+    pub fn parse(s: &str) -> Database {
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            Database::Postgres(s.to_owned())
+        } else {
+            Database::Sqlite(PathBuf::from(s.strip_prefix("sqlite:").unwrap_or(s)))
+        }
+    }
+
+    /// How logs and errors name it: the file, or the URL without its password.
+    pub fn shown(&self) -> String {
+        match self {
+            Database::Sqlite(p) => p.display().to_string(),
+            Database::Postgres(url) => pg::shown(url),
+        }
+    }
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.shown())
+    }
+}
+
+/// Why a store operation failed. `NotFound` and `Invalid` are the caller's mistakes;
+/// `Unavailable` is a database that cannot be reached now; the rest are the server's.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The thing does not exist (or is outside the caller's scope: they look the same).
@@ -60,15 +101,28 @@ pub enum StoreError {
         /// Its version tag now.
         current: String,
     },
-    /// SQLite failed.
-    #[error("database {path}: {context}: {source}")]
-    Sqlite {
-        /// The database file.
-        path: String,
+    /// The database failed.
+    #[error("database {db}: {context}: {source}")]
+    Database {
+        /// The database, as [`Database::shown`] names it.
+        db: String,
         /// What was being done.
         context: &'static str,
         /// The error.
-        source: rusqlite::Error,
+        source: DbError,
+    },
+    /// The database cannot be reached now (down, restarting); nothing was changed and the
+    /// same request may succeed shortly.
+    #[error(
+        "database {db} is unavailable ({context}: {source}); nothing was changed: try again shortly"
+    )]
+    Unavailable {
+        /// The database, as [`Database::shown`] names it.
+        db: String,
+        /// What was being done.
+        context: &'static str,
+        /// The error.
+        source: DbError,
     },
     /// The curation search index could not be built or searched.
     #[error("search index: {0}")]
@@ -87,81 +141,116 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    fn database(db: String, context: &'static str, source: DbError) -> StoreError {
+        if let DbError::SchemaTooNew { found, known } = source {
+            StoreError::TooNew {
+                path: db,
+                found,
+                known,
+            }
+        } else if source.is_unavailable() {
+            StoreError::Unavailable {
+                db,
+                context,
+                source,
+            }
+        } else {
+            StoreError::Database {
+                db,
+                context,
+                source,
+            }
+        }
+    }
+}
+
 /// A `Result` with [`StoreError`].
 pub type Result<T> = std::result::Result<T, StoreError>;
 
-/// Readers kept open for reuse.
-const READER_POOL: usize = 8;
+/// Why a transaction ended without a commit: the engine failed (with what it was doing,
+/// before the store names the database), or the work inside returned an error.
+enum Failed {
+    Engine(&'static str, DbError),
+    Work(StoreError),
+}
+
+impl From<(&'static str, DbError)> for Failed {
+    fn from((context, e): (&'static str, DbError)) -> Failed {
+        Failed::Engine(context, e)
+    }
+}
+
+enum Engine {
+    Sqlite(sqlite::Sqlite),
+    Postgres(pg::Postgres),
+}
 
 /// The database.
 pub struct Store {
-    path: PathBuf,
+    engine: Engine,
+    shown: String,
     epoch: String,
-    writer: Mutex<Connection>,
-    readers: Mutex<Vec<Connection>>,
-    /// `PRAGMA data_version` is per connection, so one connection is kept for it alone.
-    watcher: Mutex<Connection>,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
-            .field("path", &self.path)
+            .field("db", &self.shown)
             .field("epoch", &self.epoch)
             .finish()
     }
 }
 
 impl Store {
-    /// Opens (creating if needed) the database at `path`, runs pending migrations and makes
-    /// the epoch on first creation. The parent directory must exist.
+    /// Opens (creating if needed) the SQLite database at `path`. The parent directory must
+    /// exist.
     pub fn open(path: &Path) -> Result<Store> {
-        let shown = path.display().to_string();
-        let sqlite = |context| {
-            let path = shown.clone();
-            move |source| StoreError::Sqlite {
-                path,
-                context,
-                source,
+        Store::connect(&Database::Sqlite(path.to_owned()))
+    }
+
+    /// Opens a database, runs pending migrations and makes the epoch on first creation.
+    pub fn connect(db: &Database) -> Result<Store> {
+        let shown = db.shown();
+        let fail =
+            |(context, e): (&'static str, DbError)| StoreError::database(shown.clone(), context, e);
+        let engine = match db {
+            Database::Sqlite(path) => {
+                let engine = sqlite::Sqlite::open(path).map_err(fail)?;
+                engine.with_writer(|conn| schema::migrate(conn, &shown))?;
+                Engine::Sqlite(engine)
             }
+            Database::Postgres(url) => Engine::Postgres(pg::Postgres::open(url).map_err(fail)?),
         };
-        let mut conn = Connection::open(path).map_err(sqlite("open"))?;
-        configure(&conn).map_err(sqlite("configure"))?;
-        schema::migrate(&mut conn, &shown)?;
-        let epoch = {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(sqlite("begin"))?;
+        let mut store = Store {
+            engine,
+            shown,
+            epoch: String::new(),
+        };
+        store.epoch = store.write(|tx| {
+            let e = store.err("epoch");
             let existing: Option<String> = tx
-                .query_row("SELECT value FROM meta WHERE key = 'epoch'", [], |r| {
-                    r.get(0)
-                })
+                .query_row(
+                    "SELECT value FROM meta WHERE key = 'epoch'",
+                    params![],
+                    |r| r.get(0),
+                )
                 .optional()
-                .map_err(sqlite("read epoch"))?;
-            let epoch = match existing {
-                Some(e) => e,
+                .map_err(&e)?;
+            Ok(match existing {
+                Some(epoch) => epoch,
                 None => {
-                    let e = uuid::Uuid::new_v4().to_string();
+                    let epoch = uuid::Uuid::new_v4().to_string();
                     tx.execute(
                         "INSERT INTO meta (key, value) VALUES ('epoch', ?1), ('created_at', ?2)",
-                        params![e, now()],
+                        params![epoch, now()],
                     )
-                    .map_err(sqlite("write epoch"))?;
-                    e
+                    .map_err(&e)?;
+                    epoch
                 }
-            };
-            tx.commit().map_err(sqlite("commit"))?;
-            epoch
-        };
-        let watcher = Connection::open(path).map_err(sqlite("open watcher"))?;
-        configure(&watcher).map_err(sqlite("configure watcher"))?;
-        Ok(Store {
-            path: path.to_owned(),
-            epoch,
-            writer: Mutex::new(conn),
-            readers: Mutex::new(Vec::new()),
-            watcher: Mutex::new(watcher),
-        })
+            })
+        })?;
+        Ok(store)
     }
 
     /// The database epoch: a UUID made when the database was created.
@@ -169,100 +258,95 @@ impl Store {
         &self.epoch
     }
 
-    /// The database file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn err(&self, context: &'static str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
-        move |source| StoreError::Sqlite {
-            path: self.path.display().to_string(),
-            context,
-            source,
+    /// The SQLite file, when the store is one.
+    pub fn sqlite_path(&self) -> Option<&Path> {
+        match &self.engine {
+            Engine::Sqlite(s) => Some(&s.path),
+            Engine::Postgres(_) => None,
         }
     }
 
-    /// Runs `f` in one immediate (write) transaction, committed only if `f` succeeds.
-    pub(crate) fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
-        let mut conn = self.writer.lock();
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(self.err("begin write"))?;
-        let out = f(&tx)?;
-        tx.commit().map_err(self.err("commit"))?;
-        Ok(out)
+    /// The database as logs name it.
+    pub fn shown(&self) -> &str {
+        &self.shown
     }
 
-    /// Copies the write-ahead log into the database file and empties it, so that old
-    /// page images (which may hold deleted text) leave the WAL too. Readers in the middle
-    /// of a snapshot can hold it up; it is tried a few times. True when it completed.
+    fn err(&self, context: &'static str) -> impl Fn(DbError) -> StoreError + '_ {
+        move |source| StoreError::database(self.shown.clone(), context, source)
+    }
+
+    fn failed(&self, failed: Failed) -> StoreError {
+        match failed {
+            Failed::Engine(context, source) => {
+                StoreError::database(self.shown.clone(), context, source)
+            }
+            Failed::Work(e) => e,
+        }
+    }
+
+    /// Runs `f` in one write transaction, committed only if `f` succeeds (else rolled
+    /// back). Writes run one at a time, across replicas too.
+    pub(crate) fn write<T>(&self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
+        let f = |tx: &Tx<'_>| f(tx).map_err(Failed::Work);
+        match &self.engine {
+            Engine::Sqlite(s) => s.write(f),
+            Engine::Postgres(p) => p.write(f),
+        }
+        .map_err(|e| self.failed(e))
+    }
+
+    /// Runs `f` in one read transaction (a consistent snapshot).
+    pub(crate) fn read<T>(&self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
+        let f = |tx: &Tx<'_>| f(tx).map_err(Failed::Work);
+        match &self.engine {
+            Engine::Sqlite(s) => s.read(f),
+            Engine::Postgres(p) => p.read(f),
+        }
+        .map_err(|e| self.failed(e))
+    }
+
+    /// On SQLite, copies the write-ahead log into the database file and empties it, so that
+    /// old page images (which may hold deleted text) leave the WAL too. True when it
+    /// completed. PostgreSQL reclaims deleted rows with its own VACUUM.
     pub(crate) fn checkpoint_truncate(&self) -> Result<bool> {
-        let conn = self.writer.lock();
-        for attempt in 0..20 {
-            let busy: i64 = conn
-                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
-                .map_err(self.err("checkpoint"))?;
-            if busy == 0 {
-                return Ok(true);
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10 * (attempt + 1)));
+        match &self.engine {
+            Engine::Sqlite(s) => s
+                .checkpoint_truncate()
+                .map_err(|e| self.err("checkpoint")(e.into())),
+            Engine::Postgres(_) => Ok(true),
         }
-        Ok(false)
     }
 
-    /// Runs `f` in one read transaction (a consistent snapshot) on a pooled connection.
-    pub(crate) fn read<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
-        let pooled = self.readers.lock().pop();
-        let mut conn = match pooled {
-            Some(c) => c,
-            None => {
-                let c = Connection::open_with_flags(
-                    &self.path,
-                    OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-                )
-                .map_err(self.err("open reader"))?;
-                configure(&c).map_err(self.err("configure reader"))?;
-                c
-            }
-        };
-        let out = (|| {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Deferred)
-                .map_err(self.err("begin read"))?;
-            let out = f(&tx)?;
-            tx.finish().map_err(self.err("end read"))?;
-            Ok(out)
-        })();
-        let mut pool = self.readers.lock();
-        if pool.len() < READER_POOL {
-            pool.push(conn);
-        }
-        out
-    }
-
-    /// Reader connections idle in the pool now.
+    /// Connections idle in the pool now.
     pub fn idle_readers(&self) -> usize {
-        self.readers.lock().len()
+        match &self.engine {
+            Engine::Sqlite(s) => s.idle_readers(),
+            Engine::Postgres(p) => p.idle(),
+        }
     }
 
-    /// SQLite's `data_version`: changes when another connection (another process, or this
-    /// process's writer) commits. Used to notice token and card changes made by the CLI.
+    /// A number that changes when another connection (another process or replica, or
+    /// this process's writer) commits. Used to notice token and card changes made
+    /// elsewhere.
     pub fn data_version(&self) -> Result<i64> {
-        let conn = self.watcher.lock();
-        conn.query_row("PRAGMA data_version", [], |r| r.get(0))
-            .map_err(self.err("data_version"))
+        match &self.engine {
+            Engine::Sqlite(s) => s
+                .data_version()
+                .map_err(|e| self.err("data_version")(e.into())),
+            Engine::Postgres(p) => Ok(p.data_version()),
+        }
     }
-}
 
-fn configure(conn: &Connection) -> rusqlite::Result<()> {
-    conn.busy_timeout(std::time::Duration::from_secs(10))?;
-    conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
-    conn.pragma_update(None, "foreign_keys", "ON")?;
-    // Deleted content is overwritten with zeros, so that a hard delete (personal data)
-    // leaves no copy in free pages of the file.
-    conn.pragma_update(None, "secure_delete", "ON")?;
-    Ok(())
+    /// Checks that the database answers now.
+    pub fn ping(&self) -> Result<()> {
+        match &self.engine {
+            Engine::Sqlite(s) => s
+                .data_version()
+                .map(drop)
+                .map_err(|e| self.err("ping")(e.into())),
+            Engine::Postgres(p) => p.ping().map_err(self.err("ping")),
+        }
+    }
 }
 
 /// The current time as stored (see [`stamp`]).
@@ -279,10 +363,10 @@ pub(crate) fn stamp(ts: Timestamp) -> String {
 }
 
 /// Ensures a workspace row exists.
-pub(crate) fn ensure_workspace(tx: &Transaction<'_>, ws: &str) -> rusqlite::Result<()> {
+pub(crate) fn ensure_workspace(tx: &Tx<'_>, ws: &str) -> db::Result<()> {
     tx.execute(
-        "INSERT OR IGNORE INTO workspaces (name, revision, history_floor, counters_dirty, created_at)
-         VALUES (?1, 0, 0, 0, ?2)",
+        "INSERT INTO workspaces (name, revision, history_floor, counters_dirty, created_at)
+         VALUES (?1, 0, 0, 0, ?2) ON CONFLICT DO NOTHING",
         params![ws, now()],
     )?;
     Ok(())
@@ -290,11 +374,11 @@ pub(crate) fn ensure_workspace(tx: &Transaction<'_>, ws: &str) -> rusqlite::Resu
 
 /// Bumps a workspace's revision and returns the new one. Every change the manifest shows
 /// calls this inside its own transaction, so revision and content never disagree.
-pub(crate) fn bump(tx: &Transaction<'_>, ws: &str) -> rusqlite::Result<u64> {
+pub(crate) fn bump(tx: &Tx<'_>, ws: &str) -> db::Result<u64> {
     ensure_workspace(tx, ws)?;
     tx.query_row(
         "UPDATE workspaces SET revision = revision + 1 WHERE name = ?1 RETURNING revision",
         params![ws],
-        |r| r.get::<_, i64>(0).map(|v| v as u64),
+        |r| r.get::<i64>(0).map(|v| v as u64),
     )
 }

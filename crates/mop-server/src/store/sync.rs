@@ -2,11 +2,11 @@
 //! the server keeps in memory to answer `If-None-Match` without touching the database.
 //! Also the batched publication of counter-only changes.
 
+use super::db::{OptionalExtension, Tx, params};
 use jiff::Timestamp;
 use mop_cards::{CardId, CardSummary, Manifest, ManifestEntry, card_path};
-use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::{Result, Store, StoreError, bump};
+use super::{Result, Store, StoreError, bump, db};
 
 /// Full or delta.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,15 +32,11 @@ impl Store {
             let mut stmt = tx
                 .prepare("SELECT name, revision, history_floor FROM workspaces")
                 .map_err(&e)?;
-            stmt.query_map([], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get::<_, i64>(1)? as u64,
-                    r.get::<_, i64>(2)? as u64,
-                ))
+            stmt.query_map(params![], |r| {
+                Ok((r.get(0)?, r.get::<i64>(1)? as u64, r.get::<i64>(2)? as u64))
             })
             .map_err(&e)?
-            .collect::<rusqlite::Result<Vec<_>>>()
+            .collect::<db::Result<Vec<_>>>()
             .map_err(&e)
         })
     }
@@ -90,7 +86,7 @@ impl Store {
                 let changed: i64 = tx
                     .query_row(
                         "SELECT count(*) FROM
-                           (SELECT 1 FROM cards WHERE workspace = ?1 AND rev > ?2 LIMIT ?3)",
+                           (SELECT 1 FROM cards WHERE workspace = ?1 AND rev > ?2 LIMIT ?3) AS changed",
                         params![ws, since as i64, max as i64 + 1],
                         |r| r.get(0),
                     )
@@ -104,7 +100,7 @@ impl Store {
                 .prepare("SELECT id FROM tombstones WHERE workspace = ?1 AND rev > ?2")
                 .map_err(&e)?;
             let gone = stmt
-                .query_map(params![ws, since as i64], |r| r.get::<_, String>(0))
+                .query_map(params![ws, since as i64], |r| r.get::<String>(0))
                 .map_err(&e)?;
             for id in gone {
                 if let Ok(id) = CardId::parse(&id.map_err(&e)?) {
@@ -166,11 +162,11 @@ impl Store {
             let e = self.err("publish counters");
             let dirty: Vec<String> = {
                 let mut stmt = tx
-                    .prepare("SELECT name FROM workspaces WHERE counters_dirty = 1 AND (?1 IS NULL OR name = ?1)")
+                    .prepare("SELECT name FROM workspaces WHERE counters_dirty = 1 AND (CAST(?1 AS TEXT) IS NULL OR name = ?1)")
                     .map_err(&e)?;
                 stmt.query_map(params![only], |r| r.get(0))
                     .map_err(&e)?
-                    .collect::<rusqlite::Result<_>>()
+                    .collect::<db::Result<_>>()
                     .map_err(&e)?
             };
             let mut out = Vec::new();
@@ -213,36 +209,46 @@ impl Store {
 /// Live entries (full manifest), or every card changed after `since` (delta), whose
 /// non-live ones come back as removed ids.
 fn entries(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     ws: &str,
     since: Option<u64>,
-) -> rusqlite::Result<(Vec<ManifestEntry>, Vec<CardId>)> {
-    const COLUMNS: &str = "SELECT summary, sha256, size, occurrence, last_seen, live FROM cards";
-    let mut stmt = match since {
-        None => tx.prepare_cached(&format!(
-            "{COLUMNS} WHERE workspace = ?1 AND live = 1 AND ?2 IS NULL ORDER BY id"
-        ))?,
-        Some(_) => tx.prepare_cached(&format!(
-            "{COLUMNS} WHERE workspace = ?1 AND rev > ?2 ORDER BY id"
-        ))?,
-    };
-    let rows = stmt.query_map(params![ws, since.map(|s| s as i64)], |r| {
+) -> db::Result<(Vec<ManifestEntry>, Vec<CardId>)> {
+    macro_rules! select {
+        ($where:literal) => {
+            concat!(
+                "SELECT summary, sha256, size, occurrence, last_seen, live FROM cards ",
+                $where
+            )
+        };
+    }
+    let read = |r: &db::Row<'_>| {
         Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, String>(1)?,
-            r.get::<_, i64>(2)?,
-            r.get::<_, i64>(3)?,
-            r.get::<_, Option<String>>(4)?,
-            r.get::<_, bool>(5)?,
+            r.get::<String>(0)?,
+            r.get::<String>(1)?,
+            r.get::<i64>(2)?,
+            r.get::<i64>(3)?,
+            r.get::<Option<String>>(4)?,
+            r.get::<bool>(5)?,
         ))
-    })?;
+    };
+    let rows = match since {
+        None => tx.query_map(
+            select!("WHERE workspace = ?1 AND live = 1 ORDER BY id"),
+            params![ws],
+            read,
+        )?,
+        Some(since) => tx.query_map(
+            select!("WHERE workspace = ?1 AND rev > ?2 ORDER BY id"),
+            params![ws, since as i64],
+            read,
+        )?,
+    };
     let mut cards = Vec::new();
     let mut removed = Vec::new();
     for row in rows {
-        let (summary, sha256, size, occurrence, last_seen, live) = row?;
-        let summary: CardSummary = serde_json::from_str(&summary).map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
-        })?;
+        let (summary, sha256, size, occurrence, last_seen, live) = row;
+        let summary: CardSummary =
+            serde_json::from_str(&summary).map_err(|e| super::db::DbError::decode(0, e))?;
         if !live {
             removed.push(summary.id);
             continue;
@@ -260,12 +266,12 @@ fn entries(
 }
 
 /// A workspace's revision and history floor; `Err(NotFound)` inside when it is unknown.
-fn workspace_revision(tx: &Transaction<'_>, ws: &str) -> rusqlite::Result<Result<(u64, u64)>> {
+fn workspace_revision(tx: &Tx<'_>, ws: &str) -> db::Result<Result<(u64, u64)>> {
     Ok(tx
         .query_row(
             "SELECT revision, history_floor FROM workspaces WHERE name = ?1",
             params![ws],
-            |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64)),
+            |r| Ok((r.get::<i64>(0)? as u64, r.get::<i64>(1)? as u64)),
         )
         .optional()?
         .ok_or_else(|| StoreError::NotFound(format!("workspace {ws} not found"))))

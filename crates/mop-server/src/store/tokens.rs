@@ -4,13 +4,13 @@
 
 use std::fmt;
 
+use super::db::{OptionalExtension, Tx, params};
 use jiff::Timestamp;
 use mop_cards::{is_scope_id, is_slug, sha256_hex};
 pub use mop_proto::curation::TokenRow;
-use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
-use super::{Result, Store, StoreError, ensure_workspace, now, stamp};
+use super::{Result, Store, StoreError, db, ensure_workspace, now, stamp};
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -174,11 +174,11 @@ impl Store {
                 )
                 .map_err(self.err("list tokens"))?;
             let rows = stmt
-                .query_map([], |r| {
+                .query_map(params![], |r| {
                     Ok(TokenRow {
                         id: r.get(0)?,
                         role: r.get(1)?,
-                        workspaces: serde_json::from_str(&r.get::<_, String>(2)?).unwrap_or_default(),
+                        workspaces: serde_json::from_str(&r.get::<String>(2)?).unwrap_or_default(),
                         note: r.get(3)?,
                         created_at: r.get(4)?,
                         revoked_at: r.get(5)?,
@@ -188,7 +188,7 @@ impl Store {
                     })
                 })
                 .map_err(self.err("list tokens"))?;
-            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(self.err("list tokens"))
+            rows.collect::<db::Result<Vec<_>>>().map_err(self.err("list tokens"))
         })
     }
 
@@ -233,7 +233,7 @@ impl Store {
     /// One audit row per workspace the token reaches.
     fn audit_token(
         &self,
-        tx: &rusqlite::Transaction<'_>,
+        tx: &Tx<'_>,
         workspaces: &[String],
         actor: &str,
         action: &str,
@@ -289,25 +289,25 @@ impl Store {
                 .prepare("SELECT hash, id, role, workspaces, revoked_at IS NOT NULL, name, expires_at FROM tokens")
                 .map_err(self.err("load tokens"))?;
             let rows = stmt
-                .query_map([], |r| {
+                .query_map(params![], |r| {
                     Ok((
-                        r.get::<_, String>(0)?,
+                        r.get::<String>(0)?,
                         TokenInfo {
                             id: r.get(1)?,
-                            role: Role::parse(&r.get::<_, String>(2)?).unwrap_or(Role::Node),
-                            workspaces: serde_json::from_str(&r.get::<_, String>(3)?)
+                            role: Role::parse(&r.get::<String>(2)?).unwrap_or(Role::Node),
+                            workspaces: serde_json::from_str(&r.get::<String>(3)?)
                                 .unwrap_or_default(),
                             revoked: r.get(4)?,
                             name: r.get(5)?,
                             // An expiry that does not read back fails closed.
                             expires_at: r
-                                .get::<_, Option<String>>(6)?
+                                .get::<Option<String>>(6)?
                                 .map(|t| t.parse().unwrap_or(Timestamp::UNIX_EPOCH)),
                         },
                     ))
                 })
                 .map_err(self.err("load tokens"))?;
-            rows.collect::<rusqlite::Result<Vec<_>>>()
+            rows.collect::<db::Result<Vec<_>>>()
                 .map_err(self.err("load tokens"))
         })
     }

@@ -5,12 +5,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use super::db::{Tx, params};
 use jiff::{Timestamp, ToSpan};
 use mop_proto::curation::Usage;
 use mop_proto::receipts::{Receipt, ReceiptBatchResponse};
-use rusqlite::{Transaction, params};
 
-use super::{Result, Store, StoreError, stamp};
+use super::{Result, Store, StoreError, db, stamp};
 
 /// Receipts older than this are not counted (their dedup rows are gone by then); the
 /// daemon drops what it could not report in this time.
@@ -30,7 +30,7 @@ fn day(t: Timestamp) -> String {
 }
 
 /// Forgets a card's usage (it was removed for good).
-pub(crate) fn forget_card(tx: &Transaction<'_>, ws: &str, id: &str) -> rusqlite::Result<()> {
+pub(crate) fn forget_card(tx: &Tx<'_>, ws: &str, id: &str) -> db::Result<()> {
     for table in ["card_usage_days", "card_usage", "card_hosts"] {
         tx.execute(
             &format!("DELETE FROM {table} WHERE workspace = ?1 AND card_id = ?2"),
@@ -86,8 +86,8 @@ impl Store {
                 }
                 let inserted = tx
                     .execute(
-                        "INSERT OR IGNORE INTO receipts (workspace, task_id, prepared_at, actor, host, received_at)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                        "INSERT INTO receipts (workspace, task_id, prepared_at, actor, host, received_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
                         params![ws, r.task_id, stamp(r.prepared_at), actor, r.host, stamp(now)],
                     )
                     .map_err(&e)?;
@@ -104,30 +104,28 @@ impl Store {
     }
 
     /// Usage of every card of `ws` that has any, by card id.
-    pub(crate) fn usage_map(
-        &self,
-        tx: &Transaction<'_>,
-        ws: &str,
-    ) -> Result<HashMap<String, Usage>> {
+    pub(crate) fn usage_map(&self, tx: &Tx<'_>, ws: &str) -> Result<HashMap<String, Usage>> {
         let e = self.err("read usage");
         let mut map: HashMap<String, Usage> = HashMap::new();
         let (week, month) = (days_ago(6), days_ago(29));
         let mut stmt = tx
             .prepare_cached(
                 "SELECT card_id,
-                        SUM(CASE WHEN day >= ?2 THEN delivered ELSE 0 END), SUM(delivered),
-                        SUM(CASE WHEN day >= ?2 THEN retrieved ELSE 0 END), SUM(retrieved)
+                        CAST(SUM(CASE WHEN day >= ?2 THEN delivered ELSE 0 END) AS BIGINT),
+                        CAST(SUM(delivered) AS BIGINT),
+                        CAST(SUM(CASE WHEN day >= ?2 THEN retrieved ELSE 0 END) AS BIGINT),
+                        CAST(SUM(retrieved) AS BIGINT)
                  FROM card_usage_days WHERE workspace = ?1 AND day >= ?3 GROUP BY card_id",
             )
             .map_err(&e)?;
         let rows = stmt
             .query_map(params![ws, week, month], |r| {
                 Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, i64>(1)? as u64,
-                    r.get::<_, i64>(2)? as u64,
-                    r.get::<_, i64>(3)? as u64,
-                    r.get::<_, i64>(4)? as u64,
+                    r.get::<String>(0)?,
+                    r.get::<i64>(1)? as u64,
+                    r.get::<i64>(2)? as u64,
+                    r.get::<i64>(3)? as u64,
+                    r.get::<i64>(4)? as u64,
                 ))
             })
             .map_err(&e)?;
@@ -148,7 +146,7 @@ impl Store {
             .map_err(&e)?;
         let rows = stmt
             .query_map(params![ws], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+                Ok((r.get::<String>(0)?, r.get::<Option<String>>(1)?))
             })
             .map_err(&e)?;
         for row in rows {
@@ -165,7 +163,7 @@ impl Store {
         let since = stamp(Timestamp::now() - (30 * 24).hours());
         let rows = stmt
             .query_map(params![ws, since], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+                Ok((r.get::<String>(0)?, r.get::<String>(1)?))
             })
             .map_err(&e)?;
         for row in rows {
@@ -179,18 +177,14 @@ impl Store {
     }
 
     /// When a task last named each asset of `ws`.
-    pub(crate) fn assets_named(
-        &self,
-        tx: &Transaction<'_>,
-        ws: &str,
-    ) -> Result<HashMap<String, Timestamp>> {
+    pub(crate) fn assets_named(&self, tx: &Tx<'_>, ws: &str) -> Result<HashMap<String, Timestamp>> {
         let e = self.err("read asset usage");
         let mut stmt = tx
             .prepare_cached("SELECT asset_id, last_named_at FROM asset_usage WHERE workspace = ?1")
             .map_err(&e)?;
         let rows = stmt
             .query_map(params![ws], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+                Ok((r.get::<String>(0)?, r.get::<String>(1)?))
             })
             .map_err(&e)?;
         let mut out = HashMap::new();
@@ -204,7 +198,7 @@ impl Store {
     }
 
     /// Forgets day counters and dedup rows nobody reads any more.
-    pub(crate) fn prune_usage(&self, tx: &Transaction<'_>) -> Result<()> {
+    pub(crate) fn prune_usage(&self, tx: &Tx<'_>) -> Result<()> {
         let e = self.err("prune usage");
         tx.execute(
             "DELETE FROM card_usage_days WHERE day < ?1",
@@ -281,14 +275,16 @@ impl Tally {
 
     /// Writes the sums. Only cards of this workspace count: ids of no card here change
     /// nothing.
-    fn write(self, tx: &Transaction<'_>, ws: &str) -> rusqlite::Result<()> {
+    fn write(self, tx: &Tx<'_>, ws: &str) -> db::Result<()> {
         let mut known = BTreeSet::new();
         for ((id, d), (delivered, retrieved)) in &self.days {
             let counted = tx.execute(
                 "INSERT INTO card_usage_days (workspace, card_id, day, delivered, retrieved)
-                 SELECT ?1, ?2, ?3, ?4, ?5 WHERE EXISTS (SELECT 1 FROM cards WHERE workspace = ?1 AND id = ?2)
+                 SELECT ?1, ?2, ?3, CAST(?4 AS BIGINT), CAST(?5 AS BIGINT)
+                 WHERE EXISTS (SELECT 1 FROM cards WHERE workspace = ?1 AND id = ?2)
                  ON CONFLICT (workspace, card_id, day) DO UPDATE SET
-                    delivered = delivered + excluded.delivered, retrieved = retrieved + excluded.retrieved",
+                    delivered = card_usage_days.delivered + excluded.delivered,
+                    retrieved = card_usage_days.retrieved + excluded.retrieved",
                 params![ws, id, d, delivered, retrieved],
             )?;
             if counted > 0 {
@@ -299,7 +295,9 @@ impl Tally {
             if known.contains(id.as_str()) {
                 tx.execute(
                     "INSERT INTO card_hosts (workspace, card_id, host, last_at) VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT (workspace, card_id, host) DO UPDATE SET last_at = MAX(last_at, excluded.last_at)",
+                     ON CONFLICT (workspace, card_id, host) DO UPDATE SET
+                        last_at = CASE WHEN card_hosts.last_at > excluded.last_at
+                            THEN card_hosts.last_at ELSE excluded.last_at END",
                     params![ws, id, host, at],
                 )?;
             }
@@ -309,7 +307,8 @@ impl Tally {
                 tx.execute(
                     "INSERT INTO card_usage (workspace, card_id, last_delivered_at) VALUES (?1, ?2, ?3)
                      ON CONFLICT (workspace, card_id) DO UPDATE SET
-                        last_delivered_at = MAX(COALESCE(last_delivered_at, ''), excluded.last_delivered_at)",
+                        last_delivered_at = CASE WHEN COALESCE(card_usage.last_delivered_at, '') > excluded.last_delivered_at
+                            THEN card_usage.last_delivered_at ELSE excluded.last_delivered_at END",
                     params![ws, id, at],
                 )?;
             }
@@ -317,7 +316,9 @@ impl Tally {
         for (asset, at) in &self.assets {
             tx.execute(
                 "INSERT INTO asset_usage (workspace, asset_id, last_named_at) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (workspace, asset_id) DO UPDATE SET last_named_at = MAX(last_named_at, excluded.last_named_at)",
+                 ON CONFLICT (workspace, asset_id) DO UPDATE SET
+                    last_named_at = CASE WHEN asset_usage.last_named_at > excluded.last_named_at
+                        THEN asset_usage.last_named_at ELSE excluded.last_named_at END",
                 params![ws, asset, at],
             )?;
         }

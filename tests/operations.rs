@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use mop_tests::example_cards_dir;
 use mop_tests::faults::{Fault, FaultyProxy};
+use mop_tests::postgres::Postgres;
 use mop_tests::procs::{Daemon, DaemonOptions, Server, output_text, run};
 use serde_json::{Value, json};
 
@@ -359,10 +360,23 @@ fn manifest_etag(server: &Server, token: &str) -> (String, u64) {
 #[test]
 fn replicas_on_one_database_agree_within_two_seconds() {
     let a = Server::start();
+    replicas_agree_within_two_seconds(&a);
+}
+
+#[test]
+fn replicas_on_postgresql_agree_within_two_seconds() {
+    let Some(pg) = Postgres::start() else { return };
+    let a = Server::on_postgres(&pg.url(), "");
+    replicas_agree_within_two_seconds(&a);
+}
+
+/// A card stored through one replica shows in the other's manifest within 2 s, with the
+/// same ETag, both ways.
+fn replicas_agree_within_two_seconds(a: &Server) {
     assert!(a.import(&example_cards_dir(), WS).status.success());
     let b = a.replica();
     let node = a.token("node", &[WS]);
-    for (writer, reader) in [(&a, &b), (&b, &a)] {
+    for (writer, reader) in [(a, &b), (&b, a)] {
         let stored = store(writer, &node, &format!("Stored through {}", writer.url));
         let revision = stored["revision"].as_u64().unwrap();
         let start = Instant::now();
@@ -392,18 +406,24 @@ fn workspace(status: &Value) -> &Value {
 }
 
 #[test]
-fn a_daemon_fails_over_from_a_killed_replica_and_waits_for_one_behind() {
-    let mut a = Server::start();
+fn a_daemon_fails_over_between_postgresql_replicas() {
+    let Some(pg) = Postgres::start() else { return };
+    let mut a = Server::on_postgres(&pg.url(), "");
     assert!(a.import(&example_cards_dir(), WS).status.success());
     let b = a.replica();
-    let admin = a.token("admin", &[WS]);
+    fail_over_from_a_killed_replica(&mut a, &b);
+}
+
+/// A daemon reads A's manifest through a proxy that trickles it; A is killed mid-sync; the
+/// daemon goes on with B and finishes a verified generation.
+fn fail_over_from_a_killed_replica(a: &mut Server, b: &Server) -> Daemon {
     // A is reached through a proxy that trickles its answers: the daemon is still
     // reading A's manifest when A is killed.
     let proxy = FaultyProxy::start(&a.url);
     proxy.set(Fault::SlowDrip);
     let urls = [proxy.url.as_str(), b.url.as_str()];
     let daemon = Daemon::start(
-        &a,
+        a,
         DaemonOptions {
             urls: &urls,
             interval_secs: 1,
@@ -437,6 +457,16 @@ fn a_daemon_fails_over_from_a_killed_replica_and_waits_for_one_behind() {
         text.contains(&format!("from {}", b.url)),
         "status names the server: {text}"
     );
+    daemon
+}
+
+#[test]
+fn a_daemon_fails_over_from_a_killed_replica_and_waits_for_one_behind() {
+    let mut a = Server::start();
+    assert!(a.import(&example_cards_dir(), WS).status.success());
+    let b = a.replica();
+    let admin = a.token("admin", &[WS]);
+    let daemon = fail_over_from_a_killed_replica(&mut a, &b);
 
     // A replica behind the held generation: a server on a page-for-page copy of the
     // database taken now (the same epoch, as a lagging replica has; a revision that stops
@@ -612,4 +642,258 @@ fn the_tests_start_their_own_postgresql_on_loopback() {
         "the second cluster has no such table"
     );
     assert!(first.url().starts_with("postgres://mop@127.0.0.1:"));
+}
+
+/// One agent store with a unique title and task; the status and, when created, the id.
+fn try_store(server: &Server, node: &str, n: usize) -> (u16, Option<String>) {
+    let r = mop_tests::http()
+        .post(format!("{}/v1/workspaces/{WS}/memories", server.url))
+        .bearer_auth(node)
+        .timeout(Duration::from_secs(30))
+        .json(&json!({
+            "provenance": {"task_id": format!("load-{n}"), "user_id": "alice"},
+            "card": {"type": "fact", "title": format!("Load store {n}"), "body": format!("Store {n}.\n")}
+        }))
+        .send();
+    let Ok(r) = r else { return (0, None) };
+    let status = r.status().as_u16();
+    let body: Value = r.json().unwrap_or(Value::Null);
+    let id = (body["outcome"] == json!("created"))
+        .then(|| body["id"].as_str().map(str::to_owned))
+        .flatten();
+    (status, id)
+}
+
+#[test]
+fn postgresql_restarting_under_load_answers_503_and_loses_no_created_store() {
+    let Some(pg) = Postgres::start() else { return };
+    let config = "[limits]\nstores_per_token_per_minute = 1000000\n";
+    let a = Server::on_postgres(&pg.url(), config);
+    assert!(a.import(&example_cards_dir(), WS).status.success());
+    let b = a.replica();
+    let node = a.token("node", &[WS]);
+    let admin = a.token("admin", &[WS]);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let answers = std::sync::Mutex::new(Vec::new());
+    let ready_while_down = std::thread::scope(|scope| {
+        for server in [&a, &b] {
+            let (stop, next, answers, node) = (&stop, &next, &answers, &node);
+            scope.spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let n = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let (status, id) = try_store(server, node, n);
+                    answers.lock().unwrap().push((Instant::now(), status, id));
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        pg.stop();
+        let down = Instant::now();
+        std::thread::sleep(Duration::from_secs(2));
+        let ready = get(&format!("{}/readyz", a.url), None, None)
+            .status()
+            .as_u16();
+        pg.start_again();
+        let up = Instant::now();
+        // The replicas recover by themselves: wait for stores that land after the restart.
+        let recovered = loop {
+            let landed = answers
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(at, status, _)| *at > up && *status == 201)
+                .count();
+            if landed >= 10 {
+                break true;
+            }
+            if up.elapsed() > Duration::from_secs(30) {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(
+            recovered,
+            "no stores landed within 30 s of the restart; log:\n{}",
+            a.log()
+        );
+        eprintln!("down for {:?}", up - down);
+        ready
+    });
+    assert_eq!(ready_while_down, 503, "/readyz says the database is gone");
+    let answers = answers.into_inner().unwrap();
+    let count = |code: u16| answers.iter().filter(|(_, s, _)| *s == code).count();
+    eprintln!(
+        "{} stores: {} created, {} answered 503",
+        answers.len(),
+        count(201),
+        count(503)
+    );
+    assert!(
+        count(503) > 0,
+        "writes were refused while PostgreSQL was down"
+    );
+    let other: Vec<u16> = answers
+        .iter()
+        .map(|(_, s, _)| *s)
+        .filter(|s| ![201, 503].contains(s))
+        .collect();
+    assert!(
+        other.is_empty(),
+        "only 201 or 503: {other:?}; log:\n{}",
+        a.log()
+    );
+    // Every store answered "created" is there, through either replica.
+    let created: Vec<&String> = answers
+        .iter()
+        .filter_map(|(_, _, id)| id.as_ref())
+        .collect();
+    assert_eq!(created.len(), count(201));
+    for (i, id) in created.iter().enumerate() {
+        let server = if i % 2 == 0 { &a } else { &b };
+        let r = get(
+            &format!("{}/v1/workspaces/{WS}/cards/{id}", server.url),
+            Some(&admin),
+            None,
+        );
+        assert_eq!(
+            r.status().as_u16(),
+            200,
+            "card {id} answered created is lost"
+        );
+    }
+    assert_eq!(
+        get(&format!("{}/readyz", b.url), None, None)
+            .status()
+            .as_u16(),
+        200
+    );
+}
+
+/// Every file under `dir`, by relative path, with its bytes.
+fn tree(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                let rel = path.strip_prefix(dir).unwrap().display().to_string();
+                out.insert(rel, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    out
+}
+
+fn export(server_cli: &mut Command, dest: &Path) {
+    let out = run(server_cli
+        .arg(dest)
+        .args(["--workspace", WS, "--include-archived"]));
+    assert!(out.status.success(), "export: {}", output_text(&out));
+}
+
+#[test]
+fn a_migration_from_sqlite_to_postgresql_gives_a_byte_identical_export() {
+    let Some(pg) = Postgres::start() else { return };
+    let a = Server::start();
+    assert!(a.import(&example_cards_dir(), WS).status.success());
+    let node = a.token("node", &[WS]);
+    let admin = a.token("admin", &[WS]);
+    store(&a, &node, "Written by an agent before the migration");
+    let page: Value = get(
+        &format!("{}/v1/workspaces/{WS}/cards?limit=1", a.url),
+        Some(&admin),
+        None,
+    )
+    .json()
+    .unwrap();
+    let id = page["cards"][0]["summary"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    a.edit_card(WS, &admin, &id, "\nEdited before the migration.\n");
+    let (etag, revision) = manifest_etag(&a, &node);
+    let dirs = tempfile::tempdir().unwrap();
+    export(&mut a.cli(&["export"]), &dirs.path().join("sqlite"));
+
+    let migrate = |from: &std::ffi::OsStr, to: &str, extra: &[&str]| {
+        let mut cmd = Command::new(mop_tests::procs::bin("mop-server"));
+        cmd.arg("migrate")
+            .arg("--from")
+            .arg(from)
+            .args(["--to", to])
+            .args(extra);
+        run(&mut cmd)
+    };
+    let mut sqlite_url = std::ffi::OsString::from("sqlite:");
+    sqlite_url.push(a.db());
+    let out = migrate(&sqlite_url, &pg.url(), &[]);
+    assert!(out.status.success(), "migrate: {}", output_text(&out));
+    let text = output_text(&out);
+    assert!(text.contains("row count and content hash match"), "{text}");
+    assert!(
+        text.contains("copied") && text.contains("rows of cards"),
+        "progress: {text}"
+    );
+    // Again: nothing to do, nothing written.
+    let again = migrate(&sqlite_url, &pg.url(), &[]);
+    assert!(again.status.success(), "{}", output_text(&again));
+    assert!(
+        output_text(&again).contains("nothing was written"),
+        "{}",
+        output_text(&again)
+    );
+
+    let b = Server::on_postgres(&pg.url(), "");
+    export(&mut b.cli(&["export"]), &dirs.path().join("postgres"));
+    let (from_sqlite, from_pg) = (
+        tree(&dirs.path().join("sqlite")),
+        tree(&dirs.path().join("postgres")),
+    );
+    assert!(from_sqlite.len() > 10, "the example workspace and more");
+    assert_eq!(from_sqlite, from_pg, "a byte-identical export");
+    // The same epoch and revision: the fleet's ETags hold, and the old tokens work.
+    assert_eq!(manifest_etag(&b, &node), (etag.clone(), revision));
+    let r = get(
+        &format!("{}/v1/workspaces/{WS}/manifest", b.url),
+        Some(&node),
+        Some(&etag),
+    );
+    assert_eq!(r.status().as_u16(), 304);
+    let history: Value = get(
+        &format!("{}/v1/workspaces/{WS}/cards/{id}/history", b.url),
+        Some(&admin),
+        None,
+    )
+    .json()
+    .unwrap();
+    assert!(history.to_string().contains("Test Curator"), "{history}");
+    // New history rows go on after the copied ones.
+    b.edit_card(WS, &admin, &id, "\nEdited after the migration.\n");
+
+    // A target holding other data is refused and left as it was; --replace overwrites it.
+    let other = Server::start();
+    assert!(
+        other
+            .import(&example_cards_dir(), "globex")
+            .status
+            .success()
+    );
+    let mut other_url = std::ffi::OsString::from("sqlite:");
+    other_url.push(other.db());
+    let refused = migrate(&other_url, &pg.url(), &[]);
+    assert!(!refused.status.success());
+    let why = output_text(&refused);
+    assert!(
+        why.contains("is not empty") && why.contains("--replace"),
+        "{why}"
+    );
+    assert_eq!(manifest_etag(&b, &node).1, revision + 1, "unchanged");
+    let replaced = migrate(&other_url, &pg.url(), &["--replace"]);
+    assert!(replaced.status.success(), "{}", output_text(&replaced));
 }

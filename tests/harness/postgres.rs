@@ -81,21 +81,8 @@ impl Postgres {
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        let options = format!(
-            "-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={} -c fsync=off",
-            dir.path().display()
-        );
-        ok(
-            "pg_ctl start",
-            as_postgres(&bin.join("pg_ctl"))
-                .args(["start", "-w", "-t", "30", "-D"])
-                .arg(&data)
-                .args(["-l"])
-                .arg(dir.path().join("log"))
-                .args(["-o", &options])
-                .output(),
-        );
         let pg = Postgres { dir, bin, port };
+        pg.start_again();
         ok(
             "createdb",
             Command::new(pg.bin.join("createdb"))
@@ -111,6 +98,36 @@ impl Postgres {
                 .output(),
         );
         Some(pg)
+    }
+
+    /// Starts the server (again, after [`Postgres::stop`]) on the same port and data.
+    pub fn start_again(&self) {
+        let options = format!(
+            "-c listen_addresses=127.0.0.1 -c port={} -c unix_socket_directories={} -c fsync=off",
+            self.port,
+            self.dir.path().display()
+        );
+        ok(
+            "pg_ctl start",
+            as_postgres(&self.bin.join("pg_ctl"))
+                .args(["start", "-w", "-t", "30", "-D"])
+                .arg(self.dir.path().join("data"))
+                .args(["-l"])
+                .arg(self.dir.path().join("log"))
+                .args(["-o", &options])
+                .output(),
+        );
+    }
+
+    /// Stops the server (fast: open connections are ended).
+    pub fn stop(&self) {
+        ok(
+            "pg_ctl stop",
+            as_postgres(&self.bin.join("pg_ctl"))
+                .args(["stop", "-m", "fast", "-w", "-D"])
+                .arg(self.dir.path().join("data"))
+                .output(),
+        );
     }
 
     /// A connection URL for database `mop` as user `mop`.

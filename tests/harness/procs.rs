@@ -65,8 +65,9 @@ pub struct Server {
     pub dir: tempfile::TempDir,
     log: Arc<Mutex<String>>,
     wrap: Vec<String>,
-    /// Another server's database, for a replica (see [`Server::replica`]).
-    shared_db: Option<PathBuf>,
+    /// Another server's database file or a PostgreSQL URL, for a replica (see
+    /// [`Server::replica`]); else its own SQLite file in `dir`.
+    shared_db: Option<std::ffi::OsString>,
 }
 
 /// A command line that runs what follows it with the soft descriptor limit a systemd
@@ -137,11 +138,28 @@ impl Server {
 
     /// A second server process on this one's database and config: a replica.
     pub fn replica(&self) -> Server {
-        Server::on_database(&self.db(), &self.config())
+        Server::on_database(self.db_arg(), &self.config())
     }
 
-    /// A server on an existing database file (a replica, or a restored backup).
-    pub fn on_database(db: &Path, config: &Path) -> Server {
+    /// A server on a PostgreSQL database (`postgres://…`), with extra config TOML.
+    pub fn on_postgres(url: &str, config: &str) -> Server {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("server.toml"), config).expect("write config");
+        let mut s = Server {
+            child: None,
+            url: String::new(),
+            dir,
+            log: Arc::default(),
+            wrap: Vec::new(),
+            shared_db: Some(url.into()),
+        };
+        s.spawn();
+        s
+    }
+
+    /// A server on an existing database (a replica, or a restored backup): a file, or a
+    /// PostgreSQL URL.
+    pub fn on_database(db: impl AsRef<std::ffi::OsStr>, config: &Path) -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::copy(config, dir.path().join("server.toml")).expect("copy config");
         let mut s = Server {
@@ -150,7 +168,7 @@ impl Server {
             dir,
             log: Arc::default(),
             wrap: Vec::new(),
-            shared_db: Some(db.to_owned()),
+            shared_db: Some(db.as_ref().to_owned()),
         };
         s.spawn();
         s
@@ -164,11 +182,16 @@ impl Server {
         }
     }
 
-    /// The database file.
+    /// The database file (of an SQLite server).
     pub fn db(&self) -> PathBuf {
+        PathBuf::from(self.db_arg())
+    }
+
+    /// What `--db` gets: the SQLite file, or the PostgreSQL URL.
+    pub fn db_arg(&self) -> std::ffi::OsString {
         self.shared_db
             .clone()
-            .unwrap_or_else(|| self.dir.path().join("mop.db"))
+            .unwrap_or_else(|| self.dir.path().join("mop.db").into())
     }
 
     /// The config file.
@@ -183,7 +206,7 @@ impl Server {
             .arg("--config")
             .arg(self.config())
             .arg("--db")
-            .arg(self.db());
+            .arg(self.db_arg());
         cmd
     }
 
@@ -226,7 +249,7 @@ impl Server {
             .arg("--config")
             .arg(self.config())
             .arg("--db")
-            .arg(self.db())
+            .arg(self.db_arg())
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -348,3 +348,15 @@ async fn listen(config: tokio_postgres::Config, wake: Arc<tokio::sync::Notify>) 
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_shown_url_has_no_password() {
+        assert_eq!(
+            super::shown("postgres://mop:s3cret@db.example:6543/cards"),
+            "postgres://mop@db.example:6543/cards"
+        );
+        assert!(!super::shown("postgresql://u:pw@h/d?sslmode=disable").contains("pw"));
+    }
+}

@@ -790,6 +790,23 @@ fn tree(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
     out
 }
 
+/// The ids of the first cards of a workspace's listing.
+fn page_ids(server: &Server, admin: &str) -> Vec<String> {
+    let page: Value = get(
+        &format!("{}/v1/workspaces/{WS}/cards?limit=5", server.url),
+        Some(admin),
+        None,
+    )
+    .json()
+    .unwrap();
+    page["cards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["summary"]["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 fn export(server_cli: &mut Command, dest: &Path) {
     let out = run(server_cli
         .arg(dest)
@@ -817,6 +834,18 @@ fn a_migration_from_sqlite_to_postgresql_gives_a_byte_identical_export() {
         .unwrap()
         .to_owned();
     a.edit_card(WS, &admin, &id, "\nEdited before the migration.\n");
+    // An archived card beside live ones: NULL and non-NULL in one column, which the two
+    // engines sort differently.
+    let archived = page_ids(&a, &admin)[1].clone();
+    let r = mop_tests::http()
+        .post(format!(
+            "{}/v1/workspaces/{WS}/cards/{archived}/archive",
+            a.url
+        ))
+        .bearer_auth(&admin)
+        .send()
+        .unwrap();
+    assert!(r.status().is_success(), "archive: {}", r.status());
     let (etag, revision) = manifest_etag(&a, &node);
     let dirs = tempfile::tempdir().unwrap();
     export(&mut a.cli(&["export"]), &dirs.path().join("sqlite"));
@@ -832,6 +861,19 @@ fn a_migration_from_sqlite_to_postgresql_gives_a_byte_identical_export() {
     };
     let mut sqlite_url = std::ffi::OsString::from("sqlite:");
     sqlite_url.push(a.db());
+    // A source that is not there (a typo) is refused before the target is touched, even
+    // with --replace; no empty file is left behind.
+    let typo = dirs.path().join("no-such.db");
+    let mut typo_url = std::ffi::OsString::from("sqlite:");
+    typo_url.push(&typo);
+    let refused = migrate(&typo_url, &pg.url(), &["--replace"]);
+    assert!(!refused.status.success());
+    assert!(
+        output_text(&refused).contains("no database at"),
+        "{}",
+        output_text(&refused)
+    );
+    assert!(!typo.exists());
     let out = migrate(&sqlite_url, &pg.url(), &[]);
     assert!(out.status.success(), "migrate: {}", output_text(&out));
     let text = output_text(&out);

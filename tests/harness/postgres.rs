@@ -130,6 +130,17 @@ impl Postgres {
         );
     }
 
+    /// The postmaster's process id (its backends are its children).
+    pub fn pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.dir.path().join("data/postmaster.pid"))
+            .ok()?
+            .lines()
+            .next()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
     /// A connection URL for database `mop` as user `mop`.
     pub fn url(&self) -> String {
         format!("postgres://mop@127.0.0.1:{}/mop", self.port)

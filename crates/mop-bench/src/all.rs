@@ -42,20 +42,28 @@ pub fn run(smoke: bool, out: &Path, seed: u64) -> Result<()> {
             seed,
         })
     })?;
+    // On SQLite, then as one replica on PostgreSQL, each against nginx in its own run.
     step("server", &mut || {
-        Ok(vec![crate::server::run(&crate::server::Options {
-            cards,
-            rounds: if smoke { 1 } else { 3 },
-            seconds: if smoke { 1 } else { 5 },
-            connections: if smoke { 4 } else { 32 },
-            seed,
-        })?])
-    })?;
-    // One server, then two server processes on the same database, in the same run.
-    step("fleet", &mut || {
-        [1, 2]
+        [false, true]
             .into_iter()
-            .map(|replicas| {
+            .map(|postgres| {
+                crate::server::run(&crate::server::Options {
+                    cards,
+                    rounds: if smoke { 1 } else { 3 },
+                    seconds: if smoke { 1 } else { 5 },
+                    connections: if smoke { 4 } else { 32 },
+                    seed,
+                    postgres,
+                })
+            })
+            .collect()
+    })?;
+    // One server, then two server processes on the same SQLite file, then two on one
+    // PostgreSQL, in the same run.
+    step("fleet", &mut || {
+        [(1, false), (2, false), (2, true)]
+            .into_iter()
+            .map(|(replicas, postgres)| {
                 crate::fleet::run(&crate::fleet::Options {
                     cards,
                     hosts: if smoke {
@@ -68,6 +76,7 @@ pub fn run(smoke: bool, out: &Path, seed: u64) -> Result<()> {
                     seconds: if smoke { 1 } else { 10 },
                     seed,
                     replicas,
+                    postgres,
                 })
             })
             .collect()

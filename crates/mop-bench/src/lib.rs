@@ -107,16 +107,48 @@ pub fn median_f64(v: &[f64]) -> f64 {
 
 /// CPU time (user + system) a process has used so far, from `/proc/<pid>/stat`.
 pub fn cpu_time(pid: u32) -> std::io::Result<Duration> {
+    let f = stat_fields(pid)?;
+    Ok(ticks(&f[11]) + ticks(&f[12]))
+}
+
+/// CPU time of a process and all its children, living or gone: for a server that forks a
+/// process per connection (PostgreSQL). Children that ended count through the parent's
+/// `cutime`/`cstime`, living ones through their own times.
+pub fn cpu_time_tree(pid: u32) -> std::io::Result<Duration> {
+    let f = stat_fields(pid)?;
+    let mut total = ticks(&f[11]) + ticks(&f[12]) + ticks(&f[13]) + ticks(&f[14]);
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // A process may end between the listing and the read.
+        if let Ok(c) = stat_fields(child)
+            && c[1].parse::<u32>().ok() == Some(pid)
+        {
+            total += cpu_time_tree(child).unwrap_or_default();
+        }
+    }
+    Ok(total)
+}
+
+/// The fields of `/proc/<pid>/stat` after the command name (state is `[0]`, ppid `[1]`).
+fn stat_fields(pid: u32) -> std::io::Result<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command name, which is in parentheses and may contain spaces.
+    // The command name is in parentheses and may contain spaces.
     let rest = stat
         .rsplit_once(") ")
         .map(|(_, r)| r)
         .ok_or_else(|| std::io::Error::other("unreadable /proc stat"))?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f[11].parse().unwrap_or(0) + f[12].parse().unwrap_or(0);
+    Ok(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+fn ticks(field: impl AsRef<str>) -> Duration {
     // USER_HZ is 100 on every Linux architecture mop supports.
-    Ok(Duration::from_millis(ticks * 10))
+    Duration::from_millis(field.as_ref().parse::<u64>().unwrap_or(0) * 10)
 }
 
 /// Resident memory of a process, in bytes, from `/proc/<pid>/status`.

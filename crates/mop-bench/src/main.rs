@@ -136,6 +136,10 @@ enum Command {
         /// Server processes on the one database, the polls spread over them in turn.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=8))]
         replicas: u16,
+        /// Run the servers on a PostgreSQL started for the benchmark (its CPU is counted
+        /// with theirs), instead of one SQLite file.
+        #[arg(long)]
+        postgres: bool,
     },
     /// Daemon memory after syncing several workspaces and serving prepares.
     Memory {
@@ -173,7 +177,30 @@ enum Command {
         /// Seed of the synthetic data.
         #[arg(long, default_value_t = 42)]
         seed: u64,
+        /// Run the server on a PostgreSQL started for the benchmark, instead of SQLite.
+        #[arg(long)]
+        postgres: bool,
     },
+}
+
+/// A mop-server with `config`, on an SQLite file or on a PostgreSQL started for it (kept
+/// alive by the second value).
+pub(crate) fn start_server(
+    postgres: bool,
+    config: &str,
+) -> Result<(
+    mop_tests::procs::Server,
+    Option<mop_tests::postgres::Postgres>,
+)> {
+    if !postgres {
+        return Ok((mop_tests::procs::Server::start_with(config), None));
+    }
+    let pg = mop_tests::postgres::Postgres::start()
+        .context("PostgreSQL is not installed: apt-get install postgresql")?;
+    Ok((
+        mop_tests::procs::Server::on_postgres(&pg.url(), config),
+        Some(pg),
+    ))
 }
 
 fn main() -> Result<()> {
@@ -223,12 +250,14 @@ fn main() -> Result<()> {
             seconds,
             seed,
             replicas,
+            postgres,
         } => fleet::run(&fleet::Options {
             cards,
             hosts,
             seconds: seconds.max(1),
             seed,
             replicas: usize::from(replicas),
+            postgres,
         })?,
         Command::Memory {
             workspaces,
@@ -264,12 +293,14 @@ fn main() -> Result<()> {
             seconds,
             connections,
             seed,
+            postgres,
         } => server::run(&server::Options {
             cards,
             rounds: rounds.max(1),
             seconds: seconds.max(1),
             connections: connections.max(1),
             seed,
+            postgres,
         })?,
     };
     println!("{}", section.render());

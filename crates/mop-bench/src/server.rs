@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use mop_bench::{Section, median_f64, show, summarize, synth};
-use mop_tests::procs::Server;
 
 pub struct Options {
     pub cards: usize,
@@ -19,6 +18,8 @@ pub struct Options {
     pub seconds: u64,
     pub connections: usize,
     pub seed: u64,
+    /// The server on a PostgreSQL started for the run, instead of an SQLite file.
+    pub postgres: bool,
 }
 
 fn wrk(url: &str, headers: &[(&str, &str)], o: &Options) -> Result<f64> {
@@ -61,7 +62,7 @@ pub fn run(o: &Options) -> Result<Section> {
     let (ws, cards_dir) = synth::workspace_in(o.seed, o.cards, tmp.path())?;
 
     eprintln!("starting mop-server and importing");
-    let server = Server::start_with("[sync]\ncounter_publish_secs = 3600\n");
+    let (server, _pg) = crate::start_server(o.postgres, "[sync]\ncounter_publish_secs = 3600\n")?;
     let token = server.token("admin", &["bench"]);
     let out = server.import(&cards_dir, "bench");
     if !out.status.success() {
@@ -162,7 +163,12 @@ pub fn run(o: &Options) -> Result<Section> {
     }
     let (m, n) = (median_f64(&mop_rps), median_f64(&nginx_rps));
     let mut sec = Section::new(format!(
-        "Card server: unchanged polls, manifests and deltas at {} cards",
+        "Card server{}: unchanged polls, manifests and deltas at {} cards",
+        if o.postgres {
+            " on PostgreSQL (one replica)"
+        } else {
+            ""
+        },
         o.cards
     ));
     sec.line(format!(
@@ -209,7 +215,11 @@ pub fn run(o: &Options) -> Result<Section> {
         "\nrounds (answers/s): mop-server {mop_rps:.0?}, nginx {nginx_rps:.0?}"
     ));
     sec.target(
-        "unchanged poll: mop-server 304/s vs nginx static 304/s",
+        if o.postgres {
+            "unchanged poll: a PostgreSQL-backed replica's 304/s vs nginx static 304/s"
+        } else {
+            "unchanged poll: mop-server 304/s vs nginx static 304/s"
+        },
         "≥ 0.8×",
         format!("{:.2}× ({m:.0} vs {n:.0}/s)", m / n),
         m / n >= 0.8,

@@ -83,9 +83,10 @@ enum Command {
         /// The database to copy: sqlite:PATH (or a path), or a postgres:// URL.
         #[arg(long, value_name = "DB")]
         from: String,
-        /// The database to fill: postgres://user[:password]@host[:port]/db, or sqlite:PATH.
+        /// The database to fill: postgres://user[:password]@host[:port]/db, or sqlite:PATH
+        /// [default: MOP_DATABASE_URL, which keeps the password off the command line].
         #[arg(long, value_name = "DB")]
-        to: String,
+        to: Option<String>,
         /// Overwrite a target that already holds other data.
         #[arg(long)]
         replace: bool,
@@ -366,6 +367,13 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
             );
         }
         Command::Migrate { from, to, replace } => {
+            let to = to
+                .or_else(|| {
+                    std::env::var("MOP_DATABASE_URL")
+                        .ok()
+                        .filter(|u| !u.is_empty())
+                })
+                .context("name the target with --to, or set MOP_DATABASE_URL")?;
             let (from, to) = (Database::parse(&from), Database::parse(&to));
             eprintln!("copying {} to {}", from.shown(), to.shown());
             let report = mop_server::store::migrate(&from, &to, replace, |table, rows| {

@@ -3,8 +3,8 @@
 //! each workspace, serialized and compressed once per revision.
 //!
 //! Changes made by this process update the caches directly; changes made by another
-//! process on the same database (the `token` and `import` commands) are noticed through
-//! SQLite's `data_version` within a second.
+//! process on the same database (the `token` and `import` commands, other replicas) are
+//! noticed through the store's `data_version` within a second.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -117,7 +117,12 @@ impl AppState {
     /// Reloads the caches if another connection committed since the last look. Cheap when
     /// nothing changed (one `PRAGMA data_version`), so a cache miss can afford it.
     pub fn refresh_if_changed(&self) -> crate::store::Result<bool> {
-        let mut last = self.data_version.lock();
+        // One reload at a time; a caller that finds one running does not queue behind it
+        // (on PostgreSQL a reload can take as long as the database takes to answer, and
+        // requests with unknown tokens must not pile up on it).
+        let Some(mut last) = self.data_version.try_lock() else {
+            return Ok(false);
+        };
         let version = self.store.data_version()?;
         if *last == Some(version) {
             return Ok(false);

@@ -135,6 +135,8 @@ fn server_command(server: &Path, config: &Path, args: &[&std::ffi::OsStr]) -> Re
         .args(args)
         .arg("--config")
         .arg(config)
+        // The demo's server is its own SQLite file, whatever database this shell names.
+        .env_remove("MOP_DATABASE_URL")
         .stdin(Stdio::null())
         .output()
         .with_context(|| format!("cannot run {}", server.display()))?;
@@ -191,6 +193,7 @@ fn start_server(server: &Path, root: &Path) -> Result<Server> {
         .arg("serve")
         .arg("--config")
         .arg(&config)
+        .env_remove("MOP_DATABASE_URL")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log)

@@ -223,6 +223,16 @@ impl From<StoreError> for ApiError {
                 err.retry_after = Some(1);
                 err
             }
+            e @ StoreError::CommitUnknown { .. } => {
+                tracing::warn!(error = %e, "commit outcome unknown");
+                let mut err = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "outcome_unknown",
+                    "the database connection broke while the change was committed; it may or may not have been saved: read it back before trying again",
+                );
+                err.retry_after = Some(1);
+                err
+            }
             e @ StoreError::Precondition { .. } => ApiError::new(
                 StatusCode::PRECONDITION_FAILED,
                 "precondition_failed",

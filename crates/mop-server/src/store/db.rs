@@ -27,9 +27,14 @@ pub enum DbError {
     /// PostgreSQL failed (or its connection did).
     #[error(transparent)]
     Postgres(#[from] tokio_postgres::Error),
-    /// No PostgreSQL connection could be had within the pool's wait.
+    /// No PostgreSQL connection could be had within the pool's wait (or the pool could
+    /// not be set up).
     #[error("no database connection: {0}")]
     Pool(String),
+    /// Connecting to PostgreSQL failed; the server's answer (wrong password, no such
+    /// database) or the network's says why.
+    #[error("cannot connect: {0}")]
+    Connect(tokio_postgres::Error),
     /// The database's schema is newer than this build knows.
     #[error("schema version {found} is newer than this mop-server knows ({known})")]
     SchemaTooNew {
@@ -54,15 +59,23 @@ impl DbError {
     pub fn is_unavailable(&self) -> bool {
         match self {
             DbError::Pool(_) => true,
-            DbError::Postgres(e) => {
+            DbError::Postgres(e) | DbError::Connect(e) => {
+                if let Some(code) = e.code() {
+                    let c = code.code();
+                    // Transient by their SQLSTATE: the connection_exception class (08),
+                    // insufficient resources (53: disk full, out of memory, too many
+                    // connections), operator intervention (57: shutdown, restart, a
+                    // statement timeout), a server turned read-only (25006: a standby),
+                    // a lock or deadlock timeout (55P03, 40P01), a serialization failure.
+                    // Not transient: a wrong password (28), no such database (3D), no
+                    // privilege (42501), bad SQL: configuration or code to fix, a 500.
+                    return c.starts_with("08")
+                        || c.starts_with("53")
+                        || c.starts_with("57")
+                        || matches!(c, "25006" | "55P03" | "40P01" | "40001");
+                }
                 if e.is_closed() {
                     return true;
-                }
-                if let Some(code) = e.code() {
-                    // admin_shutdown, crash_shutdown, cannot_connect_now, and the
-                    // connection_exception class.
-                    let c = code.code();
-                    return c.starts_with("08") || c == "57P01" || c == "57P02" || c == "57P03";
                 }
                 // No server answer at all: an I/O failure on the connection.
                 let mut source = std::error::Error::source(e);
@@ -247,12 +260,18 @@ impl postgres_types::ToSql for ValueRef<'_> {
             },
             ValueRef::Text(s) => match *ty {
                 Type::BYTEA => s.as_bytes().to_sql(ty, out),
-                _ => s.to_sql(ty, out),
+                Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
+                    s.to_sql(ty, out)
+                }
+                _ => Err(wrong().into()),
             },
             ValueRef::Blob(b) => match *ty {
                 Type::BYTEA => b.to_sql(ty, out),
                 // Text columns hold UTF-8 only; a blob bound to one must be text already.
-                _ => std::str::from_utf8(b)?.to_sql(ty, out),
+                Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
+                    std::str::from_utf8(b)?.to_sql(ty, out)
+                }
+                _ => Err(wrong().into()),
             },
         }
     }
@@ -640,8 +659,9 @@ impl Stmt<'_, '_> {
     }
 }
 
-/// `?N` placeholders as PostgreSQL's `$N`, outside quoted strings. Translations are kept:
-/// the store's queries are a fixed set.
+/// `?N` placeholders as PostgreSQL's `$N`, outside single-quoted strings. Translations are
+/// kept: the store's queries are a fixed set. The store's SQL has no double-quoted
+/// identifiers, comments or dollar quoting, which this does not understand.
 pub(crate) fn pg_sql(sql: &str) -> Arc<str> {
     static CACHE: OnceLock<Mutex<HashMap<String, Arc<str>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Mutex::default);

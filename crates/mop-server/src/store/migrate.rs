@@ -48,7 +48,7 @@ pub fn migrate(
             "--from and --to name the same database".to_owned(),
         ));
     }
-    let source = Store::connect(from)?;
+    let source = Store::connect_existing(from)?;
     let target = Store::connect(to)?;
     let before = source.read(|tx| checks(&source, tx))?;
     let found = target.read(|tx| checks(&target, tx))?;
@@ -145,18 +145,41 @@ fn columns(store: &Store, tx: &Tx<'_>, table: &str) -> Result<Vec<String>> {
         .map_err(store.err("list columns"))
 }
 
-/// Every row of `table` in a fixed order (by every column), as values.
+/// Every row of `table`, as values, in one order on both engines: sorted here, not by the
+/// database, because the engines sort NULLs differently.
 fn rows(store: &Store, tx: &Tx<'_>, table: &str, columns: &[String]) -> Result<Vec<Vec<Value>>> {
-    let order: Vec<String> = (1..=columns.len()).map(|i| i.to_string()).collect();
-    let sql = format!(
-        "SELECT {} FROM {table} ORDER BY {}",
-        columns.join(", "),
-        order.join(", ")
-    );
-    tx.query_map(&sql, params![], |r| {
-        (0..columns.len()).map(|i| r.get::<Value>(i)).collect()
-    })
-    .map_err(store.err("read rows"))
+    let sql = format!("SELECT {} FROM {table}", columns.join(", "));
+    let mut rows: Vec<Vec<Value>> = tx
+        .query_map(&sql, params![], |r| {
+            (0..columns.len()).map(|i| r.get::<Value>(i)).collect()
+        })
+        .map_err(store.err("read rows"))?;
+    rows.sort_by(|a, b| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| order(x, y))
+            .find(|o| o.is_ne())
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    Ok(rows)
+}
+
+/// A total order on values: NULL, integers, reals, text, bytes; within a kind, by value.
+fn order(a: &Value, b: &Value) -> std::cmp::Ordering {
+    let rank = |v: &Value| match v {
+        Value::Null => 0,
+        Value::Integer(_) => 1,
+        Value::Real(_) => 2,
+        Value::Text(_) => 3,
+        Value::Blob(_) => 4,
+    };
+    match (a, b) {
+        (Value::Integer(x), Value::Integer(y)) => x.cmp(y),
+        (Value::Real(x), Value::Real(y)) => x.total_cmp(y),
+        (Value::Text(x), Value::Text(y)) => x.cmp(y),
+        (Value::Blob(x), Value::Blob(y)) => x.cmp(y),
+        _ => rank(a).cmp(&rank(b)),
+    }
 }
 
 /// Row counts and content hashes of every table. The columns are the source's, named,

@@ -50,7 +50,8 @@ impl Database {
     /// `postgres://…` or `postgresql://…` is PostgreSQL; `sqlite:PATH` or a bare path is
     /// SQLite.
     pub fn parse(s: &str) -> Database {
-        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+        let lower = s.get(..13).unwrap_or(s).to_ascii_lowercase();
+        if lower.starts_with("postgres://") || lower.starts_with("postgresql://") {
             Database::Postgres(s.to_owned())
         } else {
             Database::Sqlite(PathBuf::from(s.strip_prefix("sqlite:").unwrap_or(s)))
@@ -124,6 +125,17 @@ pub enum StoreError {
         /// The error.
         source: DbError,
     },
+    /// The connection broke while a change was being committed: it may or may not have
+    /// been saved.
+    #[error(
+        "database {db}: the connection broke while committing ({source}); the change may or may not have been saved: read it back before trying again"
+    )]
+    CommitUnknown {
+        /// The database, as [`Database::shown`] names it.
+        db: String,
+        /// The error.
+        source: DbError,
+    },
     /// The curation search index could not be built or searched.
     #[error("search index: {0}")]
     Index(String),
@@ -149,6 +161,8 @@ impl StoreError {
                 found,
                 known,
             }
+        } else if source.is_unavailable() && context == pg::COMMIT {
+            StoreError::CommitUnknown { db, source }
         } else if source.is_unavailable() {
             StoreError::Unavailable {
                 db,
@@ -191,6 +205,8 @@ pub struct Store {
     engine: Engine,
     shown: String,
     epoch: String,
+    /// True when this open made the epoch: the database held no mop data before.
+    created: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -226,8 +242,9 @@ impl Store {
             engine,
             shown,
             epoch: String::new(),
+            created: false,
         };
-        store.epoch = store.write(|tx| {
+        (store.epoch, store.created) = store.write(|tx| {
             let e = store.err("epoch");
             let existing: Option<String> = tx
                 .query_row(
@@ -238,7 +255,7 @@ impl Store {
                 .optional()
                 .map_err(&e)?;
             Ok(match existing {
-                Some(epoch) => epoch,
+                Some(epoch) => (epoch, false),
                 None => {
                     let epoch = uuid::Uuid::new_v4().to_string();
                     tx.execute(
@@ -246,10 +263,31 @@ impl Store {
                         params![epoch, now()],
                     )
                     .map_err(&e)?;
-                    epoch
+                    (epoch, true)
                 }
             })
         })?;
+        Ok(store)
+    }
+
+    /// Opens a database that must exist and hold mop data already: an SQLite file that is
+    /// not there is not created, and an empty database is refused.
+    pub fn connect_existing(db: &Database) -> Result<Store> {
+        if let Database::Sqlite(path) = db
+            && !path.is_file()
+        {
+            return Err(StoreError::NotFound(format!(
+                "no database at {}",
+                path.display()
+            )));
+        }
+        let store = Store::connect(db)?;
+        if store.created {
+            return Err(StoreError::NotFound(format!(
+                "{} holds no mop data (it had no epoch)",
+                store.shown
+            )));
+        }
         Ok(store)
     }
 
@@ -305,15 +343,20 @@ impl Store {
         .map_err(|e| self.failed(e))
     }
 
-    /// On SQLite, copies the write-ahead log into the database file and empties it, so that
-    /// old page images (which may hold deleted text) leave the WAL too. True when it
-    /// completed. PostgreSQL reclaims deleted rows with its own VACUUM.
+    /// After a hard delete, makes the deleted text leave what the database keeps besides
+    /// its live rows. SQLite: copies the write-ahead log into the (zeroed) file and empties
+    /// it; true when it completed. PostgreSQL: vacuums the tables that held the text, so
+    /// the dead rows are cleared; copies in its WAL archive, standbys and backups are the
+    /// operator's to expire (see README).
     pub(crate) fn checkpoint_truncate(&self) -> Result<bool> {
         match &self.engine {
             Engine::Sqlite(s) => s
                 .checkpoint_truncate()
                 .map_err(|e| self.err("checkpoint")(e.into())),
-            Engine::Postgres(_) => Ok(true),
+            Engine::Postgres(p) => p
+                .vacuum("objects, history, cards")
+                .map(|()| true)
+                .map_err(self.err("vacuum")),
         }
     }
 
@@ -333,7 +376,7 @@ impl Store {
             Engine::Sqlite(s) => s
                 .data_version()
                 .map_err(|e| self.err("data_version")(e.into())),
-            Engine::Postgres(p) => Ok(p.data_version()),
+            Engine::Postgres(p) => p.data_version().map_err(self.err("data_version")),
         }
     }
 

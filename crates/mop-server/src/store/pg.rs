@@ -18,8 +18,10 @@
 //! makes a change seen.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::{AsyncMessage, IsolationLevel, NoTls};
@@ -37,15 +39,31 @@ const POOL_SIZE: usize = 16;
 const CONNECT_WAIT: Duration = Duration::from_secs(5);
 /// How often the change counter is read when no notification comes.
 const POLL_EVERY: Duration = Duration::from_secs(1);
+/// A change counter not read for this long makes the replica not ready: it may be missing
+/// other replicas' changes (a revoked token among them).
+const POLL_STALE: Duration = Duration::from_secs(5);
+/// Server-side bounds, so that no call waits forever on a stuck peer: one statement, a wait
+/// for the write lock, a transaction left idle by a process that hung.
+const SESSION_OPTIONS: &str = "-c statement_timeout=30000 -c lock_timeout=30000 \
+                               -c idle_in_transaction_session_timeout=60000";
 
 type Fail = (&'static str, DbError);
+
+/// What a failed commit is called: its outcome is unknown when the connection broke.
+pub(crate) const COMMIT: &str = "commit";
 
 /// An open PostgreSQL database.
 pub(crate) struct Postgres {
     pool: Pool,
     rt: Option<tokio::runtime::Runtime>,
+    /// One writer of this process at a time asks for the advisory lock, so writers waiting
+    /// for it hold one pooled connection, not all of them.
+    writer: Mutex<()>,
     /// The `changes` counter as last read by the watcher.
     version: Arc<AtomicI64>,
+    /// When the watcher last read it, in milliseconds since `started`.
+    polled_at: Arc<AtomicU64>,
+    started: Instant,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -86,9 +104,16 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
 impl Postgres {
     /// Connects, brings the schema up to date and starts the watcher.
     pub(crate) fn open(url: &str) -> Result<Postgres, Fail> {
-        let config: tokio_postgres::Config = url
+        let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e: tokio_postgres::Error| ("parse URL", e.into()))?;
+        // A dead peer (a cut network, a frozen host) is noticed in seconds, not hours.
+        config
+            .options(SESSION_OPTIONS)
+            .connect_timeout(CONNECT_WAIT)
+            .keepalives_idle(Duration::from_secs(10))
+            .tcp_user_timeout(Duration::from_secs(30))
+            .application_name("mop-server");
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("mop-postgres")
@@ -115,7 +140,10 @@ impl Postgres {
         let mut pg = Postgres {
             pool,
             rt: Some(rt),
+            writer: Mutex::new(()),
             version: Arc::default(),
+            polled_at: Arc::default(),
+            started: Instant::now(),
             stop: None,
         };
         pg.migrate()?;
@@ -125,8 +153,13 @@ impl Postgres {
         pg.version.store(first, Ordering::SeqCst);
         let (stop, stopped) = tokio::sync::oneshot::channel();
         pg.stop = Some(stop);
-        pg.rt()
-            .spawn(watch(config, pg.pool.clone(), pg.version.clone(), stopped));
+        pg.rt().spawn(watch(
+            config,
+            pg.version.clone(),
+            pg.polled_at.clone(),
+            pg.started,
+            stopped,
+        ));
         Ok(pg)
     }
 
@@ -137,9 +170,17 @@ impl Postgres {
     }
 
     fn client(&self) -> Result<deadpool_postgres::Object, Fail> {
-        self.rt()
-            .block_on(self.pool.get())
-            .map_err(|e| ("connect", DbError::Pool(e.to_string())))
+        self.rt().block_on(self.pool.get()).map_err(|e| {
+            let e = match e {
+                deadpool_postgres::PoolError::Backend(e) => DbError::Connect(e),
+                deadpool_postgres::PoolError::Timeout(_) => DbError::Pool(format!(
+                    "none free or made within {} s",
+                    CONNECT_WAIT.as_secs()
+                )),
+                other => DbError::Pool(other.to_string()),
+            };
+            ("connect", e)
+        })
     }
 
     fn migrate(&self) -> Result<(), Fail> {
@@ -200,6 +241,7 @@ impl Postgres {
     ) -> Result<T, E> {
         blocking(|| {
             let rt = self.rt();
+            let _one_writer = self.writer.lock();
             let mut client = self.client()?;
             let tx = rt
                 .block_on(client.transaction())
@@ -213,7 +255,7 @@ impl Postgres {
                 tx.batch_execute("NOTIFY mop_changes").await?;
                 tx.commit().await
             })
-            .map_err(|e| E::from(("commit", e.into())))?;
+            .map_err(|e| E::from((COMMIT, e.into())))?;
             Ok(out)
         })
     }
@@ -253,14 +295,33 @@ impl Postgres {
     }
 
     /// The change counter as the watcher last read it: changes when any replica (or the
-    /// CLI) commits a write. Never blocks.
-    pub(crate) fn data_version(&self) -> i64 {
-        self.version.load(Ordering::SeqCst)
+    /// CLI) commits a write. Never blocks. An error when the watcher has not read it for
+    /// [`POLL_STALE`]: this replica may be missing changes made elsewhere.
+    pub(crate) fn data_version(&self) -> Result<i64, DbError> {
+        let polled = Duration::from_millis(self.polled_at.load(Ordering::SeqCst));
+        let since = self.started.elapsed().saturating_sub(polled);
+        if since > POLL_STALE {
+            return Err(DbError::Pool(format!(
+                "the change counter was last read {} s ago; changes made through other replicas may be missed",
+                since.as_secs()
+            )));
+        }
+        Ok(self.version.load(Ordering::SeqCst))
     }
 
     /// Connections idle in the pool now.
     pub(crate) fn idle(&self) -> usize {
         self.pool.status().available
+    }
+
+    /// `VACUUM` of these tables (outside any transaction, as VACUUM must be).
+    pub(crate) fn vacuum(&self, tables: &str) -> Result<(), DbError> {
+        blocking(|| {
+            let client = self.client().map_err(|(_, e)| e)?;
+            self.rt()
+                .block_on(client.batch_execute(&format!("VACUUM {tables}")))?;
+            Ok(())
+        })
     }
 
     /// True when the database answers a query now.
@@ -286,32 +347,53 @@ impl Drop for Postgres {
 }
 
 /// Keeps `version` current: reads the counter every [`POLL_EVERY`], and at once when the
-/// listening connection hears `mop_changes`.
+/// listening connection hears `mop_changes`. It has its own connection (a pool busy with
+/// requests must not hold it up), made again whenever a read fails.
 async fn watch(
     config: tokio_postgres::Config,
-    pool: Pool,
     version: Arc<AtomicI64>,
+    polled_at: Arc<AtomicU64>,
+    started: Instant,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
     let wake = Arc::new(tokio::sync::Notify::new());
-    tokio::spawn(listen(config, wake.clone()));
+    tokio::spawn(listen(config.clone(), wake.clone()));
+    let mut client: Option<tokio_postgres::Client> = None;
     loop {
-        tokio::select! {
-            _ = &mut stopped => return,
-            _ = wake.notified() => {}
-            _ = tokio::time::sleep(POLL_EVERY) => {}
-        }
         let read = async {
-            let client = pool.get().await.map_err(|e| e.to_string())?;
-            let row = client
+            if client
+                .as_ref()
+                .is_none_or(tokio_postgres::Client::is_closed)
+            {
+                let (c, connection) = config.connect(NoTls).await.map_err(|e| e.to_string())?;
+                tokio::spawn(connection);
+                client = Some(c);
+            }
+            let c = client.as_ref().expect("connected above");
+            let row = c
                 .query_one("SELECT n FROM changes WHERE id = 1", &[])
                 .await
                 .map_err(|e| e.to_string())?;
             Ok::<i64, String>(row.get(0))
         };
-        match read.await {
-            Ok(n) => version.store(n, Ordering::SeqCst),
-            Err(e) => tracing::debug!(error = %e, "could not read the change counter"),
+        match tokio::time::timeout(CONNECT_WAIT, read).await {
+            Ok(Ok(n)) => {
+                version.store(n, Ordering::SeqCst);
+                polled_at.store(started.elapsed().as_millis() as u64, Ordering::SeqCst);
+            }
+            Ok(Err(e)) => {
+                client = None;
+                tracing::debug!(error = %e, "could not read the change counter");
+            }
+            Err(_) => {
+                client = None;
+                tracing::debug!("reading the change counter timed out");
+            }
+        }
+        tokio::select! {
+            _ = &mut stopped => return,
+            _ = wake.notified() => {}
+            _ = tokio::time::sleep(POLL_EVERY) => {}
         }
     }
 }

@@ -124,6 +124,13 @@ impl Store {
             }
             _ => {}
         }
+        // Control characters (NUL above all, which PostgreSQL's text refuses) have no place
+        // in a note that lists and audits show.
+        if note.is_some_and(|n| n.chars().count() > 500 || n.chars().any(char::is_control)) {
+            return Err(StoreError::Invalid(
+                "--note must be at most 500 characters with no control characters".into(),
+            ));
+        }
         if expires_at.is_some_and(|t| t <= Timestamp::now()) {
             return Err(StoreError::Invalid(
                 "--expires-in must lie in the future".into(),

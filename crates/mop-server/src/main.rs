@@ -15,10 +15,12 @@ use mop_server::transfer;
     name = "mop-server",
     version,
     about = "The mop card server: holds each workspace's memory cards and serves them to host daemons",
-    long_about = "The mop card server: holds each workspace's memory cards in one SQLite file and serves \
-                  them to host daemons (mopd) over HTTP.\n\nStart it with `mop-server serve`; create \
-                  tokens for daemons and curators with `mop-server token create`; load cards with \
-                  `mop-server import`."
+    long_about = "The mop card server: holds each workspace's memory cards in one SQLite file (or, for \
+                  several replicas, in PostgreSQL: --db postgres://… or MOP_DATABASE_URL) and \
+                  serves them to host daemons (mopd) over HTTP.\n\nStart it with `mop-server serve`; \
+                  create tokens for daemons and curators with `mop-server token create`; load cards \
+                  with `mop-server import`; move an SQLite database to PostgreSQL with \
+                  `mop-server migrate`."
 )]
 struct Cli {
     #[command(subcommand)]

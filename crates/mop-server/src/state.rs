@@ -117,12 +117,20 @@ impl AppState {
     /// Reloads the caches if another connection committed since the last look. Cheap when
     /// nothing changed (one `PRAGMA data_version`), so a cache miss can afford it.
     pub fn refresh_if_changed(&self) -> crate::store::Result<bool> {
-        // One reload at a time; a caller that finds one running does not queue behind it
-        // (on PostgreSQL a reload can take as long as the database takes to answer, and
-        // requests with unknown tokens must not pile up on it).
-        let Some(mut last) = self.data_version.try_lock() else {
-            return Ok(false);
-        };
+        // Called from async handlers too (a token or workspace not in the cache). Waiting
+        // for another caller's reload, or for the database, must not hold up the other
+        // requests of this worker thread: they are handed to other threads meanwhile.
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| self.refresh_now())
+            }
+            _ => self.refresh_now(),
+        }
+    }
+
+    fn refresh_now(&self) -> crate::store::Result<bool> {
+        // One reload at a time; a caller that waited sees the reload that ran meanwhile.
+        let mut last = self.data_version.lock();
         let version = self.store.data_version()?;
         if *last == Some(version) {
             return Ok(false);

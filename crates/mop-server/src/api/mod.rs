@@ -327,9 +327,13 @@ impl FromRequestParts<Arc<AppState>> for Caller {
         let hash = token_hash(token);
         let info = match state.token(&hash) {
             Some(info) => Some(info),
-            // Perhaps created a moment ago with `mop-server token create`.
-            None if state.refresh_if_changed().map_err(ApiError::from)? => state.token(&hash),
-            None => None,
+            // Perhaps created a moment ago with `mop-server token create`, or through
+            // another replica. Looked up again whatever the refresh says: a reload that ran
+            // meanwhile may have brought it.
+            None => {
+                state.refresh_if_changed().map_err(ApiError::from)?;
+                state.token(&hash)
+            }
         }
         .ok_or_else(|| {
             unauthorized("token is not valid; create one with mop-server token create")

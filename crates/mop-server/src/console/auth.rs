@@ -167,7 +167,9 @@ impl FromRequestParts<Arc<Console>> for Ctx {
         };
         let app = &console.app;
         let mut info = app.token(&session.token_hash);
-        if info.is_none() && app.refresh_if_changed().unwrap_or(false) {
+        // Look again whatever the refresh says: a reload that ran meanwhile may have
+        // brought the token.
+        if info.is_none() && app.refresh_if_changed().is_ok() {
             info = app.token(&session.token_hash);
         }
         let ended = |why: String| {
@@ -322,7 +324,7 @@ pub(super) async fn login(
     let hash = token_hash(form.token.trim());
     let app = &console.app;
     let mut info = app.token(&hash);
-    if info.is_none() && app.refresh_if_changed().unwrap_or(false) {
+    if info.is_none() && app.refresh_if_changed().is_ok() {
         info = app.token(&hash);
     }
     let refuse = |m: &str| login_form(StatusCode::UNAUTHORIZED, Some(m), &next);

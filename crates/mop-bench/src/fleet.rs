@@ -241,7 +241,15 @@ pub fn run(o: &Options) -> Result<Section> {
     }
     if let Some(first) = steps.first() {
         sec.target(
-            &format!("fleet of {} hosts: p99", first.hosts),
+            &format!(
+                "fleet of {} hosts, {}: p99",
+                first.hosts,
+                match (o.replicas, o.postgres) {
+                    (1, false) => "one server".to_owned(),
+                    (n, false) => format!("{n} servers on one SQLite file"),
+                    (n, true) => format!("{n} replicas on one PostgreSQL"),
+                }
+            ),
             "< 50 ms",
             format!(
                 "{} (server CPU {:.1} % of one core)",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every benchmark in one command: installs nginx, wrk and curl if missing, builds mop in
+# Every benchmark in one command: installs nginx, wrk, curl and valgrind if missing, builds mop in
 # release mode, generates the synthetic workspaces, runs all benchmarks (each side by side
 # with its baseline) and writes BENCHMARKS.md.
 #
@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
-for tool in nginx wrk curl; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+for tool in nginx wrk curl valgrind; do command -v "$tool" >/dev/null || missing+=("$tool"); done
 if ((${#missing[@]})); then
   sudo_cmd=()
   [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)

@@ -37,9 +37,10 @@ pub fn run(smoke: bool, out: &Path, seed: u64) -> Result<()> {
     step("sync", &mut || {
         crate::sync::run(&crate::sync::Options {
             cards,
-            rounds: if smoke { 1 } else { 5 },
+            rounds: if smoke { 2 } else { 9 },
             polls: if smoke { 20 } else { 500 },
             seed,
+            callgrind: true,
         })
     })?;
     // On SQLite, then as one replica on PostgreSQL, each against nginx in its own run.

@@ -111,6 +111,24 @@ pub fn cpu_time(pid: u32) -> std::io::Result<Duration> {
     Ok(ticks(&f[11]) + ticks(&f[12]))
 }
 
+/// User and system CPU time a process has used so far, apart.
+pub fn cpu_times(pid: u32) -> std::io::Result<(Duration, Duration)> {
+    let f = stat_fields(pid)?;
+    Ok((ticks(&f[11]), ticks(&f[12])))
+}
+
+/// User and system CPU time of this process's children that ended and were waited for:
+/// the difference around one `Command::status()` is that command's cost, its own children
+/// included.
+pub fn children_cpu_times() -> (Duration, Duration) {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let usage = getrusage(UsageWho::RUSAGE_CHILDREN).expect("getrusage of children works");
+    let d = |t: nix::sys::time::TimeVal| {
+        Duration::from_secs(t.tv_sec() as u64) + Duration::from_micros(t.tv_usec() as u64)
+    };
+    (d(usage.user_time()), d(usage.system_time()))
+}
+
 /// CPU time of a process and all its children, living or gone: for a server that forks a
 /// process per connection (PostgreSQL). Children that ended count through the parent's
 /// `cutime`/`cstime`, living ones through their own times.

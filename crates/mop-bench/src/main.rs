@@ -99,15 +99,19 @@ enum Command {
         #[arg(long, default_value_t = 42)]
         seed: u64,
     },
-    /// Daemon sync: cold sync vs curl + tar from nginx, incremental bytes on the wire,
-    /// CPU per unchanged poll. Needs nginx and curl.
+    /// Daemon sync: cold sync vs curl + tar from nginx (with CPU times), incremental bytes
+    /// on the wire, CPU per unchanged poll. Needs nginx and curl (and valgrind with
+    /// --callgrind).
     Sync {
         /// Cards in the workspace.
         #[arg(long, default_value_t = 10_000)]
         cards: usize,
         /// Alternating rounds.
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, default_value_t = 9)]
         rounds: usize,
+        /// Also count one cold sync's instructions under `valgrind --tool=callgrind`.
+        #[arg(long)]
+        callgrind: bool,
         /// Unchanged polls for the CPU measurement.
         #[arg(long, default_value_t = 500)]
         polls: usize,
@@ -231,6 +235,7 @@ fn main() -> Result<()> {
         Command::Sync {
             cards,
             rounds,
+            callgrind,
             polls,
             seed,
         } => {
@@ -239,6 +244,7 @@ fn main() -> Result<()> {
                 rounds: rounds.max(1),
                 polls: polls.max(1),
                 seed,
+                callgrind,
             })? {
                 println!("{}", s.render());
             }

@@ -5,6 +5,9 @@
 #
 #   bench/all.sh                               # the full run (tens of minutes)
 #   bench/all.sh --smoke --out /tmp/smoke.md   # tiny sizes, under a minute (CI)
+#   bench/all.sh --compare                     # the regression guard (a few minutes): a
+#                                              # small set against BENCHMARKS.md's figures,
+#                                              # fails if any is more than 20 % worse
 #
 # Set MOP_BENCH_PROFILE=dev to use the debug build already made by the tests (smoke only).
 set -euo pipefail

@@ -9,6 +9,126 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use mop_bench::Section;
 
+/// The heading of the figures table, which `--compare` reads back.
+const FIGURES_HEADING: &str = "## Figures for the regression guard";
+/// A figure this much worse than before is flagged.
+const WORSE: f64 = 0.2;
+
+/// `bench/all.sh --compare`: a small set of the benchmarks (engine at 1k and 10k cards,
+/// cold sync, the server's 304s against nginx, task start), each figure set beside the
+/// same figure in `baseline` (a BENCHMARKS.md). Flags, and fails on, any figure more than
+/// 20 % worse. Figures the baseline lacks are shown without a verdict.
+pub fn compare(baseline: &Path, out: &Path, seed: u64) -> Result<()> {
+    let text = std::fs::read_to_string(baseline)
+        .with_context(|| format!("cannot read the baseline {}", baseline.display()))?;
+    let before = parse_figures(&text);
+    if before.is_empty() {
+        anyhow::bail!(
+            "{} has no \"{FIGURES_HEADING}\" table: make it with a full bench/all.sh run first",
+            baseline.display()
+        );
+    }
+    let cards = 10_000;
+    let mut sections = vec![crate::engine(&[1_000, cards], 200, 3, 3, seed)?];
+    sections.extend(crate::sync::run(&crate::sync::Options {
+        cards,
+        rounds: 3,
+        polls: 50,
+        seed,
+        callgrind: false,
+    })?);
+    sections.push(crate::server::run(&crate::server::Options {
+        cards,
+        rounds: 2,
+        seconds: 3,
+        connections: 32,
+        seed,
+        postgres: false,
+    })?);
+    sections.push(crate::run::run(&crate::run::Options {
+        cards,
+        iterations: 50,
+        runners: 4,
+        throughput_secs: 2,
+        seed,
+        hold: false,
+    })?);
+    let mut md = format!(
+        "# Benchmark comparison\n\nThis run ({}) against {}. A figure more than {:.0} % \
+         worse is flagged.\n\n| figure | before | now | change | |\n|---|---:|---:|---:|---|\n",
+        jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M UTC"),
+        baseline.display(),
+        WORSE * 100.0
+    );
+    let mut worse = Vec::new();
+    for f in sections.iter().flat_map(|s| &s.figures) {
+        let Some(&old) = before.get(&f.key) else {
+            let _ = writeln!(
+                md,
+                "| {} | – | {:.3} | | not in the baseline |",
+                f.key, f.value
+            );
+            continue;
+        };
+        let change = if old == 0.0 { 0.0 } else { f.value / old - 1.0 };
+        let is_worse = if f.lower_is_better {
+            f.value > old * (1.0 + WORSE)
+        } else {
+            f.value < old * (1.0 - WORSE)
+        };
+        if is_worse {
+            worse.push(f.key.clone());
+        }
+        let _ = writeln!(
+            md,
+            "| {} | {old:.3} | {:.3} | {:+.0} % | {} |",
+            f.key,
+            f.value,
+            change * 100.0,
+            if is_worse { "**worse**" } else { "" }
+        );
+    }
+    write(out, &md)?;
+    println!("{md}");
+    if !worse.is_empty() {
+        anyhow::bail!(
+            "{} figure(s) more than {:.0} % worse than {}: {} (report: {})",
+            worse.len(),
+            WORSE * 100.0,
+            baseline.display(),
+            worse.join(", "),
+            out.display()
+        );
+    }
+    eprintln!(
+        "no figure more than {:.0} % worse (report: {})",
+        WORSE * 100.0,
+        out.display()
+    );
+    Ok(())
+}
+
+/// The figures table of a BENCHMARKS.md: key to value.
+fn parse_figures(md: &str) -> std::collections::BTreeMap<String, f64> {
+    md.lines()
+        .skip_while(|l| l.trim() != FIGURES_HEADING)
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "))
+        .filter_map(|l| {
+            let cells: Vec<&str> = l
+                .trim()
+                .trim_matches('|')
+                .split('|')
+                .map(str::trim)
+                .collect();
+            match cells.as_slice() {
+                [key, value, _] => Some(((*key).to_owned(), value.parse().ok()?)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
 pub fn run(smoke: bool, out: &Path, seed: u64) -> Result<()> {
     let started = Instant::now();
     let mut sections: Vec<Section> = Vec::new();
@@ -186,6 +306,22 @@ fn render(sections: &[Section], smoke: bool, secs: f64, complete: bool) -> Strin
     for s in sections {
         let _ = writeln!(md, "{}", s.render());
     }
+    let _ = writeln!(
+        md,
+        "{FIGURES_HEADING}\n\nThe numbers `bench/all.sh --compare` checks a later run against \
+         (it flags any that got more than {:.0} % worse).\n\n| figure | value | better |\n|---|---:|---|",
+        WORSE * 100.0
+    );
+    for f in sections.iter().flat_map(|s| &s.figures) {
+        let _ = writeln!(
+            md,
+            "| {} | {:.3} | {} |",
+            f.key,
+            f.value,
+            if f.lower_is_better { "lower" } else { "higher" }
+        );
+    }
+    let _ = writeln!(md);
     let notes = mop_tests::repo_root().join("bench/NOTES.md");
     if let Ok(text) = std::fs::read_to_string(&notes) {
         let _ = writeln!(md, "{}", text.trim_end());

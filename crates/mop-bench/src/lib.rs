@@ -51,6 +51,21 @@ pub struct Section {
     pub body: String,
     /// The targets of the issue this section measured.
     pub targets: Vec<Target>,
+    /// Figures the regression guard (`mop-bench all --compare`) compares run to run.
+    pub figures: Vec<Figure>,
+}
+
+/// One number a later run is compared against: a stable key, the value, its unit, and
+/// which way is better.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figure {
+    /// Stable across runs, e.g. `engine.per_task_median_us.10000`.
+    pub key: String,
+    /// The value.
+    pub value: f64,
+    /// True when a smaller value is better (times, bytes); false for rates and ratios
+    /// where more is better.
+    pub lower_is_better: bool,
 }
 
 /// A target and how the run did against it.
@@ -88,6 +103,15 @@ impl Section {
             target: target.into(),
             measured,
             met,
+        });
+    }
+
+    /// Records a figure for the regression guard.
+    pub fn figure(&mut self, key: impl Into<String>, value: f64, lower_is_better: bool) {
+        self.figures.push(Figure {
+            key: key.into(),
+            value,
+            lower_is_better,
         });
     }
 

@@ -92,9 +92,18 @@ enum Command {
         /// Tiny sizes and short runs (under a minute): checks the harness, not the speed.
         #[arg(long)]
         smoke: bool,
-        /// Where to write the report.
+        /// The regression guard: a small set of benchmarks, each figure compared with the
+        /// same figure in --baseline; fails if any is more than 20 % worse. The report goes
+        /// to --out (default target/bench-compare.md).
+        #[arg(long, conflicts_with = "smoke")]
+        compare: bool,
+        /// The BENCHMARKS.md to compare against.
         #[arg(long, default_value = "BENCHMARKS.md")]
-        out: std::path::PathBuf,
+        baseline: std::path::PathBuf,
+        /// Where to write the report [default: BENCHMARKS.md, or target/bench-compare.md
+        /// with --compare].
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
         /// Seed of the synthetic data.
         #[arg(long, default_value_t = 42)]
         seed: u64,
@@ -214,7 +223,20 @@ fn main() -> Result<()> {
         );
     }
     let section = match Cli::parse().command {
-        Command::All { smoke, out, seed } => return all::run(smoke, &out, seed),
+        Command::All {
+            smoke,
+            compare,
+            baseline,
+            out,
+            seed,
+        } => {
+            return if compare {
+                let out = out.unwrap_or_else(|| "target/bench-compare.md".into());
+                all::compare(&baseline, &out, seed)
+            } else {
+                all::run(smoke, &out.unwrap_or_else(|| "BENCHMARKS.md".into()), seed)
+            };
+        }
         Command::Engine {
             sizes,
             tasks,
@@ -433,6 +455,19 @@ fn report(rows: &[Row], tasks: usize, rounds: usize) -> Section {
             show(r.per_task.p99),
             show(r.search.median),
         ));
+    }
+    for r in rows {
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        sec.figure(
+            format!("engine.per_task_median_us.{}", r.cards),
+            us(r.per_task.median),
+            true,
+        );
+        sec.figure(
+            format!("engine.index_build_ms.{}", r.cards),
+            r.build.as_secs_f64() * 1e3,
+            true,
+        );
     }
     for pair in rows.windows(2) {
         let (a, b) = (&pair[0], &pair[1]);

@@ -101,6 +101,17 @@ pub fn run(o: &Options) -> Result<Section> {
             show_bytes(r.mem.hwm)
         ));
     }
+    let key = format!("{}x{}x{}", o.workspaces, o.cards, o.prepares);
+    sec.figure(
+        format!("memory.rss_mib.{key}"),
+        main.mem.rss as f64 / (1 << 20) as f64,
+        true,
+    );
+    sec.figure(
+        format!("memory.hwm_mib.{key}"),
+        main.mem.hwm as f64 / (1 << 20) as f64,
+        true,
+    );
     sec.target(
         &format!(
             "daemon VmRSS after {} × {} cards and {} prepares",

@@ -338,6 +338,11 @@ pub fn run(o: &Options) -> Result<Section> {
         o.runners,
         elapsed.as_secs_f64()
     ));
+    sec.figure(
+        format!("run.added_us.{}", o.cards),
+        added.as_secs_f64() * 1e6,
+        true,
+    );
     sec.target(
         "`mop run -- /bin/true` vs bare bwrap",
         "≤ 1.2× or +3 ms",

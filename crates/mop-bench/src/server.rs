@@ -214,6 +214,15 @@ pub fn run(o: &Options) -> Result<Section> {
     sec.line(format!(
         "\nrounds (answers/s): mop-server {mop_rps:.0?}, nginx {nginx_rps:.0?}"
     ));
+    sec.figure(
+        format!(
+            "server.not_modified_vs_nginx.{}.{}",
+            if o.postgres { "postgres" } else { "sqlite" },
+            o.cards
+        ),
+        m / n,
+        false,
+    );
     sec.target(
         if o.postgres {
             "unchanged poll: a PostgreSQL-backed replica's 304/s vs nginx static 304/s"

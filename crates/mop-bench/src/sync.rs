@@ -363,6 +363,23 @@ pub fn run(o: &Options) -> Result<Vec<Section>> {
         u.sort();
         u[u.len() / 2]
     };
+    cold.figure(
+        format!("sync.cold_quiet_ratio.{}", o.cards),
+        quiet_ratio,
+        true,
+    );
+    cold.figure(
+        format!("sync.cold_user_cpu_ms.{}", o.cards),
+        mop_user.as_secs_f64() * 1e3,
+        true,
+    );
+    if let Some(ir) = instructions {
+        cold.figure(
+            format!("sync.cold_instructions_m.{}", o.cards),
+            ir as f64 / 1e6,
+            true,
+        );
+    }
     // The goal is set at 10k cards; other sizes report the figure without a verdict.
     if o.cards == 10_000 {
         cold.target(

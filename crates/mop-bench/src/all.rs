@@ -71,11 +71,7 @@ pub fn compare(baseline: &Path, out: &Path, seed: u64) -> Result<()> {
             continue;
         };
         let change = if old == 0.0 { 0.0 } else { f.value / old - 1.0 };
-        let is_worse = if f.lower_is_better {
-            f.value > old * (1.0 + WORSE)
-        } else {
-            f.value < old * (1.0 - WORSE)
-        };
+        let is_worse = worse_than(old, f.value, f.lower_is_better);
         if is_worse {
             worse.push(f.key.clone());
         }
@@ -106,6 +102,15 @@ pub fn compare(baseline: &Path, out: &Path, seed: u64) -> Result<()> {
         out.display()
     );
     Ok(())
+}
+
+/// True when `now` is more than [`WORSE`] worse than `before`.
+fn worse_than(before: f64, now: f64, lower_is_better: bool) -> bool {
+    if lower_is_better {
+        now > before * (1.0 + WORSE)
+    } else {
+        now < before * (1.0 - WORSE)
+    }
 }
 
 /// The figures table of a BENCHMARKS.md: key to value.
@@ -334,4 +339,31 @@ fn render(sections: &[Section], smoke: bool, secs: f64, complete: bool) -> Strin
          Single benchmarks: `target/release/mop-bench <engine|sync|server|fleet|run|memory> --help`."
     );
     md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_guard_reads_its_table_back_and_flags_only_past_twenty_percent() {
+        let sections = vec![{
+            let mut s = Section::new("x");
+            s.figure("engine.index_build_ms.10000", 800.0, true);
+            s.figure("server.not_modified_vs_nginx.sqlite.10000", 0.9, false);
+            s
+        }];
+        let md = render(&sections, false, 1.0, true);
+        let figures = parse_figures(&md);
+        assert_eq!(figures.len(), 2);
+        assert_eq!(figures["engine.index_build_ms.10000"], 800.0);
+        // Times: 21 % slower is flagged, 19 % is not; faster never is.
+        assert!(worse_than(800.0, 968.0, true));
+        assert!(!worse_than(800.0, 952.0, true));
+        assert!(!worse_than(800.0, 100.0, true));
+        // Rates: 21 % fewer is flagged, 19 % is not.
+        assert!(worse_than(0.9, 0.711, false));
+        assert!(!worse_than(0.9, 0.729, false));
+        assert!(parse_figures("# no table here\n").is_empty());
+    }
 }

@@ -124,13 +124,23 @@ impl Server {
     pub fn start_wrapped(config: &str, wrap: &[&str]) -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join("server.toml"), config).expect("write config");
+        Server::spawned(dir, wrap, None)
+    }
+
+    /// Starts a server in `dir` (which holds its `server.toml`), on `shared_db` or on its
+    /// own SQLite file there.
+    fn spawned(
+        dir: tempfile::TempDir,
+        wrap: &[&str],
+        shared_db: Option<std::ffi::OsString>,
+    ) -> Server {
         let mut s = Server {
             child: None,
             url: String::new(),
             dir,
             log: Arc::default(),
             wrap: wrap.iter().map(|s| s.to_string()).collect(),
-            shared_db: None,
+            shared_db,
         };
         s.spawn();
         s
@@ -145,16 +155,7 @@ impl Server {
     pub fn on_postgres(url: &str, config: &str) -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join("server.toml"), config).expect("write config");
-        let mut s = Server {
-            child: None,
-            url: String::new(),
-            dir,
-            log: Arc::default(),
-            wrap: Vec::new(),
-            shared_db: Some(url.into()),
-        };
-        s.spawn();
-        s
+        Server::spawned(dir, &[], Some(url.into()))
     }
 
     /// A server on an existing database (a replica, or a restored backup): a file, or a
@@ -162,16 +163,7 @@ impl Server {
     pub fn on_database(db: impl AsRef<std::ffi::OsStr>, config: &Path) -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::copy(config, dir.path().join("server.toml")).expect("copy config");
-        let mut s = Server {
-            child: None,
-            url: String::new(),
-            dir,
-            log: Arc::default(),
-            wrap: Vec::new(),
-            shared_db: Some(db.as_ref().to_owned()),
-        };
-        s.spawn();
-        s
+        Server::spawned(dir, &[], Some(db.as_ref().to_owned()))
     }
 
     /// Sends SIGKILL and waits (a crashed replica).

@@ -180,6 +180,13 @@ impl ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
+    /// 503 with `Retry-After: 1`: the database is down or the connection broke; the log
+    /// gets the cause (which names the database, never its password).
+    fn database_down(e: &StoreError, code: &'static str, message: &str) -> Self {
+        tracing::warn!(error = %e, code, "database unavailable");
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, message).retry_after(1)
+    }
+
     fn internal(e: impl std::fmt::Display) -> Self {
         tracing::error!(error = %e, "internal error");
         ApiError::new(
@@ -213,26 +220,16 @@ impl From<StoreError> for ApiError {
             StoreError::Limit(m) => {
                 ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_requests", m)
             }
-            e @ StoreError::Unavailable { .. } => {
-                tracing::warn!(error = %e, "database unavailable");
-                let mut err = ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    "the database cannot be reached now; nothing was changed: try again shortly",
-                );
-                err.retry_after = Some(1);
-                err
-            }
-            e @ StoreError::CommitUnknown { .. } => {
-                tracing::warn!(error = %e, "commit outcome unknown");
-                let mut err = ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "outcome_unknown",
-                    "the database connection broke while the change was committed; it may or may not have been saved: read it back before trying again",
-                );
-                err.retry_after = Some(1);
-                err
-            }
+            e @ StoreError::Unavailable { .. } => ApiError::database_down(
+                &e,
+                "unavailable",
+                "the database cannot be reached now; nothing was changed: try again shortly",
+            ),
+            e @ StoreError::CommitUnknown { .. } => ApiError::database_down(
+                &e,
+                "outcome_unknown",
+                "the database connection broke while the change was committed; it may or may not have been saved: read it back before trying again",
+            ),
             e @ StoreError::Precondition { .. } => ApiError::new(
                 StatusCode::PRECONDITION_FAILED,
                 "precondition_failed",

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use jiff::Timestamp;
 use mop_cards::{Card, CardId, Catalog, Manifest, ManifestEntry, Rules, parse_card};
-use mop_search::{IndexDoc, SearchIndex, build_index};
+use mop_search::{IndexDoc, SearchIndex, build_index, open_first};
 
 /// An HTTP client for tests. reqwest's TLS (rustls, needed by mopd) wants a crypto
 /// provider installed first, even for plain-HTTP clients.
@@ -134,10 +134,11 @@ pub struct Generation {
 pub fn build_generation(ws: &Workspace, rules: &Rules) -> Generation {
     let catalog = Catalog::new(ws.manifest.clone(), rules).expect("valid manifest");
     let dir = tempfile::tempdir().unwrap();
-    let docs = catalog.entries().iter().enumerate().map(|(ord, e)| {
+    let entries = open_first(catalog.entries(), |e| e.summary.is_open());
+    let docs = entries.map(|(ord, e)| {
         let card = &ws.cards[&e.summary.id];
         IndexDoc {
-            ord: ord as u32,
+            ord,
             title: &card.summary.title,
             description: card.summary.description.as_deref().unwrap_or(""),
             labels: &card.summary.labels,

@@ -36,6 +36,7 @@ pub fn compare(baseline: &Path, out: &Path, seed: u64) -> Result<()> {
         polls: 50,
         seed,
         callgrind: false,
+        callgrind_out: None,
     })?);
     sections.push(crate::server::run(&crate::server::Options {
         cards,
@@ -166,6 +167,7 @@ pub fn run(smoke: bool, out: &Path, seed: u64) -> Result<()> {
             polls: if smoke { 20 } else { 500 },
             seed,
             callgrind: true,
+            callgrind_out: None,
         })
     })?;
     // On SQLite, then as one replica on PostgreSQL, each against nginx in its own run.
@@ -227,6 +229,7 @@ pub fn run(smoke: bool, out: &Path, seed: u64) -> Result<()> {
             } else {
                 vec![1_000, 10_000, 100_000]
             },
+            workspace_growth: if smoke { vec![1] } else { vec![1, 10] },
             seed,
         })?])
     })?;

@@ -24,6 +24,8 @@ pub struct Options {
     pub seed: u64,
     /// Count one cold sync's instructions under callgrind (needs valgrind).
     pub callgrind: bool,
+    /// Keep that run's profile here, for `callgrind_annotate` (implies `callgrind`).
+    pub callgrind_out: Option<std::path::PathBuf>,
 }
 
 /// One timed side of a cold-sync round.
@@ -84,10 +86,16 @@ fn cold_mopd(d: &Daemon, ctl: &Control, live: u64) -> Result<Cost> {
 }
 
 /// Instructions (callgrind's `Ir`, every thread) of one cold sync by `mopd run`.
-fn callgrind_cold(d: &Daemon, ctl: &Control, live: u64, tmp: &Path) -> Result<u64> {
+fn callgrind_cold(
+    d: &Daemon,
+    ctl: &Control,
+    live: u64,
+    tmp: &Path,
+    keep: Option<&Path>,
+) -> Result<u64> {
     eprintln!("cold sync under callgrind (slow)");
     empty_pool(d)?;
-    let out = tmp.join("callgrind.out");
+    let out = keep.map_or_else(|| tmp.join("callgrind.out"), Path::to_path_buf);
     let child = Command::new("valgrind")
         .args(["--tool=callgrind", "--quiet"])
         .arg(format!("--callgrind-out-file={}", out.display()))
@@ -258,8 +266,14 @@ pub fn run(o: &Options) -> Result<Vec<Section>> {
             }
         }
     }
-    let instructions = match o.callgrind {
-        true => Some(callgrind_cold(&d, &ctl, live, tmp.path())?),
+    let instructions = match o.callgrind || o.callgrind_out.is_some() {
+        true => Some(callgrind_cold(
+            &d,
+            &ctl,
+            live,
+            tmp.path(),
+            o.callgrind_out.as_deref(),
+        )?),
         false => None,
     };
     let walls = |v: &[Cost]| v.iter().map(|c| c.wall).collect::<Vec<_>>();

@@ -42,8 +42,12 @@ pub struct MopTokenizer;
 
 /// The token stream of [`MopTokenizer`]: one token at a time in a reused buffer, since
 /// tokenizing is a third of an index build and allocating per token was most of that.
+/// Runs of ASCII letters and digits (most of any card) are cut and lowercased as bytes;
+/// other characters are decoded one at a time.
 pub struct MopTokenStream<'a> {
-    chars: std::iter::Peekable<std::str::CharIndices<'a>>,
+    text: &'a str,
+    /// Byte offset of the next character to read.
+    pos: usize,
     /// The previous character of the CJK run being read, and whether it was the run's
     /// first (a run of one character is a token of its own).
     cjk: Option<(usize, char, bool)>,
@@ -54,11 +58,17 @@ pub struct MopTokenStream<'a> {
 impl<'a> MopTokenStream<'a> {
     fn new(text: &'a str) -> MopTokenStream<'a> {
         MopTokenStream {
-            chars: text.char_indices().peekable(),
+            text,
+            pos: 0,
             cjk: None,
             token: Token::default(),
             emitted: 0,
         }
+    }
+
+    /// The character at `pos`, if any.
+    fn peek(&self) -> Option<char> {
+        self.text[self.pos..].chars().next()
     }
 
     fn emit(&mut self, from: usize, to: usize) -> bool {
@@ -68,6 +78,32 @@ impl<'a> MopTokenStream<'a> {
         self.token.position_length = 1;
         self.emitted += 1;
         true
+    }
+
+    /// Reads the word starting at `pos` (its first character is alphanumeric, not CJK)
+    /// into the token; returns where it ends.
+    fn word(&mut self) -> usize {
+        let bytes = self.text.as_bytes();
+        let start = self.pos;
+        let mut end = start;
+        while end < bytes.len() && bytes[end].is_ascii_alphanumeric() {
+            end += 1;
+        }
+        self.token.text.clear();
+        self.token.text.push_str(&self.text[start..end]);
+        self.token.text.make_ascii_lowercase();
+        self.pos = end;
+        if end < bytes.len() && !bytes[end].is_ascii() {
+            // The word goes on in (or starts with) other scripts: one character at a time.
+            while let Some(c) = self.peek() {
+                if !c.is_alphanumeric() || is_cjk(c) {
+                    break;
+                }
+                push_lower(&mut self.token.text, c);
+                self.pos += c.len_utf8();
+            }
+        }
+        self.pos
     }
 }
 
@@ -84,14 +120,15 @@ impl TokenStream for MopTokenStream<'_> {
         loop {
             // Inside a CJK run: the next character makes a bigram with the previous one.
             if let Some((start, prev, first)) = self.cjk {
-                match self.chars.peek() {
-                    Some(&(i, c)) if is_cjk(c) => {
-                        self.chars.next();
+                match self.peek() {
+                    Some(c) if is_cjk(c) => {
+                        let i = self.pos;
+                        self.pos += c.len_utf8();
                         self.cjk = Some((i, c, false));
                         self.token.text.clear();
                         self.token.text.push(prev);
                         self.token.text.push(c);
-                        return self.emit(start, i + c.len_utf8());
+                        return self.emit(start, self.pos);
                     }
                     _ => {
                         self.cjk = None;
@@ -103,27 +140,30 @@ impl TokenStream for MopTokenStream<'_> {
                     }
                 }
             }
-            let Some(&(start, c)) = self.chars.peek() else {
+            let start = self.pos;
+            let Some(&b) = self.text.as_bytes().get(start) else {
                 return false;
             };
-            self.chars.next();
-            if is_cjk(c) {
-                self.cjk = Some((start, c, true));
-            } else if c.is_alphanumeric() {
-                self.token.text.clear();
-                push_lower(&mut self.token.text, c);
-                let mut end = start + c.len_utf8();
-                while let Some(&(i, c)) = self.chars.peek() {
-                    if !c.is_alphanumeric() || is_cjk(c) {
-                        break;
-                    }
-                    push_lower(&mut self.token.text, c);
-                    end = i + c.len_utf8();
-                    self.chars.next();
+            if b.is_ascii() {
+                if !b.is_ascii_alphanumeric() {
+                    self.pos += 1;
+                    continue;
                 }
-                if self.token.text.len() <= MAX_TOKEN_BYTES {
-                    return self.emit(start, end);
+            } else {
+                let c = self.peek().expect("a character starts here");
+                if is_cjk(c) {
+                    self.pos += c.len_utf8();
+                    self.cjk = Some((start, c, true));
+                    continue;
                 }
+                if !c.is_alphanumeric() {
+                    self.pos += c.len_utf8();
+                    continue;
+                }
+            }
+            let end = self.word();
+            if self.token.text.len() <= MAX_TOKEN_BYTES {
+                return self.emit(start, end);
             }
         }
     }
@@ -179,6 +219,64 @@ mod tests {
         let s = "a 死锁";
         for (text, from, to) in tokens(s) {
             assert_eq!(s[from..to].to_lowercase(), text);
+        }
+    }
+
+    #[test]
+    fn mixed_scripts_split_like_characters_do() {
+        assert_eq!(texts("Café-ÉTÉ naïve"), ["café", "été", "naïve"]);
+        assert_eq!(texts("abcДЕФ12 ÄÖ"), ["abcдеф12", "äö"]);
+        assert_eq!(texts("x² ½"), ["x²", "½"]);
+        assert_eq!(texts("db01死锁x"), ["db01", "死锁", "x"]);
+        assert_eq!(texts("  ..,,  "), Vec::<String>::new());
+        assert_eq!(texts("İstanbul"), ["i̇stanbul"]);
+    }
+
+    /// The byte-wise fast path cuts and lowercases exactly as the character rules do.
+    #[test]
+    fn fast_path_matches_the_character_rules() {
+        let samples = [
+            "ORA-01555 snapshot too old; Deadlock ÉTÉ 死锁问题 MySQLの文字化け x²",
+            "kubectl drain --ignore-daemonsets node-7 Straße ΔΈΛΤΑ ﾊﾝｶｸ",
+            "a\u{0301}b c\t\nd_e f.g 123abc ß",
+        ];
+        for s in samples {
+            let mut expected = Vec::new();
+            let mut word = String::new();
+            let mut chars = s.char_indices().peekable();
+            let mut cjk: Vec<char> = Vec::new();
+            let flush_cjk = |cjk: &mut Vec<char>, out: &mut Vec<String>| {
+                if cjk.len() == 1 {
+                    out.push(cjk[0].to_string());
+                }
+                for w in cjk.windows(2) {
+                    out.push(w.iter().collect());
+                }
+                cjk.clear();
+            };
+            while let Some((_, c)) = chars.next() {
+                if is_cjk(c) {
+                    if !word.is_empty() {
+                        expected.push(std::mem::take(&mut word));
+                    }
+                    cjk.push(c);
+                } else {
+                    flush_cjk(&mut cjk, &mut expected);
+                    if c.is_alphanumeric() {
+                        word.extend(c.to_lowercase());
+                    } else if !word.is_empty() {
+                        expected.push(std::mem::take(&mut word));
+                    }
+                }
+            }
+            flush_cjk(&mut cjk, &mut expected);
+            if !word.is_empty() {
+                expected.push(word);
+            }
+            assert_eq!(texts(s), expected, "{s:?}");
+            for (text, from, to) in tokens(s) {
+                assert_eq!(s[from..to].to_lowercase(), text, "{s:?}");
+            }
         }
     }
 

@@ -8,7 +8,7 @@ use std::io;
 use std::os::unix::fs::PermissionsExt;
 
 use mop_cards::{Manifest, card_body, card_path};
-use mop_search::{IndexDoc, build_index};
+use mop_search::{IndexDoc, build_index, open_first};
 
 use super::objects::Linker;
 use super::{Pool, PoolError, io_err, make_dir};
@@ -94,7 +94,8 @@ impl Pool {
         // Bodies are read one at a time as the index asks for them: holding them all
         // would cost the whole workspace's size in memory for the length of the build.
         let unreadable = std::cell::RefCell::new(None);
-        let docs = manifest.cards.iter().enumerate().map(|(ord, e)| {
+        let entries = open_first(&manifest.cards, |e| e.summary.is_open());
+        let docs = entries.map(|(ord, e)| {
             let object = self.object_path(&e.sha256);
             let body = match fs::read(&object) {
                 Ok(raw) => card_body(&raw).unwrap_or("").to_owned(),
@@ -104,7 +105,7 @@ impl Pool {
                 }
             };
             IndexDoc {
-                ord: ord as u32,
+                ord,
                 title: &e.summary.title,
                 description: e.summary.description.as_deref().unwrap_or(""),
                 labels: &e.summary.labels,

@@ -243,7 +243,6 @@ mod tests {
         for s in samples {
             let mut expected = Vec::new();
             let mut word = String::new();
-            let mut chars = s.char_indices().peekable();
             let mut cjk: Vec<char> = Vec::new();
             let flush_cjk = |cjk: &mut Vec<char>, out: &mut Vec<String>| {
                 if cjk.len() == 1 {
@@ -254,7 +253,7 @@ mod tests {
                 }
                 cjk.clear();
             };
-            while let Some((_, c)) = chars.next() {
+            for c in s.chars() {
                 if is_cjk(c) {
                     if !word.is_empty() {
                         expected.push(std::mem::take(&mut word));

@@ -98,7 +98,7 @@ fn check(generation: &Generation, t: &TaskContext) -> Vec<(mop_cards::CardId, Ti
     );
     sel.cards
         .iter()
-        .map(|s| (generation.catalog.entry(s.ord).summary.id, s.tier))
+        .map(|s| (generation.catalog.card(s.ord).id, s.tier))
         .collect()
 }
 

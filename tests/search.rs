@@ -38,7 +38,7 @@ fn hits(g: &Generation, t: &TaskContext, query: &str) -> Vec<CardId> {
         .search(query, 10, visible)
         .unwrap()
         .iter()
-        .map(|h| g.catalog.entry(h.ord).summary.id)
+        .map(|h| g.catalog.card(h.ord).id)
         .collect()
 }
 
@@ -225,7 +225,7 @@ fn scored(g: &Generation, t: &TaskContext, query: &str) -> Vec<(CardId, u32)> {
         .search(query, 50, visible)
         .unwrap()
         .iter()
-        .map(|h| (g.catalog.entry(h.ord).summary.id, h.score.to_bits()))
+        .map(|h| (g.catalog.card(h.ord).id, h.score.to_bits()))
         .collect()
 }
 
@@ -298,7 +298,7 @@ fn any_visible_set_answers_like_an_index_of_its_cards_alone() {
     for (i, ord) in full.without(&mop_cards::VisibleSet::empty(0)).enumerate() {
         if i % 3 != 0 {
             subset.insert(ord);
-            kept.push(g.catalog.entry(ord).summary.id);
+            kept.push(g.catalog.card(ord).id);
         }
     }
     let mut only = load_cards(
@@ -327,14 +327,14 @@ fn any_visible_set_answers_like_an_index_of_its_cards_alone() {
             .search(query, 50, subset.clone())
             .unwrap()
             .iter()
-            .map(|h| (g.catalog.entry(h.ord).summary.id, h.score.to_bits()))
+            .map(|h| (g.catalog.card(h.ord).id, h.score.to_bits()))
             .collect();
         let theirs: Vec<(CardId, u32)> = alone
             .index
             .search(query, 50, everything(&alone))
             .unwrap()
             .iter()
-            .map(|h| (alone.catalog.entry(h.ord).summary.id, h.score.to_bits()))
+            .map(|h| (alone.catalog.card(h.ord).id, h.score.to_bits()))
             .collect();
         assert_eq!(ours, theirs, "{query:?}");
         assert!(

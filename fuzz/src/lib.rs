@@ -109,7 +109,7 @@ pub fn memory_md(data: &[u8]) {
     let mounted: BTreeSet<String> = selection
         .cards
         .iter()
-        .map(|s| catalog.entry(s.ord).path.clone())
+        .map(|s| catalog.card(s.ord).path())
         .collect();
     let md = render_memory_md(&catalog, &selection, &task, config);
     check_structure(&md, &mounted);

@@ -134,9 +134,10 @@ pub struct Generation {
 pub fn build_generation(ws: &Workspace, rules: &Rules) -> Generation {
     let catalog = Catalog::new(ws.manifest.clone(), rules).expect("valid manifest");
     let dir = tempfile::tempdir().unwrap();
-    let entries = open_first(catalog.entries(), |e| e.summary.is_open());
-    let docs = entries.map(|(ord, e)| {
-        let card = &ws.cards[&e.summary.id];
+    let lines: Vec<_> = catalog.cards().collect();
+    let entries = open_first(&lines, |c| ws.cards[&c.id].summary.is_open());
+    let docs = entries.map(|(ord, c)| {
+        let card = &ws.cards[&c.id];
         IndexDoc {
             ord,
             title: &card.summary.title,

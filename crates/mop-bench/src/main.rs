@@ -383,9 +383,10 @@ fn engine(
         for b in 0..builds {
             eprintln!("[{size} cards] index build {}/{builds}", b + 1);
             let dir = tempfile::tempdir()?;
-            let entries = open_first(catalog.entries(), |e| e.summary.is_open());
-            let docs = entries.map(|(ord, e)| {
-                let card = by_id[&e.summary.id];
+            let lines: Vec<_> = catalog.cards().collect();
+            let entries = open_first(&lines, |c| by_id[&c.id].summary.is_open());
+            let docs = entries.map(|(ord, c)| {
+                let card = by_id[&c.id];
                 IndexDoc {
                     ord,
                     title: &card.summary.title,

@@ -132,11 +132,7 @@ pub fn run(o: &Options) -> Result<Section> {
             o.workspaces, o.cards, o.prepares
         ),
         "≤ 64 MiB",
-        format!(
-            "{} (peak {})",
-            show_bytes(main.rss),
-            show_bytes(main.hwm)
-        ),
+        format!("{} (peak {})", show_bytes(main.rss), show_bytes(main.hwm)),
         main.rss <= TARGET,
     );
     sec.target(

@@ -9,6 +9,7 @@
 //! - [`TaskContext`], [`CodeExtractor`]: what a task is about and the error codes in it.
 //! - [`Catalog`]: one generation's cards indexed for tier selection (L0/L1/L2) with the hard
 //!   exclusions, and the strict ranking of OKF.md; "now" is the manifest's `generated_at`.
+//!   It keeps of each card only what ranking and listings use ([`CardLine`]).
 //! - [`render_memory_md`]: the task's `MEMORY.md`, deterministic and escaped.
 //!
 //! Text matching needs BM25 hits, which the `mop-search` crate computes; selection takes
@@ -20,6 +21,7 @@ mod config;
 mod error;
 mod hidden;
 mod id;
+mod lines;
 mod memory_md;
 mod parse;
 mod render;
@@ -36,6 +38,7 @@ pub use config::{ConfigError, Rules, SelectionConfig};
 pub use error::{CardError, Rule};
 pub use hidden::{is_hidden_char, reveal_hidden};
 pub use id::{CardId, IdError, is_scope_id, is_slug, is_task_id};
+pub use lines::CardLine;
 pub use memory_md::{escape_inline, is_primary_anchor, render_memory_md};
 pub use parse::{MAX_FRONTMATTER_BYTES, card_body, parse_card};
 pub use render::render_card;

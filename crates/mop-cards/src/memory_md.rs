@@ -7,20 +7,20 @@
 
 use std::fmt::Write;
 
-use crate::card::{CardType, Trust};
+use crate::card::CardType;
 use crate::config::SelectionConfig;
+use crate::lines::CardLine;
 use crate::select::{Catalog, Selected, Selection, Tier, TierCounts};
 use crate::task::TaskContext;
-use crate::wire::ManifestEntry;
 
 /// Whether a selected card is listed among MEMORY.md's Primary Anchors: verified
 /// corrections and preferences.
 pub fn is_primary_anchor(summary: &crate::CardSummary) -> bool {
-    !summary.is_unverified()
-        && matches!(
-            summary.card_type,
-            CardType::HumanCorrection | CardType::Preference
-        )
+    is_anchor(summary.card_type, summary.is_unverified())
+}
+
+pub(crate) fn is_anchor(card_type: CardType, unverified: bool) -> bool {
+    !unverified && matches!(card_type, CardType::HumanCorrection | CardType::Preference)
 }
 
 /// Renders the index for a task's view.
@@ -55,7 +55,7 @@ pub fn render_memory_md(
     out.push_str("## Primary Anchors\n\n");
     let anchors: Vec<&Selected> = mounted
         .iter()
-        .filter(|s| is_primary_anchor(&catalog.entry(s.ord).summary))
+        .filter(|s| catalog.card(s.ord).is_primary_anchor())
         .collect();
     if anchors.is_empty() {
         out.push_str("_No corrections or preferences were selected for this task._\n\n");
@@ -64,7 +64,7 @@ pub fn render_memory_md(
             "Corrections and conventions that apply to this task; they take precedence over habit.\n\n",
         );
         for s in anchors {
-            list_item(&mut out, catalog.entry(s.ord), s.tier);
+            list_item(&mut out, catalog.card(s.ord), s.tier);
         }
         out.push('\n');
     }
@@ -73,7 +73,7 @@ pub fn render_memory_md(
     out.push_str("## Knowledge Map\n\n");
     let mut per_type = [0usize; CardType::ALL.len()];
     for s in mounted {
-        per_type[catalog.entry(s.ord).summary.card_type as usize] += 1;
+        per_type[catalog.card(s.ord).card_type as usize] += 1;
     }
     if mounted.is_empty() {
         out.push_str("_No cards are mounted in this view._\n\n");
@@ -117,21 +117,19 @@ pub fn render_memory_md(
              |---|---|---|---|---|---|---|\n",
         );
         for s in &mounted[..table_len] {
-            let e = catalog.entry(s.ord);
-            let sum = &e.summary;
+            let c = catalog.card(s.ord);
             let _ = writeln!(
                 out,
                 "| {} | {}{} | {} | {} | [{path}]({path}) | {} | {} |",
-                sum.card_type,
-                escape_inline(&sum.title),
-                unverified_mark(e),
-                escape_inline(sum.description.as_deref().unwrap_or("")),
-                escape_inline(&sum.labels.join(", ")),
-                e.occurrence,
-                e.last_seen
-                    .or(sum.created_at)
+                c.card_type,
+                escape_inline(c.title),
+                unverified_mark(&c),
+                escape_inline(c.description.unwrap_or("")),
+                escape_inline(c.labels),
+                c.occurrence,
+                c.last_seen
                     .map_or_else(|| "-".to_owned(), |t| t.strftime("%Y-%m-%d").to_string()),
-                path = sum.path(),
+                path = c.path(),
             );
         }
         out.push('\n');
@@ -144,7 +142,7 @@ pub fn render_memory_md(
         out.push_str("_None: every mounted card is in the table above._\n\n");
     } else {
         for s in additional {
-            list_item(&mut out, catalog.entry(s.ord), s.tier);
+            list_item(&mut out, catalog.card(s.ord), s.tier);
         }
         out.push('\n');
     }
@@ -187,22 +185,19 @@ fn cards(n: usize) -> String {
     }
 }
 
-fn list_item(out: &mut String, e: &ManifestEntry, tier: Tier) {
+fn list_item(out: &mut String, c: CardLine<'_>, tier: Tier) {
     let _ = writeln!(
         out,
         "- [{}]({}): {}, {tier}{}",
-        escape_inline(&e.summary.title),
-        e.summary.path(),
-        e.summary.card_type,
-        unverified_mark(e),
+        escape_inline(c.title),
+        c.path(),
+        c.card_type,
+        unverified_mark(&c),
     );
 }
 
-fn unverified_mark(e: &ManifestEntry) -> &'static str {
-    match e.summary.trust {
-        Trust::Unverified => " _(unverified)_",
-        Trust::Verified => "",
-    }
+fn unverified_mark(c: &CardLine<'_>) -> &'static str {
+    if c.unverified { " _(unverified)_" } else { "" }
 }
 
 /// Makes card text safe inside a table cell or link text: one line, no control characters,

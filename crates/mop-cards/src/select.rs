@@ -15,8 +15,9 @@ use jiff::Timestamp;
 use crate::card::CardType;
 use crate::config::{Rules, SelectionConfig};
 use crate::id::CardId;
+use crate::lines::{CardLine, Lines};
 use crate::task::{TaskContext, TaskQuery};
-use crate::wire::{Manifest, ManifestEntry};
+use crate::wire::Manifest;
 
 /// The tier a selected card is reported in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -213,7 +214,8 @@ pub struct Catalog {
     epoch: String,
     revision: u64,
     generated_at: Timestamp,
-    entries: Vec<ManifestEntry>,
+    /// What listings show of each card; the manifest entries themselves are not kept.
+    lines: Lines,
     pre: Vec<Precomputed>,
     names: HashMap<String, u32>,
     by_user: HashMap<u32, Vec<u32>>,
@@ -253,7 +255,7 @@ impl Catalog {
             by_tag: HashMap::new(),
             baseline: Vec::new(),
             open: VisibleSet::empty(entries.len()),
-            entries: Vec::new(),
+            lines: Lines::with_capacity(entries.len()),
         };
         for (i, e) in entries.iter().enumerate() {
             let ord = i as u32;
@@ -299,8 +301,9 @@ impl Catalog {
                 }
             }
             cat.pre.push(pre);
+            cat.lines.push(e);
         }
-        cat.entries = entries;
+        cat.lines.shrink();
         Ok(cat)
     }
 
@@ -336,39 +339,51 @@ impl Catalog {
         self.generated_at
     }
 
-    /// All entries, by ordinal (sorted by id).
-    pub fn entries(&self) -> &[ManifestEntry] {
-        &self.entries
+    /// What listings show of the card with this ordinal (ordinals follow the ids).
+    pub fn card(&self, ord: u32) -> CardLine<'_> {
+        let p = &self.pre[ord as usize];
+        let (title, description, labels, sha256) = self.lines.get(ord as usize);
+        CardLine {
+            id: p.id,
+            card_type: p.card_type,
+            title,
+            description,
+            labels,
+            occurrence: p.occurrence,
+            last_seen: p.last_seen,
+            unverified: p.unverified,
+            sha256,
+        }
     }
 
-    /// The entry with this ordinal.
-    pub fn entry(&self, ord: u32) -> &ManifestEntry {
-        &self.entries[ord as usize]
+    /// Every card, by ordinal.
+    pub fn cards(&self) -> impl ExactSizeIterator<Item = CardLine<'_>> {
+        (0..self.len() as u32).map(|ord| self.card(ord))
     }
 
     /// The ordinal of a card id.
     pub fn ord_of(&self, id: &CardId) -> Option<u32> {
-        self.entries
-            .binary_search_by(|e| e.summary.id.cmp(id))
+        self.pre
+            .binary_search_by(|p| p.id.cmp(id))
             .ok()
             .map(|i| i as u32)
     }
 
     /// Number of cards.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.pre.len()
     }
 
     /// True for an empty workspace.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.pre.is_empty()
     }
 
     /// Whether a task may see a card at all: it is live, and no hard exclusion applies
     /// (bound to another user, bound to another asset or to any asset when the task has
     /// none, or an unverified card whose author is someone else).
     pub fn is_visible(&self, ord: u32, task: &TaskContext) -> bool {
-        (ord as usize) < self.entries.len() && self.visible_in(ord, self.scope_of(task))
+        (ord as usize) < self.len() && self.visible_in(ord, self.scope_of(task))
     }
 
     fn visible_in(&self, ord: u32, scope: TaskScope) -> bool {
@@ -414,7 +429,7 @@ impl Catalog {
         let text = self.qualified_hits(scope, hits, config);
 
         // Gather candidates with how each matched; a card may come from several lists.
-        let mut flags = vec![0u8; self.entries.len()];
+        let mut flags = vec![0u8; self.len()];
         let mut candidates: Vec<u32> = Vec::new();
         let mut mark = |ord: u32, flag: u8| {
             let f = &mut flags[ord as usize];
@@ -483,7 +498,7 @@ impl Catalog {
     ) -> Vec<TextHit> {
         let visible: Vec<TextHit> = hits
             .iter()
-            .filter(|h| (h.ord as usize) < self.entries.len() && self.visible_in(h.ord, scope))
+            .filter(|h| (h.ord as usize) < self.len() && self.visible_in(h.ord, scope))
             .take(config.text_candidates)
             .copied()
             .collect();

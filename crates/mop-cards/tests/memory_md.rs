@@ -28,11 +28,7 @@ fn render(
 ) -> (String, BTreeSet<String>) {
     let rules = Rules::new(config.clone()).unwrap();
     let sel = cat.select(&TaskQuery::new(t, &rules.codes), hits, config);
-    let mounted = sel
-        .cards
-        .iter()
-        .map(|s| cat.entry(s.ord).path.clone())
-        .collect();
+    let mounted = sel.cards.iter().map(|s| cat.card(s.ord).path()).collect();
     (render_memory_md(cat, &sel, t, config), mounted)
 }
 

@@ -38,7 +38,7 @@ fn run_with(
 }
 
 fn num(cat: &Catalog, ord: u32) -> u32 {
-    let s = cat.entry(ord).summary.id.to_string();
+    let s = cat.card(ord).id.to_string();
     s[24..].parse().unwrap()
 }
 

@@ -23,7 +23,7 @@ use axum::extract::{Path as UrlPath, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use mop_cards::{CardId, Trust};
+use mop_cards::{CardId, CardLine};
 use mop_proto::receipts::{Activity, GetEvent, RetrieveEvent, StoreEvent};
 use mop_proto::sync::{StoreProvenance, StoreRequest};
 use mop_proto::{AgentCard, AgentStoreRequest, ListResponse, RetrieveRequest, RetrieveResponse};
@@ -127,19 +127,24 @@ async fn list(State(s): State<AgentState>) -> Response {
         .cards
         .iter()
         .filter_map(|c| {
-            let e = loaded.catalog.entry(loaded.catalog.ord_of(&c.id)?);
-            Some(AgentCard {
-                id: c.id,
-                card_type: e.summary.card_type,
-                title: e.summary.title.clone(),
-                description: e.summary.description.clone(),
-                unverified: e.summary.trust == Trust::Unverified,
-                mounted_at: Some(c.path.clone()),
-                score: None,
-            })
+            let line = loaded.catalog.card(loaded.catalog.ord_of(&c.id)?);
+            Some(agent_card(line, Some(c.path.clone()), None))
         })
         .collect();
     Json(ListResponse { cards, visible }).into_response()
+}
+
+/// A card as `list` and `retrieve` show it.
+fn agent_card(line: CardLine<'_>, mounted_at: Option<String>, score: Option<f32>) -> AgentCard {
+    AgentCard {
+        id: line.id,
+        card_type: line.card_type,
+        title: line.title.to_owned(),
+        description: line.description.map(str::to_owned),
+        unverified: line.unverified,
+        mounted_at,
+        score,
+    }
 }
 
 async fn card(State(s): State<AgentState>, UrlPath(id): UrlPath<String>) -> Response {
@@ -168,7 +173,7 @@ async fn card(State(s): State<AgentState>, UrlPath(id): UrlPath<String>) -> Resp
     if !loaded.catalog.is_visible(ord, &lease.task) {
         return not_found();
     }
-    let rel = loaded.catalog.entry(ord).summary.path();
+    let rel = loaded.catalog.card(ord).path();
     match std::fs::read(loaded.tree.join(rel)) {
         Ok(bytes) => {
             s.record_get(id, true);
@@ -212,21 +217,13 @@ async fn retrieve(State(s): State<AgentState>, body: Bytes) -> Response {
     let hits: Vec<AgentCard> = hits
         .iter()
         .map(|h| {
-            let e = loaded.catalog.entry(h.ord);
-            let id = e.summary.id;
-            AgentCard {
-                id,
-                card_type: e.summary.card_type,
-                title: e.summary.title.clone(),
-                description: e.summary.description.clone(),
-                unverified: e.summary.trust == Trust::Unverified,
-                mounted_at: lease
-                    .cards
-                    .iter()
-                    .find(|c| c.id == id)
-                    .map(|c| c.path.clone()),
-                score: Some(h.score),
-            }
+            let line = loaded.catalog.card(h.ord);
+            let mounted_at = lease
+                .cards
+                .iter()
+                .find(|c| c.id == line.id)
+                .map(|c| c.path.clone());
+            agent_card(line, mounted_at, Some(h.score))
         })
         .collect();
     let query_hash = s.tasks.receipts().query_hash(&req.query);

@@ -442,11 +442,11 @@ impl Tasks {
                     .cards
                     .iter()
                     .map(|s| {
-                        let e = loaded.catalog.entry(s.ord);
+                        let c = loaded.catalog.card(s.ord);
                         PlanCard {
-                            id: e.summary.id,
+                            id: c.id,
                             tier: s.tier.as_str().into(),
-                            path: e.summary.path(),
+                            path: c.path(),
                         }
                     })
                     .collect::<Vec<_>>();
@@ -661,14 +661,14 @@ fn receipt_cards(
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let e = catalog.entry(s.ord);
+            let c = catalog.card(s.ord);
             ReceiptCard {
-                id: e.summary.id,
-                sha256: e.sha256.clone(),
+                id: c.id,
+                sha256: c.sha256.to_owned(),
                 tier: s.tier.as_str().into(),
                 rank: i as u32 + 1,
                 mounted: true,
-                listed: i < config.table_rows || mop_cards::is_primary_anchor(&e.summary),
+                listed: i < config.table_rows || c.is_primary_anchor(),
             }
         })
         .collect()

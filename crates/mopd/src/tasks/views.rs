@@ -108,7 +108,7 @@ pub fn build_view(
 ) -> Result<(), PoolError> {
     let mut linker = Linker::new(view);
     for s in cards {
-        let rel = catalog.entry(s.ord).summary.path();
+        let rel = catalog.card(s.ord).path();
         linker.link(&tree.join(&rel), &rel)?;
     }
     let md_path = view.join(MEMORY_MD);

@@ -126,7 +126,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Run { config } => {
-            mopd::sys::limit_malloc_arenas();
+            mopd::sys::tune_malloc();
             mop_log::init("info");
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -160,6 +160,9 @@ pub struct Syncer {
     answered: Arc<Mutex<(Option<String>, bool)>>,
 }
 
+/// See [`Syncer::try_sync`].
+static ONE_SYNC: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
 /// Older answers in a row (with no current answer between them) taken as a replica that
 /// is behind before they count as a rollback: replicas of one database catch up within a
 /// second or two, a server that keeps answering with the past does not.
@@ -268,6 +271,14 @@ impl Syncer {
         }
         let client = self.state.client();
         let held = self.held_version().await?;
+        // One workspace at a time from here to the published generation: each holds a
+        // parsed manifest (about 11 MiB at 10k cards) for the whole sync, and five cold
+        // syncs at once held them all while waiting for their index builds (peak 154 MiB).
+        // An unchanged poll holds the permit for its 304 only.
+        let _one = ONE_SYNC
+            .acquire()
+            .await
+            .expect("the sync semaphore is never closed");
         let fetched = client.manifest(&self.ws, held.as_ref()).await;
         if !matches!(&fetched, Err(e) if e.is_offline()) {
             self.answered.lock().0 = Some(client.answered_by().to_owned());

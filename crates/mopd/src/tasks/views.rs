@@ -30,13 +30,16 @@ pub struct Loaded {
     /// Its search index.
     pub index: SearchIndex,
     /// The selection rules it was loaded with.
-    pub rules: Rules,
+    pub rules: Arc<Rules>,
 }
 
 /// The loaded generations, by (workspace, generation).
 pub struct LoadedGenerations {
     state: Arc<State>,
     map: Mutex<HashMap<(String, String), Arc<Loaded>>>,
+    /// The rules of the last load, shared by every generation loaded with the same
+    /// settings: each compiled pattern set keeps its own match caches, which grow with use.
+    rules: Mutex<Option<Arc<Rules>>>,
 }
 
 impl LoadedGenerations {
@@ -45,6 +48,7 @@ impl LoadedGenerations {
         LoadedGenerations {
             state,
             map: Mutex::default(),
+            rules: Mutex::default(),
         }
     }
 
@@ -57,9 +61,13 @@ impl LoadedGenerations {
         let pool = Pool::open(self.state.paths(), ws).map_err(internal)?;
         let name = generation.to_owned();
         let selection = self.state.config().selection.clone();
+        let shared = self.rules.lock().clone();
         let loaded = tokio::task::spawn_blocking(move || -> Result<Loaded, TaskError> {
             let g = pool.generation(&name).map_err(internal)?;
-            let rules = Rules::new(selection).map_err(internal)?;
+            let rules = match shared {
+                Some(rules) if rules.config == selection => rules,
+                _ => Arc::new(Rules::new(selection).map_err(internal)?),
+            };
             let index = SearchIndex::open(&g.paths.index()).map_err(internal)?;
             let tree = g.tree();
             let catalog = Catalog::new(g.manifest, &rules).map_err(internal)?;
@@ -73,6 +81,7 @@ impl LoadedGenerations {
         .await
         .map_err(internal)??;
         let loaded = Arc::new(loaded);
+        *self.rules.lock() = Some(loaded.rules.clone());
         self.map.lock().insert(key, loaded.clone());
         Ok(loaded)
     }

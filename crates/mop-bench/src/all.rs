@@ -219,6 +219,21 @@ pub fn run(smoke: bool, out: &Path, seed: u64) -> Result<()> {
             hold: false,
         })?])
     })?;
+    // The dense ranker's recall and cost, with the model bench/all.sh installs.
+    step("hybrid", &mut || {
+        let model = std::env::var_os("MOP_EMBEDDING_MODEL").context(
+            "MOP_EMBEDDING_MODEL is not set: bench/all.sh installs the model and sets it \
+             (or run packaging/embedding/install-model.sh DIR and set it to DIR)",
+        )?;
+        crate::hybrid::run(&crate::hybrid::Options {
+            model: model.into(),
+            cards,
+            tasks: if smoke { 20 } else { 200 },
+            rounds: if smoke { 1 } else { 5 },
+            builds: if smoke { 1 } else { 3 },
+            seed,
+        })
+    })?;
     step("memory", &mut || {
         Ok(vec![crate::memory::run(&crate::memory::Options {
             workspaces: if smoke { 2 } else { 5 },

@@ -4,7 +4,7 @@
 //! and runs it; `--smoke` is the tiny version CI runs). The subcommands run one each:
 //! `engine` (card engine), `sync` (cold, incremental, unchanged), `server` (304s vs nginx),
 //! `fleet` (simulated daemons), `run` (task start vs bare bwrap, prepare throughput) and
-//! `memory` (daemon RSS).
+//! `memory` (daemon RSS) and `hybrid` (the dense ranker's recall and cost).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -14,10 +14,11 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use mop_bench::{Section, show, summarize, synth};
 use mop_cards::{Catalog, Rules, render_memory_md};
-use mop_search::{IndexDoc, SearchIndex, build_index, open_first, select_for_task};
+use mop_search::{IndexDoc, SearchIndex, build_index_with, open_first, select_for_task};
 
 mod all;
 mod fleet;
+mod hybrid;
 mod memory;
 mod nginx;
 mod run;
@@ -158,6 +159,28 @@ enum Command {
         #[arg(long)]
         postgres: bool,
     },
+    /// Hybrid retrieval: the retrieval eval (BM25 alone vs hybrid), then the dense
+    /// ranker's cost (model, index build, per task) against BM25 alone.
+    Hybrid {
+        /// The model2vec model directory (packaging/embedding/install-model.sh).
+        #[arg(long, env = "MOP_EMBEDDING_MODEL")]
+        model: std::path::PathBuf,
+        /// Cards in the synthetic workspace.
+        #[arg(long, default_value_t = 10_000)]
+        cards: usize,
+        /// Distinct synthetic tasks.
+        #[arg(long, default_value_t = 200)]
+        tasks: usize,
+        /// Times each task is run each way.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Index builds each way (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        builds: usize,
+        /// Seed of the synthetic data.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
     /// Daemon memory after syncing several workspaces and serving prepares.
     Memory {
         /// Workspaces.
@@ -281,6 +304,26 @@ fn main() -> Result<()> {
             }
             return Ok(());
         }
+        Command::Hybrid {
+            model,
+            cards,
+            tasks,
+            rounds,
+            builds,
+            seed,
+        } => {
+            for s in hybrid::run(&hybrid::Options {
+                model,
+                cards,
+                tasks,
+                rounds: rounds.max(1),
+                builds: builds.max(1),
+                seed,
+            })? {
+                println!("{}", s.render());
+            }
+            return Ok(());
+        }
         Command::Fleet {
             cards,
             hosts,
@@ -346,6 +389,32 @@ fn main() -> Result<()> {
     Ok(())
 }
 
+/// Builds the index of a synthetic workspace into `dir` (with `model`'s vectors, if
+/// given) and times it.
+fn timed_build(
+    catalog: &Catalog,
+    by_id: &std::collections::HashMap<mop_cards::CardId, &mop_cards::Card>,
+    dir: &Path,
+    model: Option<&mop_embed::Model>,
+) -> Result<Duration> {
+    let lines: Vec<_> = catalog.cards().collect();
+    let entries = open_first(&lines, |c| by_id[&c.id].summary.is_open());
+    let docs = entries.map(|(ord, c)| {
+        let card = by_id[&c.id];
+        IndexDoc {
+            ord,
+            title: &card.summary.title,
+            description: card.summary.description.as_deref().unwrap_or(""),
+            labels: &card.summary.labels,
+            body: std::borrow::Cow::Borrowed(&card.body),
+            open: card.summary.is_open(),
+        }
+    });
+    let started = Instant::now();
+    build_index_with(dir, docs, model)?;
+    Ok(started.elapsed())
+}
+
 struct Row {
     cards: usize,
     bytes: u64,
@@ -383,22 +452,7 @@ fn engine(
         for b in 0..builds {
             eprintln!("[{size} cards] index build {}/{builds}", b + 1);
             let dir = tempfile::tempdir()?;
-            let lines: Vec<_> = catalog.cards().collect();
-            let entries = open_first(&lines, |c| by_id[&c.id].summary.is_open());
-            let docs = entries.map(|(ord, c)| {
-                let card = by_id[&c.id];
-                IndexDoc {
-                    ord,
-                    title: &card.summary.title,
-                    description: card.summary.description.as_deref().unwrap_or(""),
-                    labels: &card.summary.labels,
-                    body: std::borrow::Cow::Borrowed(&card.body),
-                    open: card.summary.is_open(),
-                }
-            });
-            let started = Instant::now();
-            build_index(dir.path(), docs)?;
-            build_times.push(started.elapsed());
+            build_times.push(timed_build(&catalog, &by_id, dir.path(), None)?);
             kept = Some(dir);
         }
         let dir = kept.context("at least one build")?;

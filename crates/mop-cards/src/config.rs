@@ -25,6 +25,12 @@ pub struct SelectionConfig {
     pub decay_floor: f64,
     /// Error-code patterns; replaces the built-in list when set.
     pub error_code_patterns: Vec<CodePattern>,
+    /// A model2vec embedding model's directory: turns on the dense ranker beside BM25
+    /// (README "Hybrid retrieval"). Unset: BM25 alone.
+    pub embedding_model: Option<std::path::PathBuf>,
+    /// The dense ranker proposes only cards at least this similar (cosine) to the text:
+    /// every card has some nearest neighbour, and one below this is noise.
+    pub dense_min_similarity: f32,
 }
 
 impl Default for SelectionConfig {
@@ -38,6 +44,8 @@ impl Default for SelectionConfig {
             decay_half_life_days: 45.0,
             decay_floor: 0.10,
             error_code_patterns: default_code_patterns(),
+            embedding_model: None,
+            dense_min_similarity: 0.3,
         }
     }
 }
@@ -101,6 +109,11 @@ impl Rules {
             (0.0..=1.0).contains(&config.decay_floor),
             "decay_floor",
             "must be from 0.0 to 1.0",
+        )?;
+        range(
+            (-1.0..=1.0).contains(&config.dense_min_similarity),
+            "dense_min_similarity",
+            "must be a cosine similarity, from -1.0 to 1.0",
         )?;
         let codes = CodeExtractor::new(&config.error_code_patterns)?;
         Ok(Rules { config, codes })

@@ -100,7 +100,8 @@ impl fmt::Display for TierCounts {
 pub struct TextHit {
     /// The card's ordinal in the catalog.
     pub ord: u32,
-    /// Its BM25 score.
+    /// Its score: BM25's, or with the dense ranker on the two rankings' fused score
+    /// (reciprocal rank fusion). Only comparable with scores of the same search.
     pub score: f32,
 }
 

@@ -19,6 +19,12 @@
 //! skip-list seek for each of them; a task sees few). Earlier formats indexed restricted
 //! cards' words a second time in a field of their own, which cost 60 % more indexing for
 //! the same answer; they are still read.
+//!
+//! With an embedding model ([`mop_embed`]), a build also stores each card's vector, and a
+//! search ranks the visible cards a second way, by cosine similarity to the text, and
+//! merges the two rankings by reciprocal rank fusion ([`RRF_K`]): BM25 finds the cards
+//! that share the text's words, the model those that share its meaning. Vectors of
+//! another model, or none, leave the index on BM25 alone ([`DenseState`]).
 
 mod readonly;
 pub mod tokenize;
@@ -29,6 +35,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use mop_cards::{Catalog, Rules, Selection, TaskContext, TaskQuery, TextHit, VisibleSet};
+use mop_embed::{CardVectors, Mismatch, Model, VectorsBuilder};
 use serde::{Deserialize, Serialize};
 use tantivy::collector::{Collector, SegmentCollector};
 use tantivy::directory::MmapDirectory;
@@ -53,6 +60,15 @@ const FORMAT: u32 = 3;
 /// workspaces make a few segments instead of a large heap.
 const WRITER_BUDGET_BYTES: usize = 48 * 1024 * 1024;
 
+/// Reciprocal rank fusion's constant: a card's fused score is the sum over the rankings
+/// that hold it of 1 / (k + rank), so agreement between rankings counts for more than a
+/// top place in one (Cormack et al.'s k = 60).
+pub const RRF_K: f32 = 60.0;
+
+/// Cards taken from each ranking into the fusion (or the caller's limit, if larger): a
+/// card ranked low by one ranker and high by the other must still be seen by both.
+const FUSION_DEPTH: usize = 50;
+
 /// Most query terms used; a long ticket keeps its rarest (most telling) terms.
 pub const MAX_QUERY_TERMS: usize = 32;
 
@@ -65,6 +81,9 @@ const STOPWORDS: &[&str] = &[
 /// Why an index cannot be built, opened or searched.
 #[derive(Debug, thiserror::Error)]
 pub enum SearchError {
+    /// Stored card vectors are damaged.
+    #[error(transparent)]
+    Vectors(#[from] mop_embed::EmbedError),
     /// Tantivy failed.
     #[error("search index at {dir}: {source}")]
     Tantivy {
@@ -163,6 +182,17 @@ pub fn build_index<'a>(
     dir: &Path,
     docs: impl IntoIterator<Item = IndexDoc<'a>>,
 ) -> Result<BuildReport, SearchError> {
+    build_index_with(dir, docs, None)
+}
+
+/// [`build_index`], and with a model also each card's vector (of the same text the index
+/// holds), stored beside the index with the model's fingerprint. The vectors are computed
+/// on this thread while the index's own threads write the index.
+pub fn build_index_with<'a>(
+    dir: &Path,
+    docs: impl IntoIterator<Item = IndexDoc<'a>>,
+    model: Option<&Model>,
+) -> Result<BuildReport, SearchError> {
     let tantivy = |source| SearchError::Tantivy {
         dir: dir.display().to_string(),
         source,
@@ -181,6 +211,7 @@ pub fn build_index<'a>(
     writer.set_merge_policy(Box::new(NoMergePolicy));
     let mut count = 0u64;
     let mut text = String::new();
+    let mut vectors = model.map(VectorsBuilder::new);
     // The kind of card being indexed, and the segments made of each kind so far.
     let mut kind = None;
     let mut segments: [Vec<SegmentId>; 2] = Default::default();
@@ -213,6 +244,9 @@ pub fn build_index<'a>(
         text.push_str(d.description);
         text.push('\n');
         text.push_str(&d.body);
+        if let Some(v) = &mut vectors {
+            v.add(d.ord, &text);
+        }
         doc.add_text(fields.text, &text);
         doc.add_u64(fields.ord, u64::from(d.ord));
         doc.add_u64(fields.open, u64::from(d.open));
@@ -249,6 +283,13 @@ pub fn build_index<'a>(
         docs: count,
     })
     .expect("meta serializes");
+    if let Some(v) = vectors {
+        let cards = u32::try_from(count).map_err(|_| SearchError::Invalid {
+            dir: dir.display().to_string(),
+            problem: format!("{count} cards are more than vectors can number"),
+        })?;
+        v.write(dir, cards)?;
+    }
     std::fs::write(dir.join(META_FILE), meta).map_err(|source| SearchError::Io {
         dir: dir.display().to_string(),
         source,
@@ -287,6 +328,27 @@ pub struct SearchIndex {
     norms: Vec<u32>,
     /// The open cards' lengths, summed.
     open_tokens: u64,
+    /// The dense ranker, when a model and this index's vectors agree.
+    dense: Option<Dense>,
+}
+
+/// A model and the vectors it made of this index's cards.
+struct Dense {
+    model: Arc<Model>,
+    vectors: CardVectors,
+    min_similarity: f32,
+}
+
+/// Whether an index ranks with the dense ranker too.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DenseState {
+    /// No model is configured: BM25 alone, as intended.
+    Off,
+    /// BM25 and the model, fused.
+    On,
+    /// A model is configured but cannot be used with this index: BM25 alone, and the
+    /// reason (for `mopd status`).
+    FailedClosed(String),
 }
 
 /// How a search learns a term's frequency among the open cards, which every task sees.
@@ -411,7 +473,54 @@ impl SearchIndex {
             open,
             norms,
             open_tokens,
+            dense: None,
         })
+    }
+
+    /// Opens the index in `dir` as [`SearchIndex::open`] does and, given a model, its card
+    /// vectors too: if they were made by that model (same fingerprint, same dimension),
+    /// searches fuse both rankings; otherwise the index ranks by BM25 alone and the state
+    /// says why. Damaged vectors fail closed the same way.
+    pub fn open_with(
+        dir: &Path,
+        model: Option<&Arc<Model>>,
+        min_similarity: f32,
+    ) -> Result<(SearchIndex, DenseState), SearchError> {
+        let mut index = SearchIndex::open(dir)?;
+        let Some(model) = model else {
+            return Ok((index, DenseState::Off));
+        };
+        let cards = u32::try_from(index.docs).unwrap_or(u32::MAX);
+        let state = match CardVectors::read(dir, model, cards) {
+            Ok(Ok(vectors)) => {
+                index.dense = Some(Dense {
+                    model: model.clone(),
+                    vectors,
+                    min_similarity,
+                });
+                DenseState::On
+            }
+            Ok(Err(Mismatch::Absent)) => DenseState::FailedClosed(format!(
+                "this generation was built without card vectors; model {} ranks from the next generation on",
+                model.fingerprint()
+            )),
+            Ok(Err(m)) => DenseState::FailedClosed(format!(
+                "{m}; the configured model is {} (vectors are rebuilt with the next generation)",
+                model.fingerprint()
+            )),
+            Err(e) => DenseState::FailedClosed(e.to_string()),
+        };
+        Ok((index, state))
+    }
+
+    /// Whether searches fuse the dense ranking in.
+    pub fn is_hybrid(&self) -> bool {
+        self.dense.is_some()
+    }
+
+    /// Memory held by the dense ranker's vectors (not the model's, which is shared).
+    pub fn vector_bytes(&self) -> usize {
+        self.dense.as_ref().map_or(0, |d| d.vectors.heap_bytes())
     }
 
     /// Number of indexed cards.
@@ -422,7 +531,45 @@ impl SearchIndex {
     /// The best `limit` cards for `text` among `visible`, best first (ties: lower ordinal,
     /// which is the lower id, first). An empty or stopword-only text finds nothing. Scores
     /// use statistics of the visible cards only (see the module comment).
+    ///
+    /// With the dense ranker on, the BM25 ranking and the cosine ranking (cards at
+    /// `min_similarity` or more) are fused by reciprocal rank fusion; a hit's score is then
+    /// its fused score. Either way only cards in `visible` are ranked, by either ranker.
     pub fn search(
+        &self,
+        text: &str,
+        limit: usize,
+        visible: Arc<VisibleSet>,
+    ) -> Result<Vec<TextHit>, SearchError> {
+        let Some(dense) = &self.dense else {
+            return self.bm25(text, limit, visible);
+        };
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let depth = limit.max(FUSION_DEPTH);
+        let by_words = self.bm25(text, depth, visible.clone())?;
+        let by_meaning = match dense.model.embed(text) {
+            Some(query) => {
+                let everyone = VisibleSet::empty(0);
+                dense.vectors.nearest(
+                    &query,
+                    visible.without(&everyone),
+                    dense.min_similarity,
+                    depth,
+                )
+            }
+            None => Vec::new(),
+        };
+        Ok(fuse(
+            by_words.iter().map(|h| h.ord),
+            by_meaning.iter().map(|h| h.0),
+            limit,
+        ))
+    }
+
+    /// The BM25 ranking alone (see [`SearchIndex::search`]).
+    pub fn bm25(
         &self,
         text: &str,
         limit: usize,
@@ -464,10 +611,7 @@ impl SearchIndex {
         searcher: &tantivy::Searcher,
         visible: &VisibleSet,
     ) -> Result<Option<(BooleanQuery, VisibleStats)>, tantivy::TantivyError> {
-        let mut words: BTreeSet<String> = tokenize::tokens(text).into_iter().map(|t| t.0).collect();
-        if words.iter().any(|t| !STOPWORDS.contains(&t.as_str())) {
-            words.retain(|t| !STOPWORDS.contains(&t.as_str()));
-        }
+        let words = query_terms(text);
         let mut stats = self.visible_stats(visible);
         if stats.docs == 0 {
             return Ok(None);
@@ -646,6 +790,40 @@ impl Bm25StatisticsProvider for VisibleStats {
     fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
         Ok(self.df.get(term).copied().unwrap_or(0))
     }
+}
+
+/// The distinct terms BM25 searches `text` by: its tokens without the stopwords (unless
+/// it holds nothing else).
+pub fn query_terms(text: &str) -> BTreeSet<String> {
+    let mut words: BTreeSet<String> = tokenize::tokens(text).into_iter().map(|t| t.0).collect();
+    if words.iter().any(|t| !STOPWORDS.contains(&t.as_str())) {
+        words.retain(|t| !STOPWORDS.contains(&t.as_str()));
+    }
+    words
+}
+
+/// Reciprocal rank fusion of two rankings (best first): each card scores the sum of
+/// 1 / (k + rank) over the rankings that hold it, ranks counting from 1. Best first, ties
+/// to the lower ordinal; the sums are taken in one fixed order, so equal inputs give equal
+/// scores to the last bit.
+pub fn fuse(
+    first: impl Iterator<Item = u32>,
+    second: impl Iterator<Item = u32>,
+    limit: usize,
+) -> Vec<TextHit> {
+    let mut scores: std::collections::BTreeMap<u32, f32> = std::collections::BTreeMap::new();
+    for ranking in [first.collect::<Vec<_>>(), second.collect()] {
+        for (rank, ord) in ranking.into_iter().enumerate() {
+            *scores.entry(ord).or_insert(0.0) += 1.0 / (RRF_K + rank as f32 + 1.0);
+        }
+    }
+    let mut hits: Vec<TextHit> = scores
+        .into_iter()
+        .map(|(ord, score)| TextHit { ord, score })
+        .collect();
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.ord.cmp(&b.ord)));
+    hits.truncate(limit);
+    hits
 }
 
 /// Selects and ranks a task's cards in one call: derive codes and words, run BM25 over

@@ -98,6 +98,9 @@ pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
     let listener = crate::sockets::control::bind(&socket).await?;
     let metrics_listener = crate::sockets::metrics::bind(&config).await?;
     let state = Arc::new(State::new(config, client, config_path.clone()));
+    // The embedding model, if configured, loads once before the first build needs it.
+    let loading = state.clone();
+    tokio::task::spawn_blocking(move || loading.embedding_model()).await?;
     let receipts = Arc::new(Receipts::open(state.paths()).with_context(|| {
         format!(
             "cannot open the receipts directory {}",

@@ -8,7 +8,8 @@
 //! - [`sync`]: per workspace, a pure plan (manifest + pool → what to fetch and publish)
 //!   and a fetcher writing through the pool's object sink; [`workspaces`]: the sync loops.
 //! - [`pool`]: one workspace's verified cache: objects, generations, collection.
-//! - [`tasks`]: task projection: leases, views, the reaper.
+//! - [`tasks`]: task projection: leases, views, the reaper; [`embedding`]: the dense
+//!   ranker's model, shared by builds and loaded generations.
 //! - [`receipts`]: what each task was delivered and what its agent did, kept on the host
 //!   and reported to the server.
 //! - [`sockets`]: the control socket and each task's agent socket over one checked
@@ -23,6 +24,7 @@ pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod demo;
+pub mod embedding;
 pub mod metrics;
 pub mod paths;
 pub mod pool;

@@ -35,6 +35,8 @@ pub struct State {
     pub published: tokio::sync::broadcast::Sender<(String, String)>,
     /// Prometheus metrics.
     pub metrics: crate::metrics::Metrics,
+    /// The dense ranker's model, if configured.
+    pub embedding: crate::embedding::Embedding,
 }
 
 impl State {
@@ -50,12 +52,19 @@ impl State {
             pins: Mutex::default(),
             published: tokio::sync::broadcast::channel(64).0,
             metrics: crate::metrics::Metrics::new(),
+            embedding: Default::default(),
         }
     }
 
     /// The config in force.
     pub fn config(&self) -> Arc<MopdConfig> {
         self.config.read().clone()
+    }
+
+    /// The configured embedding model, if it loads (see [`crate::embedding`]).
+    pub fn embedding_model(&self) -> Option<Arc<mop_embed::Model>> {
+        self.embedding
+            .usable(self.config().selection.embedding_model.as_deref())
     }
 
     /// The directory layout (a change of `[paths]` needs a restart).

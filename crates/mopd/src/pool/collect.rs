@@ -160,13 +160,13 @@ mod tests {
     fn build_publish_collect_keeps_current_and_pinned_only() {
         let dir = tempfile::tempdir().unwrap();
         let (pool, mut manifest) = pool_with_cards(dir.path(), 3);
-        let first = pool.build_generation(&manifest).unwrap();
+        let first = pool.build_generation(&manifest, None).unwrap();
         pool.publish(&first).unwrap();
         assert_eq!(pool.current_name().as_deref(), Some(first.as_str()));
         // A second generation without card 0; the first stays only while pinned.
         let dropped = manifest.cards.remove(0);
         manifest.revision = 2;
-        let second = pool.build_generation(&manifest).unwrap();
+        let second = pool.build_generation(&manifest, None).unwrap();
         pool.publish(&second).unwrap();
         let pinned: BTreeSet<String> = [first.clone()].into();
         assert_eq!(pool.collect(&pinned).unwrap(), GcReport::default());
@@ -182,7 +182,7 @@ mod tests {
     fn verify_quarantines_a_bad_object_and_names_the_damaged_file() {
         let dir = tempfile::tempdir().unwrap();
         let (pool, manifest) = pool_with_cards(dir.path(), 2);
-        let name = pool.build_generation(&manifest).unwrap();
+        let name = pool.build_generation(&manifest, None).unwrap();
         pool.publish(&name).unwrap();
         let victim = &manifest.cards[1];
         let path = pool.object_path(&victim.sha256);

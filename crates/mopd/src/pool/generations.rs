@@ -8,7 +8,7 @@ use std::io;
 use std::os::unix::fs::PermissionsExt;
 
 use mop_cards::{Manifest, card_body, card_path};
-use mop_search::{IndexDoc, build_index, open_first};
+use mop_search::{IndexDoc, build_index_with, open_first};
 
 use super::objects::Linker;
 use super::{Pool, PoolError, io_err, make_dir};
@@ -50,9 +50,14 @@ impl Generation {
 
 impl Pool {
     /// Builds a generation for a full manifest (cards sorted by id) beside the current one:
-    /// the hardlink tree, the manifest and the search index. Every object must be present.
+    /// the hardlink tree, the manifest and the search index (with a model, the card
+    /// vectors too). Every object must be present.
     /// Not visible until [`Pool::publish`].
-    pub fn build_generation(&self, manifest: &Manifest) -> Result<String, PoolError> {
+    pub fn build_generation(
+        &self,
+        manifest: &Manifest,
+        model: Option<&mop_embed::Model>,
+    ) -> Result<String, PoolError> {
         // One build at a time across workspaces: an index build holds tens of MiB of
         // buffers, and five at once after a cold start peaked at 415 MiB. On two cores
         // parallel builds gain little time.
@@ -113,7 +118,7 @@ impl Pool {
                 open: e.summary.is_open(),
             }
         });
-        build_index(&index, docs)?;
+        build_index_with(&index, docs, model)?;
         if let Some(err) = unreadable.into_inner() {
             return Err(err);
         }

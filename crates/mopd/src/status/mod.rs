@@ -66,6 +66,8 @@ pub struct Facts<'a> {
     pub bwrap: Option<String>,
     /// How receipts are being reported.
     pub receipts: ReceiptsInfo,
+    /// Why hybrid retrieval is off where it was asked for (already judged).
+    pub retrieval: Vec<Problem>,
 }
 
 /// Assembles the report: judges the workspaces and writes the summary line.
@@ -86,6 +88,7 @@ pub fn assemble(f: Facts<'_>, now: Timestamp) -> StatusReport {
         &config.server.token_file.display().to_string(),
     );
     warnings.extend(judge::receipts(&f.receipts));
+    warnings.extend(f.retrieval);
     let healthy = problems.is_empty();
     let tasks: Vec<TaskInfo> = f
         .tasks
@@ -165,9 +168,42 @@ pub fn report(state: &crate::state::State, tasks: &crate::tasks::Tasks) -> Statu
                     last_error: r.last_error,
                 }
             },
+            retrieval: retrieval_warnings(state, tasks),
         },
         Timestamp::now(),
     )
+}
+
+/// Warnings for a configured embedding model that is not in use: it does not load, or a
+/// loaded generation's vectors do not match it. Either way that ranking is BM25 alone.
+fn retrieval_warnings(state: &crate::state::State, tasks: &crate::tasks::Tasks) -> Vec<Problem> {
+    let config = state.config();
+    let Some(dir) = config.selection.embedding_model.as_deref() else {
+        return Vec::new();
+    };
+    let mut warnings = Vec::new();
+    if let Some(Err(e)) = state.embedding.model(Some(dir)) {
+        warnings.push(Problem {
+            workspace: None,
+            message: format!("hybrid retrieval is off, ranking by BM25 alone: {e}"),
+            next: format!(
+                "install the model into {} (README: Hybrid retrieval) or remove [selection] embedding_model; then: systemctl restart mopd",
+                dir.display()
+            ),
+        });
+    }
+    for (ws, generation, dense) in tasks.dense_states() {
+        if let mop_search::DenseState::FailedClosed(why) = dense {
+            warnings.push(Problem {
+                workspace: Some(ws),
+                message: format!(
+                    "hybrid retrieval is off for generation {generation}, ranking by BM25 alone: {why}"
+                ),
+                next: "mopd sync (the next generation is built with the model's vectors)".into(),
+            });
+        }
+    }
+    warnings
 }
 
 #[cfg(test)]
@@ -221,6 +257,7 @@ mod tests {
                     tasks,
                     bwrap: None,
                     receipts: ReceiptsInfo::default(),
+                    retrieval: Vec::new(),
                 },
                 now,
             )

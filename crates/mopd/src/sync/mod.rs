@@ -158,6 +158,9 @@ pub struct Syncer {
     /// The server that answered this poll's manifest request, if one did, and whether its
     /// answer was from a replica that is behind.
     answered: Arc<Mutex<(Option<String>, bool)>>,
+    /// The (generation, model hash) whose card vectors were last found to match, so an
+    /// unchanged poll reads no file to know (see [`Syncer::refresh_vectors`]).
+    vectors_checked: Arc<Mutex<Option<(String, String)>>>,
 }
 
 /// See [`Syncer::try_sync`].
@@ -184,6 +187,7 @@ impl Syncer {
             held: Arc::default(),
             behind: Arc::default(),
             answered: Arc::default(),
+            vectors_checked: Arc::default(),
         }
     }
 
@@ -286,6 +290,7 @@ impl Syncer {
         let incoming = match fetched? {
             ManifestFetch::NotModified => {
                 self.behind.store(0, std::sync::atomic::Ordering::Relaxed);
+                self.refresh_vectors().await?;
                 return Ok((SyncResult::NotModified, Some(304)));
             }
             ManifestFetch::Manifest(m) => *m,
@@ -362,6 +367,43 @@ impl Syncer {
         Ok((SyncResult::Modified, Some(200)))
     }
 
+    /// With a model configured, rebuilds the current generation from its own manifest
+    /// when its card vectors are not that model's (none, another model, other files of
+    /// it): an installed or changed model then ranks from the next poll on, without
+    /// waiting for a card to change. Checked once per generation and model.
+    async fn refresh_vectors(&self) -> Result<(), Failure> {
+        let Some(model) = self.state.embedding_model() else {
+            return Ok(());
+        };
+        let Some(name) = self.pool.current_name() else {
+            return Ok(());
+        };
+        let key = (name.clone(), model.fingerprint().sha256.clone());
+        if self.vectors_checked.lock().as_ref() == Some(&key) {
+            return Ok(());
+        }
+        let index = self.pool.paths().generation(&name).index();
+        if mop_embed::stored_fingerprint(&index).as_ref() == Some(model.fingerprint()) {
+            *self.vectors_checked.lock() = Some(key);
+            return Ok(());
+        }
+        let pool = self.pool.clone();
+        let Some(current) = blocking(move || pool.current()).await? else {
+            return Ok(());
+        };
+        let m = &current.manifest;
+        let (epoch, revision, cards) = (m.epoch.clone(), m.revision, m.cards.len());
+        let (name, usage) = self.build_and_publish(current.manifest).await?;
+        tracing::info!(workspace = %self.ws, generation = %name, model = %model.fingerprint(), "rebuilt the current generation with the configured model's card vectors");
+        self.update(|s| {
+            record_generation(s, &name, epoch, revision, cards);
+            s.pool_bytes = usage;
+        });
+        self.refresh_current().await;
+        *self.vectors_checked.lock() = Some((name, key.1));
+        Ok(())
+    }
+
     /// Refuses a sync that would take the pools past `pool.max_bytes`.
     fn check_quota(&self, missing: &[(String, u64)]) -> Result<(), Failure> {
         let need: u64 = missing.iter().map(|(_, s)| *s).sum();
@@ -391,9 +433,10 @@ impl Syncer {
     ) -> Result<(String, u64), Failure> {
         let pool = self.pool.clone();
         let pins = self.state.pinned(&self.ws);
+        let model = self.state.embedding_model();
         let started = std::time::Instant::now();
         let (name, usage) = blocking(move || {
-            let name = pool.build_generation(&manifest)?;
+            let name = pool.build_generation(&manifest, model.as_deref())?;
             pool.publish(&name)?;
             pool.collect(&pins)?;
             Ok((name, pool.usage()))

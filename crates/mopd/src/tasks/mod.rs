@@ -165,6 +165,11 @@ impl Tasks {
         &self.state
     }
 
+    /// Each loaded generation's dense ranker state (see [`views::LoadedGenerations`]).
+    pub fn dense_states(&self) -> Vec<(String, String, mop_search::DenseState)> {
+        self.loaded.dense_states()
+    }
+
     /// The tasks' receipts.
     pub fn receipts(&self) -> &Arc<Receipts> {
         &self.receipts

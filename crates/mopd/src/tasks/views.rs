@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use mop_cards::{Catalog, Rules, Selected};
-use mop_search::SearchIndex;
+use mop_search::{DenseState, SearchIndex};
 use parking_lot::Mutex;
 
 use super::{TaskError, internal};
@@ -31,6 +31,8 @@ pub struct Loaded {
     pub index: SearchIndex,
     /// The selection rules it was loaded with.
     pub rules: Arc<Rules>,
+    /// Whether its searches fuse the dense ranking in, and if not, why.
+    pub dense: DenseState,
 }
 
 /// The loaded generations, by (workspace, generation).
@@ -62,13 +64,22 @@ impl LoadedGenerations {
         let name = generation.to_owned();
         let selection = self.state.config().selection.clone();
         let shared = self.rules.lock().clone();
+        let model = self.state.embedding_model();
         let loaded = tokio::task::spawn_blocking(move || -> Result<Loaded, TaskError> {
             let g = pool.generation(&name).map_err(internal)?;
             let rules = match shared {
                 Some(rules) if rules.config == selection => rules,
                 _ => Arc::new(Rules::new(selection).map_err(internal)?),
             };
-            let index = SearchIndex::open(&g.paths.index()).map_err(internal)?;
+            let (index, dense) = SearchIndex::open_with(
+                &g.paths.index(),
+                model.as_ref(),
+                rules.config.dense_min_similarity,
+            )
+            .map_err(internal)?;
+            if let DenseState::FailedClosed(why) = &dense {
+                tracing::warn!(workspace = %pool.workspace(), generation = %name, reason = %why, "dense ranker off for this generation: BM25 alone");
+            }
             let tree = g.tree();
             let catalog = Catalog::new(g.manifest, &rules).map_err(internal)?;
             Ok(Loaded {
@@ -76,6 +87,7 @@ impl LoadedGenerations {
                 catalog,
                 index,
                 rules,
+                dense,
             })
         })
         .await
@@ -93,6 +105,18 @@ impl LoadedGenerations {
             let current = Pool::existing(paths, ws).current_name();
             current.as_deref() == Some(g.as_str()) || self.state.pinned(ws).contains(g)
         });
+    }
+
+    /// Each loaded generation's dense ranker state, by workspace and generation.
+    pub fn dense_states(&self) -> Vec<(String, String, DenseState)> {
+        let mut states: Vec<_> = self
+            .map
+            .lock()
+            .iter()
+            .map(|((ws, g), l)| (ws.clone(), g.clone(), l.dense.clone()))
+            .collect();
+        states.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        states
     }
 
     /// How many are loaded.

@@ -1,0 +1,193 @@
+//! The retrieval eval: BM25 alone against BM25 + the embedding model fused by reciprocal
+//! rank fusion, in one run, over the example workspace plus the cards and queries of
+//! `tests/eval/retrieval.toml` (paraphrases in English, Chinese and Japanese, exact
+//! matches, exclusions). Prints recall@1 and recall@5 of both; fails if the hybrid loses
+//! any exact match or ever returns an excluded card, or gains too little on paraphrases.
+//!
+//! Also the dense ranker's fail-closed cases: no vectors, another model's vectors, and
+//! vectors of another dimension all leave the index on BM25 alone, with a reason.
+//!
+//! Needs the model `.ci/run` installs (`MOP_EMBEDDING_MODEL`).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use mop_cards::Rules;
+use mop_embed::Model;
+use mop_search::DenseState;
+use mop_tests::eval::{self, Eval, asker, id_of};
+use mop_tests::{Generation, build_generation_with, embedding_model_dir};
+
+/// The paraphrase recall@5 the hybrid must add to BM25's, in points.
+const MIN_PARAPHRASE_GAIN: f64 = 20.0;
+
+fn model() -> Arc<Model> {
+    let dir = embedding_model_dir();
+    Arc::new(Model::load(&dir).unwrap_or_else(|e| panic!("{e}")))
+}
+
+#[test]
+fn hybrid_retrieval_finds_paraphrases_and_keeps_exact_matches_and_exclusions() {
+    let report = eval::run(&model());
+    println!("\n{}", report.table());
+    assert!(
+        report.paraphrases.queries >= 30,
+        "the eval needs at least 30 paraphrases"
+    );
+    assert!(report.exclusions >= 3, "the eval needs exclusion cases");
+    assert!(report.failures.is_empty(), "{:#?}", report.failures);
+    let gain = report.paraphrase_gain();
+    assert!(
+        gain >= MIN_PARAPHRASE_GAIN,
+        "the hybrid raised paraphrase recall@5 by {gain:.0} points; at least {MIN_PARAPHRASE_GAIN} are needed"
+    );
+}
+
+#[test]
+fn hybrid_answers_are_deterministic_and_ignore_cards_the_task_cannot_see() {
+    let e = Eval::load();
+    let ws = e.corpus();
+    let model = model();
+    let (g, _) = build_generation_with(&ws, &Rules::default(), Some(&model));
+    let (again, _) = build_generation_with(&ws, &Rules::default(), Some(&model));
+    let visible = Arc::new(g.catalog.visible_set(&asker(Some("alice"))));
+    for q in &e.query {
+        let a = g.index.search(&q.text, 10, visible.clone()).unwrap();
+        let b = again.index.search(&q.text, 10, visible.clone()).unwrap();
+        assert_eq!(a, b, "{:?}", q.text);
+    }
+    // Without bob's card in the workspace at all, alice's answers are the same, to the
+    // last bit of every score: his hidden card changes nothing she can observe.
+    let mut without = e.corpus();
+    let hidden = id_of("en-bob-secret");
+    without.manifest.cards.retain(|c| c.summary.id != hidden);
+    without.cards.remove(&hidden);
+    let (alone, _) = build_generation_with(&without, &Rules::default(), Some(&model));
+    let visible_alone = Arc::new(alone.catalog.visible_set(&asker(Some("alice"))));
+    for q in &e.query {
+        let ids = |g: &Generation, hits: Vec<mop_cards::TextHit>| {
+            hits.into_iter()
+                .map(|h| (g.catalog.card(h.ord).id, h.score.to_bits()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            ids(&g, g.index.search(&q.text, 10, visible.clone()).unwrap()),
+            ids(&alone, alone.index.search(&q.text, 10, visible_alone.clone()).unwrap()),
+            "{:?}",
+            q.text
+        );
+    }
+}
+
+/// Copies a model directory, so a test can change one file of it.
+fn copy_model(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for f in ["config.json", "tokenizer.json", "model.safetensors"] {
+        std::fs::copy(from.join(f), to.join(f)).unwrap();
+    }
+}
+
+#[test]
+fn vectors_of_another_model_or_none_fail_closed_to_bm25() {
+    let e = Eval::load();
+    let ws = e.corpus();
+    let model = model();
+    let rules = Rules::default();
+    let catalog = |g: &Generation| g.catalog.visible_set(&asker(None));
+    // The paraphrases an index finds in its first five hits.
+    let found = |index: &mop_search::SearchIndex, g: &Generation| -> Vec<String> {
+        let visible = Arc::new(catalog(g));
+        e.query
+            .iter()
+            .filter(|q| q.kind == "paraphrase")
+            .filter(|q| {
+                let target = e.target(&ws, q);
+                index
+                    .search(&q.text, 5, visible.clone())
+                    .unwrap()
+                    .iter()
+                    .any(|h| g.catalog.card(h.ord).id == target)
+            })
+            .map(|q| q.text.clone())
+            .collect()
+    };
+
+    // Control: built and opened with the same model, paraphrases are found.
+    let (hybrid, state) = build_generation_with(&ws, &rules, Some(&model));
+    assert_eq!(state, DenseState::On);
+    assert!(hybrid.index.is_hybrid());
+    assert!(
+        found(&hybrid.index, &hybrid).len() >= 10,
+        "control: the hybrid finds paraphrases"
+    );
+
+    // Built without a model, opened with one: no vectors, BM25 alone, and it says so.
+    let (plain, _) = build_generation_with(&ws, &rules, None);
+    let (reopened, state) =
+        mop_search::SearchIndex::open_with(plain.dir.path(), Some(&model), 0.3).unwrap();
+    let DenseState::FailedClosed(why) = &state else {
+        panic!("{state:?}")
+    };
+    assert!(why.contains("without card vectors"), "{why}");
+    assert!(!reopened.is_hybrid());
+    assert_eq!(found(&reopened, &plain), Vec::<String>::new());
+
+    // The same model's files, one value of its config changed: another fingerprint, so
+    // the vectors are refused although the dimension agrees.
+    let tmp = tempfile::tempdir().unwrap();
+    let other_dir = tmp.path().join("other");
+    copy_model(&embedding_model_dir(), &other_dir);
+    let config = other_dir.join("config.json");
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    json["model_id"] = "another-model".into();
+    std::fs::write(&config, serde_json::to_vec(&json).unwrap()).unwrap();
+    let other = Arc::new(Model::load(&other_dir).unwrap());
+    assert_eq!(other.dim(), model.dim());
+    let (index, state) =
+        mop_search::SearchIndex::open_with(hybrid.dir.path(), Some(&other), 0.3).unwrap();
+    let DenseState::FailedClosed(why) = &state else {
+        panic!("{state:?}")
+    };
+    assert!(why.contains("another model"), "{why}");
+    assert!(!index.is_hybrid());
+    // The fallback really is BM25 alone: not one paraphrase is found.
+    assert_eq!(found(&index, &hybrid), Vec::<String>::new());
+}
+
+#[test]
+fn vectors_of_another_dimension_are_refused_before_any_query() {
+    let e = Eval::load();
+    let ws = e.corpus();
+    let model = model();
+    let rules = Rules::default();
+    let (g, _) = build_generation_with(&ws, &rules, Some(&model));
+    // The stored vectors claim another dimension (as a model swapped for a larger one
+    // would leave them): refused on the dimension, whatever else matches.
+    let meta_path = g.dir.path().join(mop_embed::VECTORS_META);
+    let mut meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&meta_path).unwrap()).unwrap();
+    meta["fingerprint"]["dim"] = (model.dim() * 2).into();
+    std::fs::write(&meta_path, serde_json::to_vec(&meta).unwrap()).unwrap();
+    let (index, state) =
+        mop_search::SearchIndex::open_with(g.dir.path(), Some(&model), 0.3).unwrap();
+    let DenseState::FailedClosed(why) = &state else {
+        panic!("{state:?}")
+    };
+    assert!(why.contains("dimension"), "{why}");
+    assert!(!index.is_hybrid());
+
+    // Damaged vectors (one byte flipped) fail closed too, naming the file.
+    let (g, _) = build_generation_with(&ws, &rules, Some(&model));
+    let bin = g.dir.path().join(mop_embed::VECTORS_FILE);
+    let mut bytes = std::fs::read(&bin).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(&bin, bytes).unwrap();
+    let (index, state) =
+        mop_search::SearchIndex::open_with(g.dir.path(), Some(&model), 0.3).unwrap();
+    let DenseState::FailedClosed(why) = &state else {
+        panic!("{state:?}")
+    };
+    assert!(why.contains(mop_embed::VECTORS_FILE), "{why}");
+    assert!(!index.is_hybrid());
+}

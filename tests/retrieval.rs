@@ -72,7 +72,13 @@ fn hybrid_answers_are_deterministic_and_ignore_cards_the_task_cannot_see() {
         };
         assert_eq!(
             ids(&g, g.index.search(&q.text, 10, visible.clone()).unwrap()),
-            ids(&alone, alone.index.search(&q.text, 10, visible_alone.clone()).unwrap()),
+            ids(
+                &alone,
+                alone
+                    .index
+                    .search(&q.text, 10, visible_alone.clone())
+                    .unwrap()
+            ),
             "{:?}",
             q.text
         );
@@ -190,4 +196,173 @@ fn vectors_of_another_dimension_are_refused_before_any_query() {
     };
     assert!(why.contains(mop_embed::VECTORS_FILE), "{why}");
     assert!(!index.is_hybrid());
+}
+
+/// How many of the eval's paraphrases `mop memory retrieve` finds in its first five hits,
+/// asked inside a task prepared by the runner.
+fn paraphrases_retrieved(
+    d: &mop_tests::procs::Daemon,
+    e: &Eval,
+    ws: &mop_tests::Workspace,
+    task: &str,
+) -> usize {
+    use mop_tests::procs::{as_runner, output_text, run};
+    use std::ffi::OsStr;
+    let socket = d.socket();
+    let args: Vec<&OsStr> = [
+        "prepare",
+        "--socket",
+        socket.to_str().unwrap(),
+        "--workspace",
+        "acme",
+        "--task-id",
+        task,
+        "--title",
+        "look something up",
+        "--json",
+    ]
+    .into_iter()
+    .map(OsStr::new)
+    .collect();
+    let out = run(&mut as_runner(&args));
+    assert!(out.status.success(), "{}", output_text(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut found = 0;
+    for q in e.query.iter().filter(|q| q.kind == "paraphrase") {
+        let mut cmd = as_runner(&[
+            OsStr::new("memory"),
+            OsStr::new("retrieve"),
+            OsStr::new(&q.text),
+            OsStr::new("--json"),
+            OsStr::new("--limit"),
+            OsStr::new("5"),
+        ]);
+        cmd.env("MOP_AGENT_SOCKET", plan["agent_socket"].as_str().unwrap());
+        let out = run(&mut cmd);
+        assert!(out.status.success(), "{}", output_text(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let target = e.target(ws, q).to_string();
+        if v["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["id"] == target.as_str())
+        {
+            found += 1;
+        }
+    }
+    let out = run(&mut as_runner(&[
+        OsStr::new("release"),
+        OsStr::new("--socket"),
+        socket.as_os_str(),
+        OsStr::new("--task-id"),
+        OsStr::new(task),
+    ]));
+    assert!(out.status.success(), "{}", output_text(&out));
+    found
+}
+
+#[test]
+fn mopd_fails_closed_without_its_model_and_rebuilds_the_vectors_once_it_loads() {
+    use mop_tests::procs::{Daemon, DaemonOptions, Server, runner_user};
+    if runner_user().is_none() {
+        return;
+    }
+    let e = Eval::load();
+    let ws = e.corpus();
+    let cards = tempfile::tempdir().unwrap();
+    e.write_cards(cards.path());
+    let server = Server::start();
+    for dir in [mop_tests::example_cards_dir(), cards.path().to_owned()] {
+        let out = server.import(&dir, "acme");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let profiles = mop_tests::profiles_config(&[&mop_tests::repo_root().join("tests/profiles")]);
+    let absent = tempfile::tempdir().unwrap().path().join("no-model-here");
+    let config = |model: &Path| {
+        format!(
+            "{profiles}\n[selection]\nembedding_model = \"{}\"\n",
+            model.display()
+        )
+    };
+    let missing = config(&absent);
+    let d = Daemon::start(
+        &server,
+        DaemonOptions {
+            extra: &missing,
+            ..Default::default()
+        },
+    );
+    d.wait_synced();
+
+    // The model is missing: the daemon serves, ranks by BM25 alone, and says why.
+    let (_, status) = d.status();
+    let warned = |status: &serde_json::Value| {
+        status["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|w| w["message"].as_str())
+            .any(|m| m.contains("hybrid retrieval is off"))
+    };
+    let warning = status["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| {
+            w["message"]
+                .as_str()
+                .unwrap()
+                .contains("hybrid retrieval is off")
+        })
+        .unwrap_or_else(|| panic!("no warning: {status:#}"));
+    assert!(
+        warning["message"]
+            .as_str()
+            .unwrap()
+            .contains("no-model-here"),
+        "{warning}"
+    );
+    let (_, generation, _) = mop_tests::check_current_files(&d.pool("acme"));
+    assert!(
+        !generation
+            .join("index")
+            .join(mop_embed::VECTORS_META)
+            .exists()
+    );
+    assert_eq!(paraphrases_retrieved(&d, &e, &ws, "bm25-only"), 0);
+
+    // The model installed and named: the next poll rebuilds the current generation with
+    // its vectors (the cards did not change), and the same questions find their cards.
+    let real = embedding_model_dir();
+    let installed = config(&real);
+    d.write_config(
+        &server.url,
+        DaemonOptions {
+            extra: &installed,
+            ..Default::default()
+        },
+    );
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    d.wait_for("the model loaded", |v| !warned(v));
+    d.sync("acme");
+    let (_, generation, _) = mop_tests::check_current_files(&d.pool("acme"));
+    let stored = mop_embed::stored_fingerprint(&generation.join("index"))
+        .expect("the rebuilt generation has card vectors");
+    assert_eq!(&stored, model().fingerprint());
+    assert!(
+        d.log().contains("rebuilt the current generation"),
+        "{}",
+        d.log()
+    );
+    let found = paraphrases_retrieved(&d, &e, &ws, "hybrid");
+    assert!(
+        found >= 10,
+        "mop memory retrieve found {found} of 30 paraphrases"
+    );
+    assert!(!warned(&d.status().1));
 }

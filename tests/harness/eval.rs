@@ -63,9 +63,8 @@ impl Eval {
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
 
-    /// The example workspace plus the eval cards, as one workspace.
-    pub fn corpus(&self) -> Workspace {
-        let dir = tempfile::tempdir().unwrap();
+    /// Writes the eval cards into `dir` as OKF card files (for `mop-server import`).
+    pub fn write_cards(&self, dir: &std::path::Path) {
         for c in &self.card {
             let scope = match &c.user {
                 Some(u) => format!("scope:\n  user_id: {u}\n"),
@@ -83,8 +82,22 @@ impl Eval {
                 serde_json::to_string(&c.description).unwrap(),
                 c.body
             );
-            std::fs::write(dir.path().join(format!("{}.md", c.key)), text).unwrap();
+            // At the path its type and id give, as `mop-server import` wants.
+            let card = mop_cards::parse_card(text.as_bytes())
+                .unwrap_or_else(|e| panic!("eval card {}: {e}", c.key));
+            let path = dir.join(mop_cards::card_path(
+                card.summary.card_type,
+                &card.summary.id,
+            ));
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
         }
+    }
+
+    /// The example workspace plus the eval cards, as one workspace.
+    pub fn corpus(&self) -> Workspace {
+        let dir = tempfile::tempdir().unwrap();
+        self.write_cards(dir.path());
         let at = "2026-11-29T00:00:00Z".parse().unwrap();
         let mut ws = load_cards(&example_cards_dir(), at);
         let extra = load_cards(dir.path(), at);
@@ -217,7 +230,8 @@ pub struct Report {
 impl Report {
     /// Paraphrase recall@5, hybrid minus BM25, in points.
     pub fn paraphrase_gain(&self) -> f64 {
-        self.paraphrases.pct(self.paraphrases.hybrid[1]) - self.paraphrases.pct(self.paraphrases.bm25[1])
+        self.paraphrases.pct(self.paraphrases.hybrid[1])
+            - self.paraphrases.pct(self.paraphrases.bm25[1])
     }
 
     /// The recall table, Markdown.
@@ -298,7 +312,7 @@ pub fn run(model: &Arc<Model>) -> Report {
                 report.exact.add((bm25, hybrid));
                 // The hybrid may not lose what BM25 found, at 1 or at 5.
                 for k in [1, 5] {
-                    if bm25.is_some_and(|r| r <= k) && !hybrid.is_some_and(|r| r <= k) {
+                    if bm25.is_some_and(|r| r <= k) && hybrid.is_none_or(|r| r > k) {
                         report.failures.push(format!(
                             "exact {:?}: BM25 rank {bm25:?}, hybrid rank {hybrid:?} (lost at {k})",
                             q.text

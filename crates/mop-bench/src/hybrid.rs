@@ -63,7 +63,11 @@ pub fn run(o: &Options) -> Result<Vec<Section>> {
         },
         eval.failures.is_empty(),
     );
-    recall.figure("hybrid.paraphrase_recall5_gain", eval.paraphrase_gain(), false);
+    recall.figure(
+        "hybrid.paraphrase_recall5_gain",
+        eval.paraphrase_gain(),
+        false,
+    );
 
     let now = "2026-11-29T00:00:00Z".parse()?;
     let rules = Rules::default();
@@ -91,12 +95,22 @@ pub fn run(o: &Options) -> Result<Vec<Section>> {
     }
     let plain = SearchIndex::open(plain_dir.context("a build")?.path())?;
     let hybrid_dir = hybrid_dir.context("a build")?;
-    let (hybrid, state) =
-        SearchIndex::open_with(hybrid_dir.path(), Some(&model), rules.config.dense_min_similarity)?;
-    anyhow::ensure!(hybrid.is_hybrid(), "the hybrid index is not hybrid: {state:?}");
+    let (hybrid, state) = SearchIndex::open_with(
+        hybrid_dir.path(),
+        Some(&model),
+        rules.config.dense_min_similarity,
+    )?;
+    anyhow::ensure!(
+        hybrid.is_hybrid(),
+        "the hybrid index is not hybrid: {state:?}"
+    );
 
     let tasks = synth::tasks(o.seed, o.tasks, size);
-    eprintln!("[{size} cards] {} tasks x {} rounds, each both ways", tasks.len(), o.rounds);
+    eprintln!(
+        "[{size} cards] {} tasks x {} rounds, each both ways",
+        tasks.len(),
+        o.rounds
+    );
     let (mut plain_times, mut hybrid_times) = (Vec::new(), Vec::new());
     // Warm-up pass, then alternating per task so both sides see the same machine.
     for t in &tasks {

@@ -200,22 +200,23 @@ impl Model {
         let name = ["embeddings", "0", "embedding.weight"]
             .into_iter()
             .find(|n| st.names().iter().any(|x| x == n))
-            .ok_or_else(|| {
-                invalid(
-                    "model.safetensors",
-                    "has no tensor named embeddings".into(),
-                )
-            })?;
+            .ok_or_else(|| invalid("model.safetensors", "has no tensor named embeddings".into()))?;
         let view = st.tensor(name).expect("listed tensor");
         let [rows, dim] = view.shape() else {
             return Err(invalid(
                 "model.safetensors",
-                format!("tensor {name} has shape {:?}, not [tokens, dimension]", view.shape()),
+                format!(
+                    "tensor {name} has shape {:?}, not [tokens, dimension]",
+                    view.shape()
+                ),
             ));
         };
         let (rows, dim) = (*rows, *dim);
         if rows == 0 || dim == 0 {
-            return Err(invalid("model.safetensors", format!("tensor {name} is empty")));
+            return Err(invalid(
+                "model.safetensors",
+                format!("tensor {name} is empty"),
+            ));
         }
         let d = view.data();
         let matrix = match view.dtype() {
@@ -239,7 +240,10 @@ impl Model {
         };
         let weights = match st.tensor("weights") {
             Ok(v) => Some(to_f32(&v).ok_or_else(|| {
-                invalid("model.safetensors", "tensor weights is not a float tensor".into())
+                invalid(
+                    "model.safetensors",
+                    "tensor weights is not a float tensor".into(),
+                )
             })?),
             Err(_) => None,
         };

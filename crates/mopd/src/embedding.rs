@@ -32,7 +32,9 @@ impl Embedding {
         }
         let loaded = Model::load(dir).map(Arc::new).map_err(|e| e.to_string());
         match &loaded {
-            Ok(m) => tracing::info!(model = %m.fingerprint(), "embedding model loaded: hybrid retrieval on"),
+            Ok(m) => {
+                tracing::info!(model = %m.fingerprint(), "embedding model loaded: hybrid retrieval on")
+            }
             Err(e) => tracing::warn!(error = %e, "embedding model unusable: BM25 alone"),
         }
         *cached = Some((dir.to_owned(), loaded.clone()));

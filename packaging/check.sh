@@ -46,6 +46,8 @@ for f in /usr/bin/mopd /usr/bin/mop /usr/bin/mop-server \
          /usr/lib/sysusers.d/mop.conf /usr/lib/sysusers.d/mop-server.conf \
          /usr/lib/tmpfiles.d/mopd.conf \
          /usr/share/mopd/profiles/default.toml /usr/share/mopd/profiles/offline.toml \
+         /usr/share/mopd/embedding/install-model.sh /usr/share/mopd/embedding/distill_use.py \
+         /usr/share/mopd/embedding/requirements.txt \
          /etc/mopd/mopd.toml /etc/mop-server/server.toml; do
   [ -e "$f" ] || fail "$f is missing after dpkg -i"
 done
@@ -86,7 +88,8 @@ step "rpm file lists"
 files=$(rpm -qlp "$rpm_mopd")
 for f in /usr/bin/mopd /usr/bin/mop /etc/mopd/mopd.toml /usr/lib/systemd/system/mopd.service \
          /usr/lib/sysusers.d/mop.conf /usr/lib/tmpfiles.d/mopd.conf \
-         /usr/share/mopd/profiles/default.toml /usr/share/mopd/profiles/offline.toml; do
+         /usr/share/mopd/profiles/default.toml /usr/share/mopd/profiles/offline.toml \
+         /usr/share/mopd/embedding/install-model.sh; do
   has_line "$files" "$f" "$rpm_mopd"
 done
 files=$(rpm -qlp "$rpm_server")

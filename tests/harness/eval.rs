@@ -250,7 +250,7 @@ impl Report {
         t += &format!(
             "| exclusion (the card must never come back) | {} | {} | | | |\n",
             self.exclusions,
-            if self.failures.iter().any(|f| f.starts_with("exclusion")) {
+            if self.failures.iter().any(|f| f.starts_with("exclusion ")) {
                 "**violated**"
             } else {
                 "never returned, by either"
@@ -339,7 +339,7 @@ pub fn run(model: &Arc<Model>) -> Report {
                 let (_, seen) = ranks(&g, &q.text, owner, target, 50);
                 if seen.is_none() {
                     report.failures.push(format!(
-                        "exclusion control {:?}: the owner {owner:?} did not get the card",
+                        "control of exclusion {:?}: the owner {owner:?} did not get the card",
                         q.text
                     ));
                 }

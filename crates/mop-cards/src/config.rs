@@ -45,7 +45,7 @@ impl Default for SelectionConfig {
             decay_floor: 0.10,
             error_code_patterns: default_code_patterns(),
             embedding_model: None,
-            dense_min_similarity: 0.3,
+            dense_min_similarity: 0.45,
         }
     }
 }

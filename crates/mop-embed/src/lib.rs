@@ -32,9 +32,10 @@ const VECTORS_FORMAT: u32 = 1;
 const MODEL_FILES: [&str; 3] = ["config.json", "tokenizer.json", "model.safetensors"];
 /// Tokens of a text that count; the rest is ignored (model2vec's default).
 const MAX_TOKENS: usize = 512;
-/// Bytes of a text that are tokenized at all: 512 tokens rarely take more, and a long card
-/// body then costs no more than a short one.
-const MAX_TEXT_BYTES: usize = 4096;
+/// Bytes of a text that are tokenized at all. A mean of token vectors is as much the
+/// gist of a card's first kilobyte (title, description, labels, the body's opening) as of
+/// the whole card, and tokenizing is most of the cost of a build's vectors.
+const MAX_TEXT_BYTES: usize = 1024;
 
 /// Why a model or a set of card vectors cannot be used. Each names the file.
 #[derive(Debug, thiserror::Error)]
@@ -89,7 +90,7 @@ impl std::fmt::Display for Fingerprint {
             "{} (dimension {}, files sha256 {})",
             self.model_id,
             self.dim,
-            &self.sha256[..self.sha256.len().min(12)]
+            self.sha256.get(..12).unwrap_or(&self.sha256)
         )
     }
 }
@@ -250,14 +251,20 @@ impl Model {
         let mapping = match st.tensor("mapping") {
             Ok(v) => {
                 let d = v.data();
+                // A row number that does not fit is out of range like any other.
+                let row = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
                 let ids: Vec<u32> = match v.dtype() {
                     safetensors::Dtype::I64 => d
                         .chunks_exact(8)
-                        .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")) as u32)
+                        .map(|b| row(i64::from_le_bytes(b.try_into().expect("8 bytes"))))
                         .collect(),
                     safetensors::Dtype::I32 => d
                         .chunks_exact(4)
-                        .map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes")) as u32)
+                        .map(|b| {
+                            row(i64::from(i32::from_le_bytes(
+                                b.try_into().expect("4 bytes"),
+                            )))
+                        })
                         .collect(),
                     other => {
                         return Err(invalid(
@@ -327,7 +334,15 @@ impl Model {
         while !text.is_char_boundary(end) {
             end -= 1;
         }
-        let encoding = self.tokenizer.encode(&text[..end], false).ok()?;
+        // The tokenizer runs on card and query text that agents write: should it ever
+        // panic on some input, that text gets no vector rather than taking the daemon's
+        // build or search down with it.
+        let encoding = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // Ids only: no offsets, which nothing here reads.
+            self.tokenizer.encode_fast(&text[..end], false)
+        }))
+        .ok()?
+        .ok()?;
         let mut sum = vec![0f32; self.dim];
         let mut used = 0usize;
         for &id in encoding
@@ -519,10 +534,46 @@ impl std::fmt::Display for Mismatch {
 /// The fingerprint of the vectors stored in `dir`, if any are and their description is
 /// readable (a quick check that reads only [`VECTORS_META`]).
 pub fn stored_fingerprint(dir: &Path) -> Option<Fingerprint> {
-    let meta = std::fs::read(dir.join(VECTORS_META)).ok()?;
-    serde_json::from_slice::<VectorsMeta>(&meta)
-        .ok()
-        .map(|m| m.fingerprint)
+    read_meta(dir).ok().flatten().map(|m| m.fingerprint)
+}
+
+/// True when the vectors in `dir` are whole and were made by `model`: what a search would
+/// use (the full check of [`CardVectors::read`], for the cards the file says it holds).
+pub fn usable(dir: &Path, model: &Model) -> bool {
+    match read_meta(dir) {
+        Ok(Some(meta)) => matches!(CardVectors::read(dir, model, meta.count), Ok(Ok(_))),
+        _ => false,
+    }
+}
+
+/// Most bytes a [`VECTORS_META`] may have: it holds a few short fields.
+const MAX_META_BYTES: u64 = 64 * 1024;
+
+/// The description of the vectors in `dir`: `None` when there is none, `Err` when it is
+/// unreadable or malformed.
+fn read_meta(dir: &Path) -> Result<Option<VectorsMeta>, String> {
+    use std::io::Read;
+    let file = match std::fs::File::open(dir.join(VECTORS_META)) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot read {VECTORS_META}: {e}")),
+    };
+    let mut bytes = Vec::new();
+    file.take(MAX_META_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read {VECTORS_META}: {e}"))?;
+    if bytes.len() as u64 > MAX_META_BYTES {
+        return Err(format!(
+            "{VECTORS_META} is larger than {MAX_META_BYTES} bytes"
+        ));
+    }
+    let meta: VectorsMeta =
+        serde_json::from_slice(&bytes).map_err(|e| format!("{VECTORS_META} is unreadable: {e}"))?;
+    let hex64 = |h: &str| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit());
+    if !hex64(&meta.sha256) || !hex64(&meta.fingerprint.sha256) {
+        return Err(format!("{VECTORS_META} holds a malformed hash"));
+    }
+    Ok(Some(meta))
 }
 
 /// A generation's card vectors, checked against the model that will rank with them.
@@ -547,13 +598,11 @@ impl CardVectors {
             dir: shown.clone(),
             problem,
         };
-        let meta = match std::fs::read(dir.join(VECTORS_META)) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Err(Mismatch::Absent)),
-            Err(e) => return Err(bad(format!("cannot read {VECTORS_META}: {e}"))),
+        let meta = match read_meta(dir) {
+            Ok(Some(m)) => m,
+            Ok(None) => return Ok(Err(Mismatch::Absent)),
+            Err(problem) => return Err(bad(problem)),
         };
-        let meta: VectorsMeta = serde_json::from_slice(&meta)
-            .map_err(|e| bad(format!("{VECTORS_META} is unreadable: {e}")))?;
         if meta.format != VECTORS_FORMAT {
             return Err(bad(format!(
                 "{VECTORS_META} has format {}; this build reads {VECTORS_FORMAT}",
@@ -579,10 +628,20 @@ impl CardVectors {
                 meta.count
             )));
         }
-        let bytes = std::fs::read(dir.join(VECTORS_FILE))
-            .map_err(|e| bad(format!("cannot read {VECTORS_FILE}: {e}")))?;
         let dim = meta.fingerprint.dim;
         let expected = cards as usize * (dim + 4);
+        // The size first: a file far larger than its cards need is damage, and reading
+        // it whole could exhaust memory.
+        let size = std::fs::metadata(dir.join(VECTORS_FILE))
+            .map_err(|e| bad(format!("cannot read {VECTORS_FILE}: {e}")))?
+            .len();
+        if size != expected as u64 {
+            return Err(bad(format!(
+                "{VECTORS_FILE} is {size} bytes; {cards} cards of dimension {dim} take {expected}"
+            )));
+        }
+        let bytes = std::fs::read(dir.join(VECTORS_FILE))
+            .map_err(|e| bad(format!("cannot read {VECTORS_FILE}: {e}")))?;
         if bytes.len() != expected {
             return Err(bad(format!(
                 "{VECTORS_FILE} is {} bytes; {cards} cards of dimension {dim} take {expected}",

@@ -81,9 +81,6 @@ const STOPWORDS: &[&str] = &[
 /// Why an index cannot be built, opened or searched.
 #[derive(Debug, thiserror::Error)]
 pub enum SearchError {
-    /// Stored card vectors are damaged.
-    #[error(transparent)]
-    Vectors(#[from] mop_embed::EmbedError),
     /// Tantivy failed.
     #[error("search index at {dir}: {source}")]
     Tantivy {
@@ -166,10 +163,13 @@ fn field_of(schema: &Schema, dir: &Path, name: &str) -> Result<Field, SearchErro
 }
 
 /// What building an index did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuildReport {
     /// Documents indexed.
     pub docs: u64,
+    /// Why the card vectors asked for were not stored (the index is whole and serves by
+    /// BM25 alone, as an index built without a model does).
+    pub vectors_error: Option<String>,
 }
 
 /// Builds an index of `docs` in `dir`, which must exist and be empty. The caller makes it
@@ -232,7 +232,9 @@ pub fn build_index_with<'a>(
         kind = Some(d.open);
         let mut doc = TantivyDocument::new();
         text.clear();
+        let mut once = 0;
         for _ in 0..2 {
+            once = text.len();
             text.push_str(d.title);
             text.push('\n');
             for l in d.labels {
@@ -243,9 +245,12 @@ pub fn build_index_with<'a>(
         }
         text.push_str(d.description);
         text.push('\n');
+        // The vector's text leads with what says most: title, labels, description, then
+        // the body (the model reads the first kilobyte).
         text.push_str(&d.body);
         if let Some(v) = &mut vectors {
-            v.add(d.ord, &text);
+            // Title and labels once (the index has them twice, to weight them).
+            v.add(d.ord, &text[once..]);
         }
         doc.add_text(fields.text, &text);
         doc.add_u64(fields.ord, u64::from(d.ord));
@@ -283,18 +288,26 @@ pub fn build_index_with<'a>(
         docs: count,
     })
     .expect("meta serializes");
-    if let Some(v) = vectors {
-        let cards = u32::try_from(count).map_err(|_| SearchError::Invalid {
-            dir: dir.display().to_string(),
-            problem: format!("{count} cards are more than vectors can number"),
-        })?;
-        v.write(dir, cards)?;
-    }
+    // Vectors are an extra: failing to store them leaves a BM25-only index, never a
+    // failed generation.
+    let vectors_error = vectors.and_then(|v| {
+        let stored = u32::try_from(count)
+            .map_err(|_| format!("{count} cards are more than vectors can number"))
+            .and_then(|cards| v.write(dir, cards).map_err(|e| e.to_string()));
+        stored.err().inspect(|_| {
+            for f in [mop_embed::VECTORS_META, mop_embed::VECTORS_FILE] {
+                let _ = std::fs::remove_file(dir.join(f));
+            }
+        })
+    });
     std::fs::write(dir.join(META_FILE), meta).map_err(|source| SearchError::Io {
         dir: dir.display().to_string(),
         source,
     })?;
-    Ok(BuildReport { docs: count })
+    Ok(BuildReport {
+        docs: count,
+        vectors_error,
+    })
 }
 
 /// `items` (a generation's cards, by ordinal) in the order [`build_index`] wants them:
@@ -529,8 +542,8 @@ impl SearchIndex {
     }
 
     /// The best `limit` cards for `text` among `visible`, best first (ties: lower ordinal,
-    /// which is the lower id, first). An empty or stopword-only text finds nothing. Scores
-    /// use statistics of the visible cards only (see the module comment).
+    /// which is the lower id, first). Scores use statistics of the visible cards only (see
+    /// the module comment). By BM25 alone, an empty or stopword-only text finds nothing.
     ///
     /// With the dense ranker on, the BM25 ranking and the cosine ranking (cards at
     /// `min_similarity` or more) are fused by reciprocal rank fusion; a hit's score is then

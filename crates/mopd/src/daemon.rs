@@ -56,7 +56,7 @@ fn client_for(config: &MopdConfig) -> anyhow::Result<ServerClient> {
 }
 
 /// Re-reads the config file; a bad file is logged and the running config kept.
-async fn reload(state: &State, workspaces: &Workspaces, why: &str) {
+async fn reload(state: &Arc<State>, workspaces: &Workspaces, why: &str) {
     let path = state.config_path.clone();
     let loaded = MopdConfig::load(&path)
         .map_err(anyhow::Error::from)
@@ -75,6 +75,14 @@ async fn reload(state: &State, workspaces: &Workspaces, why: &str) {
             }
             config.paths = old.paths.clone();
             state.replace(config, client);
+            // The model is loaded again, off the async workers' work: its files may have
+            // been installed, fixed or replaced at the same path.
+            let loading = state.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                loading.embedding.forget();
+                loading.embedding_model();
+            })
+            .await;
             tracing::info!(config = %path.display(), why, "configuration reloaded");
             workspaces.reconcile().await;
         }

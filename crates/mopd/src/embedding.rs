@@ -1,5 +1,5 @@
-//! The dense ranker's model (`[selection] embedding_model`): loaded on first use, once per
-//! configured directory, and shared by every generation build and every loaded
+//! The dense ranker's model (`[selection] embedding_model`): loaded at start and at each
+//! reload (off the async workers), then shared by every generation build and every loaded
 //! generation. A model that cannot be loaded leaves the daemon on BM25 alone, with the
 //! reason kept for `mopd status`; nothing is ever fetched.
 
@@ -39,6 +39,23 @@ impl Embedding {
         }
         *cached = Some((dir.to_owned(), loaded.clone()));
         Some(loaded)
+    }
+
+    /// What [`Embedding::model`] would answer, without loading anything: `None` also
+    /// when the configured directory has not been loaded yet.
+    pub fn peek(&self, dir: Option<&Path>) -> Option<Loaded> {
+        let dir = dir?;
+        let cached = self.cached.lock();
+        cached
+            .as_ref()
+            .filter(|(path, _)| path == dir)
+            .map(|(_, loaded)| loaded.clone())
+    }
+
+    /// Forgets the loaded model, so the next use loads the configured one again (after a
+    /// reload: the files may have been installed or replaced at the same path).
+    pub fn forget(&self) {
+        *self.cached.lock() = None;
     }
 
     /// The model if one is configured and loads.

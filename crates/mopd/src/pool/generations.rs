@@ -118,7 +118,10 @@ impl Pool {
                 open: e.summary.is_open(),
             }
         });
-        build_index_with(&index, docs, model)?;
+        let report = build_index_with(&index, docs, model)?;
+        if let Some(why) = report.vectors_error {
+            tracing::warn!(workspace = %self.workspace(), generation = %name, error = %why, "card vectors not stored: this generation ranks by BM25 alone");
+        }
         if let Some(err) = unreadable.into_inner() {
             return Err(err);
         }

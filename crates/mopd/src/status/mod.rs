@@ -182,7 +182,7 @@ fn retrieval_warnings(state: &crate::state::State, tasks: &crate::tasks::Tasks) 
         return Vec::new();
     };
     let mut warnings = Vec::new();
-    if let Some(Err(e)) = state.embedding.model(Some(dir)) {
+    if let Some(Err(e)) = state.embedding.peek(Some(dir)) {
         warnings.push(Problem {
             workspace: None,
             message: format!("hybrid retrieval is off, ranking by BM25 alone: {e}"),

@@ -382,9 +382,12 @@ impl Syncer {
         if self.vectors_checked.lock().as_ref() == Some(&key) {
             return Ok(());
         }
+        // Checked once per generation and model, whatever the outcome: a rebuild that
+        // fails (or stores no vectors) is not retried at every poll.
+        *self.vectors_checked.lock() = Some(key.clone());
         let index = self.pool.paths().generation(&name).index();
-        if mop_embed::stored_fingerprint(&index).as_ref() == Some(model.fingerprint()) {
-            *self.vectors_checked.lock() = Some(key);
+        let checking = model.clone();
+        if blocking(move || Ok(mop_embed::usable(&index, &checking))).await? {
             return Ok(());
         }
         let pool = self.pool.clone();

@@ -33,6 +33,8 @@ pub struct Loaded {
     pub rules: Arc<Rules>,
     /// Whether its searches fuse the dense ranking in, and if not, why.
     pub dense: DenseState,
+    /// The hash of the model it was loaded with.
+    pub model: Option<String>,
 }
 
 /// The loaded generations, by (workspace, generation).
@@ -57,14 +59,18 @@ impl LoadedGenerations {
     /// A generation, loaded once (off the async workers) and then shared.
     pub async fn load(&self, ws: &str, generation: &str) -> Result<Arc<Loaded>, TaskError> {
         let key = (ws.to_owned(), generation.to_owned());
-        if let Some(l) = self.map.lock().get(&key) {
+        let model = self.state.embedding_model();
+        let model_hash = model.as_ref().map(|m| m.fingerprint().sha256.clone());
+        // A generation loaded with another model (or none) is loaded again with this one.
+        if let Some(l) = self.map.lock().get(&key)
+            && l.model == model_hash
+        {
             return Ok(l.clone());
         }
         let pool = Pool::open(self.state.paths(), ws).map_err(internal)?;
         let name = generation.to_owned();
         let selection = self.state.config().selection.clone();
         let shared = self.rules.lock().clone();
-        let model = self.state.embedding_model();
         let loaded = tokio::task::spawn_blocking(move || -> Result<Loaded, TaskError> {
             let g = pool.generation(&name).map_err(internal)?;
             let rules = match shared {
@@ -88,6 +94,7 @@ impl LoadedGenerations {
                 index,
                 rules,
                 dense,
+                model: model_hash,
             })
         })
         .await

@@ -231,6 +231,7 @@ pub fn run(smoke: bool, out: &Path, seed: u64) -> Result<()> {
             tasks: if smoke { 20 } else { 200 },
             rounds: if smoke { 1 } else { 5 },
             builds: if smoke { 1 } else { 3 },
+            prepares: if smoke { 10 } else { 100 },
             seed,
         })
     })?;

@@ -318,6 +318,7 @@ fn main() -> Result<()> {
                 tasks,
                 rounds: rounds.max(1),
                 builds: builds.max(1),
+                prepares: 100,
                 seed,
             })? {
                 println!("{}", s.render());

@@ -24,13 +24,25 @@ pub struct Options {
 const TARGET: u64 = 64 * 1024 * 1024;
 const PEAK_TARGET: u64 = 128 * 1024 * 1024;
 
-struct Reading {
-    workspaces: usize,
-    cards: usize,
-    mem: mop_bench::Memory,
+pub struct Reading {
+    pub workspaces: usize,
+    pub cards: usize,
+    pub mem: mop_bench::Memory,
 }
 
 fn measure(o: &Options, workspaces: usize, cards: usize) -> Result<Reading> {
+    measure_with(o, workspaces, cards, None).map(|(r, _)| r)
+}
+
+/// The daemon's memory after syncing `workspaces` × `cards` and serving the prepares, with
+/// `model` as its embedding model if given. Also returns how many of the workspaces'
+/// current generations hold card vectors.
+pub fn measure_with(
+    o: &Options,
+    workspaces: usize,
+    cards: usize,
+    model: Option<&std::path::Path>,
+) -> Result<(Reading, usize)> {
     let tmp = tempfile::tempdir()?;
     let server = Server::start_with("[sync]\ncounter_publish_secs = 3600\n");
     let names: Vec<String> = (1..=workspaces).map(|i| format!("ws{i}")).collect();
@@ -46,10 +58,13 @@ fn measure(o: &Options, workspaces: usize, cards: usize) -> Result<Reading> {
     }
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     eprintln!("memory: {workspaces} × {cards} cards: syncing");
-    let extra = format!(
+    let mut extra = format!(
         "[pool]\nmax_bytes = 17179869184\nverify_interval_secs = 0\n[tasks]\nprofile_dirs = [\"{}\"]\n",
         mop_tests::repo_root().join("bwrap-profiles").display()
     );
+    if let Some(m) = model {
+        extra += &format!("[selection]\nembedding_model = \"{}\"\n", m.display());
+    }
     let d = Daemon::start(
         &server,
         DaemonOptions {
@@ -70,11 +85,24 @@ fn measure(o: &Options, workspaces: usize, cards: usize) -> Result<Reading> {
     let pid = d.pid().expect("running daemon");
     let mem = mop_bench::memory(pid)?;
     eprintln!("memory: {mem:?}");
-    Ok(Reading {
-        workspaces,
-        cards,
-        mem,
-    })
+    let with_vectors = names
+        .iter()
+        .filter(|ws| {
+            let pool = d.pool(ws);
+            std::fs::read_link(pool.join("current"))
+                .ok()
+                .and_then(|g| mop_embed::stored_fingerprint(&pool.join(g).join("index")))
+                .is_some()
+        })
+        .count();
+    Ok((
+        Reading {
+            workspaces,
+            cards,
+            mem,
+        },
+        with_vectors,
+    ))
 }
 
 pub fn run(o: &Options) -> Result<Section> {

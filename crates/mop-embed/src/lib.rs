@@ -146,15 +146,20 @@ impl std::fmt::Debug for Model {
     }
 }
 
+/// Little-endian f32s, the byte order of safetensors and of [`VECTORS_FILE`].
+fn le_f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
 /// A tensor's elements as f32 (for the small per-token tables).
 fn to_f32(view: &safetensors::tensor::TensorView<'_>) -> Option<Vec<f32>> {
     use safetensors::Dtype;
     let d = view.data();
     Some(match view.dtype() {
-        Dtype::F32 => d
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
+        Dtype::F32 => le_f32s(d),
         Dtype::F64 => d
             .chunks_exact(8)
             .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32)
@@ -221,11 +226,7 @@ impl Model {
         }
         let d = view.data();
         let matrix = match view.dtype() {
-            safetensors::Dtype::F32 => Matrix::F32(
-                d.chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect(),
-            ),
+            safetensors::Dtype::F32 => Matrix::F32(le_f32s(d)),
             safetensors::Dtype::F16 => Matrix::F16(
                 d.chunks_exact(2)
                     .map(|b| half::f16::from_le_bytes([b[0], b[1]]))
@@ -395,14 +396,14 @@ fn hex(bytes: &[u8]) -> String {
 
 /// A vector quantized to 8 bits: `scale × codes` approximates it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Quantized {
+struct Quantized {
     codes: Vec<i8>,
     scale: f32,
 }
 
 impl Quantized {
     /// Quantizes a vector (symmetric, one scale).
-    pub fn new(v: &[f32]) -> Quantized {
+    fn new(v: &[f32]) -> Quantized {
         let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
         if max == 0.0 {
             return Quantized {
@@ -657,10 +658,7 @@ impl CardVectors {
         Ok(Ok(CardVectors {
             dim,
             codes: codes.iter().map(|b| *b as i8).collect(),
-            scales: scales
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
+            scales: le_f32s(scales),
         }))
     }
 

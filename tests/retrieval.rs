@@ -43,6 +43,70 @@ fn hybrid_retrieval_finds_paraphrases_and_keeps_exact_matches_and_exclusions() {
     );
 }
 
+/// mop-embed's compact Unigram tokenizer gives the ids the Hugging Face `tokenizers` crate
+/// gives for the same `tokenizer.json`, on every text of the eval and the example cards,
+/// and on text made to hit the normalizer's and the segmenter's edges. A difference would
+/// put vectors in another space than the model's.
+#[test]
+fn the_models_tokenizer_matches_the_reference_implementation() {
+    let dir = embedding_model_dir();
+    let model = model();
+    let reference = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
+    let unk = reference.token_to_id("<unk>");
+    let expected = |text: &str| -> Vec<u32> {
+        let mut end = text.len().min(1024);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let encoding = reference.encode_fast(&text[..end], false).unwrap();
+        let mut ids: Vec<u32> = encoding
+            .get_ids()
+            .iter()
+            .copied()
+            .filter(|id| Some(*id) != unk)
+            .collect();
+        ids.truncate(512);
+        ids
+    };
+    let e = Eval::load();
+    let ws = e.corpus();
+    let mut texts: Vec<String> = e.query.iter().map(|q| q.text.clone()).collect();
+    for card in ws.cards.values() {
+        let s = &card.summary;
+        texts.push(format!(
+            "{}\n{}\n{}\n{}",
+            s.title,
+            s.labels.join(" "),
+            s.description.as_deref().unwrap_or(""),
+            card.body
+        ));
+    }
+    for edge in [
+        "e\u{301}t\u{e9} caf\u{e9} na\u{ef}ve \u{212b}ngstr\u{f6}m",
+        "line one\r\nline two\rthree\n\n\tfour\u{3000}five\u{a0}six",
+        "\u{ff21}\u{ff22}\u{ff23} \u{ff11}\u{ff12}\u{ff13} \u{ff76}\u{ff9e} \u{2460}\u{2461} \u{fb01}le",
+        "emoji \u{1f468}\u{200d}\u{1f469}\u{200d}\u{1f467} flags \u{1f1ef}\u{1f1f5}\u{1f1e8}\u{1f1f3}",
+        "nul\u{0}byte and <s>special</s> tokens <unk> and <s/> not",
+        "a\u{0308}\u{0301}b \u{0915}\u{094d}\u{0937} \u{0e01}\u{0e33} \u{1100}\u{1161}\u{11a8}",
+        "\u{2581}already\u{2581}spaced \u{2581}\u{2581}twice",
+        "ORA-01555 snapshot too old; SQLSTATE 40P01 deadlock_detected on tbl_1234",
+        "快照过旧 夜间导出 スナップショットが古すぎます 야간 내보내기 오류",
+        "\u{0600}1 \u{06dd}x \u{110bd}y",
+        "",
+        "   ",
+    ] {
+        texts.push(edge.to_owned());
+    }
+    // Long text: the kilobyte cut falls inside a multi-byte character.
+    texts.push("日本語のテキスト".repeat(100));
+    let mut compared = 0;
+    for text in &texts {
+        assert_eq!(model.token_ids(text), expected(text), "text {text:?}");
+        compared += 1;
+    }
+    assert!(compared > 50, "only {compared} texts compared");
+}
+
 #[test]
 fn hybrid_answers_are_deterministic_and_ignore_cards_the_task_cannot_see() {
     let e = Eval::load();

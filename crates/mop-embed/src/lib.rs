@@ -2,7 +2,7 @@
 //! and the card vectors a generation stores beside its search index.
 //!
 //! A model2vec model is a directory of three files: `config.json`, `tokenizer.json` (a
-//! Hugging Face tokenizer) and `model.safetensors` (one row per token, the tensor
+//! Hugging Face tokenizer; mop reads SentencePiece Unigram ones, see [`unigram`]) and `model.safetensors` (one row per token, the tensor
 //! `embeddings`, optionally per-token `weights` and a token-to-row `mapping`). A text's
 //! vector is the mean of its tokens' rows, L2-normalized: no neural network runs, so a
 //! card embeds in microseconds on one core and the same text always gives the same vector.
@@ -16,6 +16,8 @@
 //! Vectors are stored quantized to 8 bits with one scale per card (a quarter of the f32
 //! size), and a query is quantized the same way, so ranking is integer dot products: exact,
 //! and independent of every other card (no answer depends on cards a task cannot see).
+
+mod unigram;
 
 use std::io::Write;
 use std::path::Path;
@@ -104,31 +106,35 @@ enum Matrix {
 }
 
 impl Matrix {
-    /// Adds `weight` × row `row` to `sum`.
-    fn add_row(&self, row: usize, weight: f32, sum: &mut [f32]) {
+    /// Adds `weight` × row `row` to `sum`; `buf` is scratch of the same length.
+    fn add_row(&self, row: usize, weight: f32, sum: &mut [f32], buf: &mut [f32]) {
+        use half::slice::HalfFloatSliceExt;
         let dim = sum.len();
         let range = row * dim..(row + 1) * dim;
-        match self {
-            Matrix::F32(m) => sum
-                .iter_mut()
-                .zip(&m[range])
-                .for_each(|(s, x)| *s += weight * x),
-            Matrix::F16(m) => sum
-                .iter_mut()
-                .zip(&m[range])
-                .for_each(|(s, x)| *s += weight * x.to_f32()),
-            Matrix::I8(m) => sum
-                .iter_mut()
-                .zip(&m[range])
-                .for_each(|(s, x)| *s += weight * f32::from(*x)),
-        }
+        let values: &[f32] = match self {
+            Matrix::F32(m) => &m[range],
+            Matrix::F16(m) => {
+                // A whole row at once: the vector instructions for f16 where the CPU has
+                // them, where one value at a time would go through a software conversion.
+                m[range].convert_to_f32_slice(buf);
+                buf
+            }
+            Matrix::I8(m) => {
+                buf.iter_mut()
+                    .zip(&m[range])
+                    .for_each(|(b, x)| *b = f32::from(*x));
+                buf
+            }
+        };
+        sum.iter_mut()
+            .zip(values)
+            .for_each(|(s, x)| *s += weight * x);
     }
 }
 
 /// A loaded model2vec model.
 pub struct Model {
-    tokenizer: tokenizers::Tokenizer,
-    unk: Option<u32>,
+    tokenizer: unigram::Unigram,
     matrix: Matrix,
     rows: usize,
     dim: usize,
@@ -198,9 +204,8 @@ impl Model {
             .map_err(|e| invalid("config.json", format!("not JSON: {e}")))?;
         // `normalize` in config.json is not read: ranking is by cosine, so every vector
         // is normalized whatever the model's own default.
-        let tokenizer = tokenizers::Tokenizer::from_bytes(tokenizer_json)
-            .map_err(|e| invalid("tokenizer.json", e.to_string()))?;
-        let unk = unknown_token(tokenizer_json, &tokenizer);
+        let tokenizer = unigram::Unigram::from_json(tokenizer_json)
+            .map_err(|problem| invalid("tokenizer.json", problem))?;
         let st = safetensors::SafeTensors::deserialize(tensors)
             .map_err(|e| invalid("model.safetensors", e.to_string()))?;
         let name = ["embeddings", "0", "embedding.weight"]
@@ -304,7 +309,6 @@ impl Model {
         let sha256 = hex(&hash.finalize());
         Ok(Model {
             tokenizer,
-            unk,
             matrix,
             rows,
             dim,
@@ -328,30 +332,36 @@ impl Model {
         self.dim
     }
 
-    /// The text's vector, L2-normalized; `None` when no token of it is known to the model
-    /// (such a text is near nothing, and must not be ranked as if it were).
-    pub fn embed(&self, text: &str) -> Option<Vec<f32>> {
+    /// The ids of the tokens of `text` that [`Model::embed`] pools: its first
+    /// kilobyte, tokenized, without unknown tokens, at most 512.
+    pub fn token_ids(&self, text: &str) -> Vec<u32> {
         let mut end = text.len().min(MAX_TEXT_BYTES);
         while !text.is_char_boundary(end) {
             end -= 1;
         }
+        let mut ids = Vec::with_capacity(end / 3);
         // The tokenizer runs on card and query text that agents write: should it ever
-        // panic on some input, that text gets no vector rather than taking the daemon's
+        // panic on some input, that text gets no tokens rather than taking the daemon's
         // build or search down with it.
-        let encoding = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            // Ids only: no offsets, which nothing here reads.
-            self.tokenizer.encode_fast(&text[..end], false)
-        }))
-        .ok()?
-        .ok()?;
+        let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.tokenizer.encode(&text[..end], &mut ids);
+        }));
+        if encoded.is_err() {
+            return Vec::new();
+        }
+        let unk = self.tokenizer.unk();
+        ids.retain(|id| *id != unk);
+        ids.truncate(MAX_TOKENS);
+        ids
+    }
+
+    /// The text's vector, L2-normalized; `None` when no token of it is known to the model
+    /// (such a text is near nothing, and must not be ranked as if it were).
+    pub fn embed(&self, text: &str) -> Option<Vec<f32>> {
         let mut sum = vec![0f32; self.dim];
+        let mut buf = vec![0f32; self.dim];
         let mut used = 0usize;
-        for &id in encoding
-            .get_ids()
-            .iter()
-            .filter(|id| Some(**id) != self.unk)
-            .take(MAX_TOKENS)
-        {
+        for id in self.token_ids(text) {
             let row = match &self.mapping {
                 Some(m) => match m.get(id as usize) {
                     Some(r) => *r as usize,
@@ -367,7 +377,7 @@ impl Model {
                 .as_ref()
                 .and_then(|w| w.get(id as usize).copied())
                 .unwrap_or(1.0);
-            self.matrix.add_row(row, weight, &mut sum);
+            self.matrix.add_row(row, weight, &mut sum, &mut buf);
             used += 1;
         }
         let norm = sum.iter().map(|x| x * x).sum::<f32>().sqrt();
@@ -377,17 +387,6 @@ impl Model {
         sum.iter_mut().for_each(|x| *x /= norm);
         Some(sum)
     }
-}
-
-/// The id of the tokenizer's unknown token, which model2vec drops before pooling.
-fn unknown_token(json: &[u8], tokenizer: &tokenizers::Tokenizer) -> Option<u32> {
-    let v: serde_json::Value = serde_json::from_slice(json).ok()?;
-    let model = v.get("model")?;
-    if let Some(id) = model.get("unk_id").and_then(|i| i.as_u64()) {
-        return u32::try_from(id).ok();
-    }
-    let token = model.get("unk_token")?.as_str()?;
-    tokenizer.token_to_id(token)
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -28,24 +28,26 @@
 
 mod readonly;
 pub mod tokenize;
+mod topk;
 
-use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::cmp::Ordering;
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 
 use mop_cards::{Catalog, Rules, Selection, TaskContext, TaskQuery, TextHit, VisibleSet};
 use mop_embed::{CardVectors, Mismatch, Model, VectorsBuilder};
 use serde::{Deserialize, Serialize};
-use tantivy::collector::{Collector, SegmentCollector};
 use tantivy::directory::MmapDirectory;
+use tantivy::index::InvertedIndexReader;
 use tantivy::index::SegmentId;
 use tantivy::indexer::NoMergePolicy;
-use tantivy::query::{Bm25StatisticsProvider, BooleanQuery, Occur, Query, TermQuery};
+use tantivy::postings::{Postings, TermInfo};
+use tantivy::query::Bm25Weight;
 use tantivy::schema::{FAST, Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions};
 use tantivy::{
-    DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, Score, SegmentOrdinal,
-    SegmentReader, TERMINATED, TantivyDocument, Term,
+    DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, Score, TERMINATED,
+    TantivyDocument, Term,
 };
 
 use crate::readonly::ReadOnlyDirectory;
@@ -341,6 +343,9 @@ pub struct SearchIndex {
     norms: Vec<u32>,
     /// The open cards' lengths, summed.
     open_tokens: u64,
+    /// Per segment (in searcher order), each document's field norm id: what BM25 reads
+    /// of a card's length.
+    segment_norms: Vec<Vec<u8>>,
     /// The dense ranker, when a model and this index's vectors agree.
     dense: Option<Dense>,
 }
@@ -439,6 +444,7 @@ impl SearchIndex {
         let mut open = VisibleSet::empty(docs as usize);
         let mut norms = vec![0u32; docs as usize];
         let mut docs_of = vec![(0u32, 0 as DocId); docs as usize];
+        let mut segment_norms = Vec::new();
         for (seg_no, segment) in reader.searcher().segment_readers().iter().enumerate() {
             let column = segment.fast_fields().u64("ord").map_err(tantivy)?;
             let open_column = match open_df {
@@ -447,6 +453,7 @@ impl SearchIndex {
             };
             let fieldnorms = segment.get_fieldnorms_reader(text).map_err(tantivy)?;
             let mut seg = Vec::with_capacity(segment.max_doc() as usize);
+            let mut seg_norms = Vec::with_capacity(segment.max_doc() as usize);
             let opened = open.len();
             for doc in 0..segment.max_doc() {
                 let ord = column
@@ -458,6 +465,7 @@ impl SearchIndex {
                     open.insert(ord);
                 }
                 norms[ord as usize] = fieldnorms.fieldnorm(doc);
+                seg_norms.push(fieldnorms.fieldnorm_id(doc));
                 docs_of[ord as usize] = (seg_no as u32, doc);
                 seg.push(ord);
             }
@@ -471,6 +479,7 @@ impl SearchIndex {
                 kinds.push(open_here != 0);
             }
             ords.push(seg);
+            segment_norms.push(seg_norms);
         }
         let open_tokens = open
             .without(&VisibleSet::empty(0))
@@ -486,6 +495,7 @@ impl SearchIndex {
             open,
             norms,
             open_tokens,
+            segment_norms,
             dense: None,
         })
     }
@@ -596,39 +606,85 @@ impl SearchIndex {
             return Ok(Vec::new());
         }
         let searcher = self.reader.searcher();
-        let Some((query, stats)) = self.query(text, &searcher, &visible).map_err(tantivy)? else {
+        let Some(plan) = self.plan(text, &searcher, &visible).map_err(tantivy)? else {
             return Ok(Vec::new());
         };
-        let hits = searcher
-            .search_with_statistics_provider(
-                &query,
-                &MaskedTopK {
-                    limit,
-                    visible,
-                    ords: self.ords.clone(),
-                },
-                &stats,
-            )
-            .map_err(tantivy)?;
-        Ok(hits)
+        let mut best = topk::Best::new(limit);
+        for (segment, reader) in searcher.segment_readers().iter().enumerate() {
+            // On the fast path, restricted segments are not scanned: the few restricted
+            // cards the task sees were scored from the frequencies found while counting.
+            let open = plan.open_segments.get(segment).copied();
+            if plan.own.is_some() && open != Some(true) {
+                continue;
+            }
+            let inverted = reader.inverted_index(self.text).map_err(tantivy)?;
+            let mut postings = Vec::with_capacity(plan.terms.len());
+            for t in &plan.terms {
+                if let Some(info) = t.infos.get(segment).and_then(Option::as_ref) {
+                    postings.push(topk::TermPostings {
+                        postings: inverted
+                            .read_block_postings_from_terminfo(info, IndexRecordOption::WithFreqs)
+                            .map_err(|e| tantivy(e.into()))?,
+                        weight: &t.weight,
+                    });
+                }
+            }
+            if postings.is_empty() {
+                continue;
+            }
+            let all_visible = plan.own.is_some();
+            let hits = topk::top_k(
+                postings,
+                &self.segment_norms[segment],
+                &self.ords[segment],
+                limit,
+                |ord| all_visible || visible.contains(ord),
+            );
+            hits.into_iter().for_each(|h| best.offer(h));
+        }
+        if let Some(own) = &plan.own {
+            let mut scores = vec![0.0; own.len()];
+            for t in &plan.terms {
+                for &(i, tf) in &t.own {
+                    let (segment, doc) = own[i as usize];
+                    let norm = self.segment_norms[segment as usize][doc as usize];
+                    scores[i as usize] += t.weight.score(norm, tf);
+                }
+            }
+            for (&(segment, doc), score) in own.iter().zip(scores) {
+                if score > 0.0 {
+                    best.offer(Ranked(score, self.ords[segment as usize][doc as usize]));
+                }
+            }
+        }
+        Ok(best
+            .into_sorted()
+            .into_iter()
+            .map(|Ranked(score, ord)| TextHit { ord, score })
+            .collect())
     }
 
-    /// One SHOULD clause per distinct term that occurs in a visible card, keeping the
-    /// [`MAX_QUERY_TERMS`] rarest among them: terms in no visible card cost nothing (and
-    /// behave exactly like terms in no card at all), and a long ticket is searched by what
-    /// is specific in it rather than by its commonest words. Returns the query with the
-    /// visible cards' statistics it is scored by.
-    fn query(
+    /// How `text` is searched: each distinct term that occurs in a visible card, keeping
+    /// the [`MAX_QUERY_TERMS`] rarest among them (terms in no visible card cost nothing,
+    /// and behave exactly like terms in no card at all, and a long ticket is searched by
+    /// what is specific in it rather than by its commonest words), rarest first, each
+    /// weighted by the visible cards' statistics.
+    fn plan(
         &self,
         text: &str,
         searcher: &tantivy::Searcher,
         visible: &VisibleSet,
-    ) -> Result<Option<(BooleanQuery, VisibleStats)>, tantivy::TantivyError> {
+    ) -> Result<Option<Plan>, tantivy::TantivyError> {
         let words = query_terms(text);
-        let mut stats = self.visible_stats(visible);
-        if stats.docs == 0 {
+        let (docs, tokens) = self.visible_totals(visible);
+        if docs == 0 {
             return Ok(None);
         }
+        let inverted = searcher
+            .segment_readers()
+            .iter()
+            .map(|r| r.inverted_index(self.text))
+            .collect::<tantivy::Result<Vec<_>>>()?;
         // With every open card visible (as in every task's set), the visible cards are the
         // open ones and a few restricted ones; otherwise every posting is looked at.
         let fast = match &self.open_df {
@@ -645,35 +701,37 @@ impl SearchIndex {
         let mut terms = Vec::with_capacity(words.len());
         for word in words {
             let term = Term::from_field_text(self.text, &word);
-            let df = searcher.doc_freq(&term)?;
-            if df == 0 {
+            let infos = inverted
+                .iter()
+                .map(|inv| inv.get_term_info(&term))
+                .collect::<std::io::Result<Vec<_>>>()?;
+            let everywhere: u64 = infos.iter().flatten().map(|i| u64::from(i.doc_freq)).sum();
+            if everywhere == 0 {
                 continue;
             }
+            let mut own_tfs = Vec::new();
             let df = match &fast {
-                Some((how, own)) => match how {
-                    OpenFrequency::RestrictedField(field) => {
-                        let term = Term::from_field_text(*field, &word);
-                        let in_restricted = searcher.doc_freq(&term)?;
-                        (df - in_restricted.min(df)) + self.count_among(searcher, &term, own)?
-                    }
-                    OpenFrequency::Segments(kinds) => {
-                        let mut in_open = 0;
-                        for (reader, _) in searcher
-                            .segment_readers()
-                            .iter()
-                            .zip(kinds)
-                            .filter(|(_, open)| **open)
-                        {
-                            in_open +=
-                                u64::from(reader.inverted_index(self.text)?.doc_freq(&term)?);
-                        }
-                        in_open + self.count_among(searcher, &term, own)?
-                    }
-                },
-                None => df.saturating_sub(self.count_outside(searcher, &term, visible)?),
+                Some((OpenFrequency::Segments(kinds), own)) => {
+                    let in_open: u64 = infos
+                        .iter()
+                        .zip(kinds)
+                        .filter(|(_, open)| **open)
+                        .filter_map(|(info, _)| info.as_ref())
+                        .map(|info| u64::from(info.doc_freq))
+                        .sum();
+                    own_tfs = frequencies_among(&inverted, &infos, own)?;
+                    in_open + own_tfs.len() as u64
+                }
+                Some((OpenFrequency::RestrictedField(field), own)) => {
+                    let term = Term::from_field_text(*field, &word);
+                    let in_restricted = searcher.doc_freq(&term)?;
+                    (everywhere - in_restricted.min(everywhere))
+                        + self.count_among(searcher, &term, own)?
+                }
+                None => everywhere.saturating_sub(self.count_outside(searcher, &term, visible)?),
             };
             if df > 0 {
-                terms.push((df, word, term));
+                terms.push((df, word, infos, own_tfs));
             }
         }
         if terms.is_empty() {
@@ -681,22 +739,31 @@ impl SearchIndex {
         }
         terms.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
         terms.truncate(MAX_QUERY_TERMS);
-        let clauses: Vec<(Occur, Box<dyn Query>)> = terms
+        // BM25 as tantivy computes it for one term over these statistics.
+        let average_length = tokens as Score / docs as Score;
+        let terms = terms
             .into_iter()
-            .map(|(df, _, term)| {
-                stats.df.insert(term.clone(), df);
-                let q: Box<dyn Query> =
-                    Box::new(TermQuery::new(term, IndexRecordOption::WithFreqs));
-                (Occur::Should, q)
+            .map(|(df, _, infos, own)| PlannedTerm {
+                weight: Bm25Weight::for_one_term(df, docs, average_length),
+                infos,
+                own,
             })
             .collect();
-        Ok(Some((BooleanQuery::new(clauses), stats)))
+        let (open_segments, own) = match (fast, &self.open_df) {
+            (Some((_, own)), Some(OpenFrequency::Segments(kinds))) => (kinds.clone(), Some(own)),
+            _ => (Vec::new(), None),
+        };
+        Ok(Some(Plan {
+            terms,
+            open_segments,
+            own,
+        }))
     }
 
     /// The visible cards' count and total length, summed over the visible cards alone
     /// (so that cards outside the set cannot shift it, not even by rounding): the open
     /// cards' precomputed sum plus the visible restricted ones.
-    fn visible_stats(&self, visible: &VisibleSet) -> VisibleStats {
+    fn visible_totals(&self, visible: &VisibleSet) -> (u64, u64) {
         let length = |o: u32| u64::from(self.norms.get(o as usize).copied().unwrap_or(0));
         let in_index = |o: &u32| u64::from(*o) < self.docs;
         let (base, none) = (&self.open, VisibleSet::empty(0));
@@ -709,11 +776,7 @@ impl SearchIndex {
             docs += 1;
             tokens += length(o);
         }
-        VisibleStats {
-            docs,
-            tokens,
-            df: HashMap::new(),
-        }
+        (docs, tokens)
     }
 
     /// How many of `docs` (sorted (segment, document) pairs) hold `term`: one seek in the
@@ -783,26 +846,59 @@ impl SearchIndex {
     }
 }
 
-/// BM25 statistics over the visible cards: what tantivy would compute if the index held
-/// only them.
-struct VisibleStats {
-    docs: u64,
-    tokens: u64,
-    df: HashMap<Term, u64>,
+/// How one search scores: its terms, and on the fast path the visible restricted cards.
+struct Plan {
+    terms: Vec<PlannedTerm>,
+    /// Per segment, whether it holds open cards (fast path only).
+    open_segments: Vec<bool>,
+    /// Fast path (format 3, every open card visible): the visible restricted cards as
+    /// sorted (segment, document) pairs, scored from [`PlannedTerm::own`].
+    own: Option<Vec<(u32, DocId)>>,
 }
 
-impl Bm25StatisticsProvider for VisibleStats {
-    fn total_num_tokens(&self, _field: Field) -> tantivy::Result<u64> {
-        Ok(self.tokens)
-    }
+/// One query term.
+struct PlannedTerm {
+    weight: Bm25Weight,
+    /// Where its postings are in each segment (`None`: not in that segment).
+    infos: Vec<Option<TermInfo>>,
+    /// (index into [`Plan::own`], term frequency) for each visible restricted card that
+    /// holds it.
+    own: Vec<(u32, u32)>,
+}
 
-    fn total_num_docs(&self) -> tantivy::Result<u64> {
-        Ok(self.docs)
+/// Which of `docs` (sorted (segment, document) pairs) hold the term whose postings are at
+/// `infos`, with its frequency there: one seek per document.
+fn frequencies_among(
+    inverted: &[Arc<InvertedIndexReader>],
+    infos: &[Option<TermInfo>],
+    docs: &[(u32, DocId)],
+) -> std::io::Result<Vec<(u32, u32)>> {
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < docs.len() {
+        let segment = docs[i].0 as usize;
+        let end = i + docs[i..]
+            .iter()
+            .take_while(|d| d.0 as usize == segment)
+            .count();
+        if let (Some(inv), Some(Some(info))) = (inverted.get(segment), infos.get(segment)) {
+            let mut postings =
+                inv.read_postings_from_terminfo(info, IndexRecordOption::WithFreqs)?;
+            for (at, &(_, doc)) in docs.iter().enumerate().take(end).skip(i) {
+                if postings.doc() > doc {
+                    continue;
+                }
+                if postings.seek(doc) == TERMINATED {
+                    break;
+                }
+                if postings.doc() == doc {
+                    found.push((at as u32, postings.term_freq()));
+                }
+            }
+        }
+        i = end;
     }
-
-    fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
-        Ok(self.df.get(term).copied().unwrap_or(0))
-    }
+    Ok(found)
 }
 
 /// The distinct terms BM25 searches `text` by: its tokens without the stopwords (unless
@@ -863,7 +959,7 @@ pub fn select_for_task(
     Ok(catalog.select(&query, &hits, &rules.config))
 }
 
-/// A hit in the heap: ordered so the heap's top is the worst kept hit.
+/// A scored hit (score, ordinal), ordered best last: higher score, then lower ordinal.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Ranked(Score, u32);
 
@@ -877,89 +973,6 @@ impl Ord for Ranked {
     /// Better = higher score, then lower ordinal.
     fn cmp(&self, other: &Self) -> Ordering {
         self.0.total_cmp(&other.0).then(other.1.cmp(&self.1))
-    }
-}
-
-/// Top-k by score among the visible ordinals.
-struct MaskedTopK {
-    limit: usize,
-    visible: Arc<VisibleSet>,
-    ords: Arc<Vec<Vec<u32>>>,
-}
-
-struct MaskedSegment {
-    limit: usize,
-    visible: Arc<VisibleSet>,
-    ords: Arc<Vec<Vec<u32>>>,
-    segment: usize,
-    heap: BinaryHeap<Reverse<Ranked>>,
-}
-
-impl Collector for MaskedTopK {
-    type Fruit = Vec<TextHit>;
-    type Child = MaskedSegment;
-
-    fn for_segment(
-        &self,
-        segment: SegmentOrdinal,
-        _: &SegmentReader,
-    ) -> tantivy::Result<MaskedSegment> {
-        Ok(MaskedSegment {
-            limit: self.limit,
-            visible: self.visible.clone(),
-            ords: self.ords.clone(),
-            segment: segment as usize,
-            heap: BinaryHeap::with_capacity(self.limit + 1),
-        })
-    }
-
-    fn requires_scoring(&self) -> bool {
-        true
-    }
-
-    fn merge_fruits(&self, fruits: Vec<Vec<TextHit>>) -> tantivy::Result<Vec<TextHit>> {
-        let mut all: Vec<Ranked> = fruits
-            .into_iter()
-            .flatten()
-            .map(|h| Ranked(h.score, h.ord))
-            .collect();
-        all.sort_unstable_by(|a, b| b.cmp(a));
-        all.truncate(self.limit);
-        Ok(all
-            .into_iter()
-            .map(|Ranked(score, ord)| TextHit { ord, score })
-            .collect())
-    }
-}
-
-impl SegmentCollector for MaskedSegment {
-    type Fruit = Vec<TextHit>;
-
-    fn collect(&mut self, doc: DocId, score: Score) {
-        let Some(&ord) = self
-            .ords
-            .get(self.segment)
-            .and_then(|s| s.get(doc as usize))
-        else {
-            return;
-        };
-        if !self.visible.contains(ord) {
-            return;
-        }
-        let hit = Ranked(score, ord);
-        if self.heap.len() < self.limit {
-            self.heap.push(Reverse(hit));
-        } else if self.heap.peek().is_some_and(|Reverse(worst)| hit > *worst) {
-            self.heap.pop();
-            self.heap.push(Reverse(hit));
-        }
-    }
-
-    fn harvest(self) -> Vec<TextHit> {
-        self.heap
-            .into_iter()
-            .map(|Reverse(Ranked(score, ord))| TextHit { ord, score })
-            .collect()
     }
 }
 

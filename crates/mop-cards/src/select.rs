@@ -7,7 +7,7 @@
 //! the hard exclusions, assigns tiers and match classes, and ranks with one strict key.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
+use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
 
 use jiff::Timestamp;
@@ -180,6 +180,9 @@ struct Precomputed {
     occurrence: u64,
     last_seen: Option<Timestamp>,
     id: CardId,
+    /// The card's place among all cards by the task-independent ranking keys (importance,
+    /// occurrence, last seen, id): what ranking compares after match class and text score.
+    rank: u32,
 }
 
 /// A task's user and asset as interned numbers; names no card mentions get `NOBODY`, which
@@ -224,6 +227,7 @@ pub struct Catalog {
     by_author: HashMap<u32, Vec<u32>>,
     by_code: HashMap<String, Vec<u32>>,
     by_tag: HashMap<String, Vec<u32>>,
+    /// Workspace baseline cards (live, verified, of a baseline type), best first.
     baseline: Vec<u32>,
     open: VisibleSet,
 }
@@ -274,6 +278,7 @@ impl Catalog {
                 unverified: s.is_unverified(),
                 importance: effective_importance(s.importance, last_seen, now, &rules.config),
                 last_seen,
+                rank: 0,
             };
             if live {
                 for (map, key) in [
@@ -305,6 +310,23 @@ impl Catalog {
             cat.lines.push(e);
         }
         cat.lines.shrink();
+        let mut by_rank: Vec<u32> = (0..cat.pre.len() as u32).collect();
+        by_rank.sort_unstable_by(|a, b| {
+            let (a, b) = (&cat.pre[*a as usize], &cat.pre[*b as usize]);
+            b.importance
+                .total_cmp(&a.importance)
+                .then(b.occurrence.cmp(&a.occurrence))
+                .then(b.last_seen.cmp(&a.last_seen))
+                .then(a.id.cmp(&b.id))
+        });
+        for (rank, ord) in by_rank.into_iter().enumerate() {
+            cat.pre[ord as usize].rank = rank as u32;
+        }
+        // Best first, as a task with no other match would rank them (human corrections,
+        // then the rest).
+        let class = |o: &u32| cat.pre[*o as usize].card_type != CardType::HumanCorrection;
+        cat.baseline
+            .sort_unstable_by_key(|o| (class(o), cat.pre[*o as usize].rank));
         Ok(cat)
     }
 
@@ -457,31 +479,49 @@ impl Catalog {
                 .for_each(|o| mark(*o, TAG));
         }
         text.iter().for_each(|h| mark(h.ord, TEXT));
-        self.baseline.iter().for_each(|o| mark(*o, 0));
 
+        // Every candidate is counted in its tier; only the best `max_mounted` are kept, in
+        // a heap whose top is the worst of them.
         let mut selected = TierCounts::default();
-        let mut picked: Vec<RankKey> = candidates
-            .into_iter()
-            .filter_map(|ord| {
-                let score = (flags[ord as usize] & TEXT != 0)
-                    .then(|| text.iter().find(|h| h.ord == ord).map_or(0.0, |h| h.score));
-                let key = self.classify(ord, flags[ord as usize], score, scope)?;
-                selected.add(key.sel.tier);
-                Some(key)
-            })
-            .collect();
-
-        let mut left_out = TierCounts::default();
-        if picked.len() > config.max_mounted {
-            if config.max_mounted > 0 {
-                picked.select_nth_unstable(config.max_mounted - 1);
+        let mut best: BinaryHeap<RankKey> = BinaryHeap::with_capacity(config.max_mounted + 1);
+        for ord in candidates {
+            let f = flags[ord as usize];
+            let score = (f & TEXT != 0)
+                .then(|| text.iter().find(|h| h.ord == ord).map_or(0.0, |h| h.score));
+            let Some(key) = self.classify(ord, f, score, scope) else {
+                continue;
+            };
+            selected.add(key.sel.tier);
+            if best.len() < config.max_mounted {
+                best.push(key);
+            } else if best.peek().is_some_and(|worst| key < *worst) {
+                best.pop();
+                best.push(key);
             }
-            for k in &picked[config.max_mounted..] {
-                left_out.add(k.sel.tier);
-            }
-            picked.truncate(config.max_mounted);
         }
-        picked.sort_unstable();
+        // The baseline cards nothing else matched: visible to every task, tier L0, and
+        // ranked by keys that do not depend on the task, so `baseline` is in their order
+        // and the walk stops at the first that would not be mounted.
+        let unmatched = || self.baseline.iter().filter(|o| flags[**o as usize] == 0);
+        selected.0[Tier::L0 as usize] += unmatched().count();
+        for &ord in unmatched() {
+            let Some(key) = self.classify(ord, 0, None, scope) else {
+                continue;
+            };
+            if best.len() < config.max_mounted {
+                best.push(key);
+            } else if best.peek().is_some_and(|worst| key < *worst) {
+                best.pop();
+                best.push(key);
+            } else {
+                break;
+            }
+        }
+        let picked = best.into_sorted_vec();
+        let mut left_out = selected;
+        for k in &picked {
+            left_out.0[k.sel.tier as usize] -= 1;
+        }
         Selection {
             cards: picked.into_iter().map(|k| k.sel).collect(),
             selected,
@@ -566,20 +606,17 @@ impl Catalog {
                 text_score: text_score.unwrap_or(0.0),
                 importance: p.importance,
             },
-            occurrence: p.occurrence,
-            last_seen: p.last_seen,
-            id: p.id,
+            rank: p.rank,
         })
     }
 }
 
-/// A selected card with every ranking key at hand, so sorting touches no other memory.
+/// A selected card with its ranking keys at hand, so comparing touches no other memory.
 #[derive(Debug, Clone, Copy)]
 struct RankKey {
     sel: Selected,
-    occurrence: u64,
-    last_seen: Option<Timestamp>,
-    id: CardId,
+    /// [`Precomputed::rank`]: the keys after class and text score, in one number.
+    rank: u32,
 }
 
 impl PartialEq for RankKey {
@@ -594,17 +631,15 @@ impl PartialOrd for RankKey {
     }
 }
 impl Ord for RankKey {
-    /// The strict ranking order of OKF.md: `Less` ranks higher.
+    /// The strict ranking order of OKF.md: `Less` ranks higher (class, then text score,
+    /// then importance, occurrence, last seen and id, which `rank` holds).
     fn cmp(&self, b: &Self) -> Ordering {
         let a = self;
         a.sel
             .class
             .cmp(&b.sel.class)
             .then(b.sel.text_score.total_cmp(&a.sel.text_score))
-            .then(b.sel.importance.total_cmp(&a.sel.importance))
-            .then(b.occurrence.cmp(&a.occurrence))
-            .then(b.last_seen.cmp(&a.last_seen))
-            .then(a.id.cmp(&b.id))
+            .then(a.rank.cmp(&b.rank))
     }
 }
 

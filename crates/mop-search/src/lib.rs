@@ -43,7 +43,6 @@ use tantivy::index::InvertedIndexReader;
 use tantivy::index::SegmentId;
 use tantivy::indexer::NoMergePolicy;
 use tantivy::postings::{Postings, TermInfo};
-use tantivy::query::Bm25Weight;
 use tantivy::schema::{FAST, Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions};
 use tantivy::{
     DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, Score, TERMINATED,
@@ -625,7 +624,7 @@ impl SearchIndex {
                         postings: inverted
                             .read_block_postings_from_terminfo(info, IndexRecordOption::WithFreqs)
                             .map_err(|e| tantivy(e.into()))?,
-                        weight: &t.weight,
+                        weight: t.weight,
                     });
                 }
             }
@@ -634,6 +633,7 @@ impl SearchIndex {
             }
             let all_visible = plan.own.is_some();
             let hits = topk::top_k(
+                &plan.bm25,
                 postings,
                 &self.segment_norms[segment],
                 &self.ords[segment],
@@ -648,7 +648,7 @@ impl SearchIndex {
                 for &(i, tf) in &t.own {
                     let (segment, doc) = own[i as usize];
                     let norm = self.segment_norms[segment as usize][doc as usize];
-                    scores[i as usize] += t.weight.score(norm, tf);
+                    scores[i as usize] += plan.bm25.score(t.weight, norm, tf);
                 }
             }
             for (&(segment, doc), score) in own.iter().zip(scores) {
@@ -739,12 +739,11 @@ impl SearchIndex {
         }
         terms.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
         terms.truncate(MAX_QUERY_TERMS);
-        // BM25 as tantivy computes it for one term over these statistics.
-        let average_length = tokens as Score / docs as Score;
+        let bm25 = topk::Bm25::new(docs, tokens);
         let terms = terms
             .into_iter()
             .map(|(df, _, infos, own)| PlannedTerm {
-                weight: Bm25Weight::for_one_term(df, docs, average_length),
+                weight: bm25.weight(df),
                 infos,
                 own,
             })
@@ -754,6 +753,7 @@ impl SearchIndex {
             _ => (Vec::new(), None),
         };
         Ok(Some(Plan {
+            bm25,
             terms,
             open_segments,
             own,
@@ -848,6 +848,7 @@ impl SearchIndex {
 
 /// How one search scores: its terms, and on the fast path the visible restricted cards.
 struct Plan {
+    bm25: topk::Bm25,
     terms: Vec<PlannedTerm>,
     /// Per segment, whether it holds open cards (fast path only).
     open_segments: Vec<bool>,
@@ -858,7 +859,8 @@ struct Plan {
 
 /// One query term.
 struct PlannedTerm {
-    weight: Bm25Weight,
+    /// Its BM25 weight (idf × (K1 + 1)).
+    weight: Score,
     /// Where its postings are in each segment (`None`: not in that segment).
     infos: Vec<Option<TermInfo>>,
     /// (index into [`Plan::own`], term frequency) for each visible restricted card that

@@ -16,8 +16,8 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use tantivy::Score;
+use tantivy::fieldnorm::FieldNormReader;
 use tantivy::postings::BlockSegmentPostings;
-use tantivy::query::Bm25Weight;
 
 use crate::Ranked;
 
@@ -27,18 +27,66 @@ thread_local! {
     static SCORES: RefCell<Vec<Score>> = const { RefCell::new(Vec::new()) };
 }
 
-/// One term's postings in one segment, with its weight.
-pub(crate) struct TermPostings<'a> {
-    pub(crate) postings: BlockSegmentPostings,
-    pub(crate) weight: &'a Bm25Weight,
+/// BM25's constants, as tantivy (and Lucene) use them.
+const K1: Score = 1.2;
+const B: Score = 0.75;
+
+/// BM25 over one set of statistics (the cards a task sees): what a card's length does to
+/// a term's score, computed once per search for each of the 256 field norm ids.
+pub(crate) struct Bm25 {
+    /// K1 × (1 − B + B × length / average length), by field norm id.
+    norm: [Score; 256],
+    /// What a term that occurs once adds, before its weight: 1 / (1 + norm).
+    once: [Score; 256],
+    docs: u64,
 }
 
-/// Scores every document of a segment of `max_doc` documents that holds one of `terms`
-/// (in the query's order) and returns the best `limit` among those `keep` admits, as
+impl Bm25 {
+    /// BM25 for `docs` cards of `tokens` tokens in all.
+    pub(crate) fn new(docs: u64, tokens: u64) -> Bm25 {
+        let average = tokens as Score / docs as Score;
+        let norm: [Score; 256] = std::array::from_fn(|id| {
+            let length = FieldNormReader::id_to_fieldnorm(id as u8);
+            K1 * (1.0 - B + B * length as Score / average)
+        });
+        Bm25 {
+            once: std::array::from_fn(|id| 1.0 / (1.0 + norm[id])),
+            norm,
+            docs,
+        }
+    }
+
+    /// A term's weight from its document frequency: idf × (K1 + 1).
+    pub(crate) fn weight(&self, df: u64) -> Score {
+        let x = (self.docs.saturating_sub(df) as Score + 0.5) / (df as Score + 0.5);
+        (1.0 + x).ln() * (1.0 + K1)
+    }
+
+    /// What a term of `weight` adds to a card of this field norm id where it occurs `tf`
+    /// times.
+    pub(crate) fn score(&self, weight: Score, norm: u8, tf: u32) -> Score {
+        let factor = if tf == 1 {
+            self.once[norm as usize]
+        } else {
+            let tf = tf as Score;
+            tf / (tf + self.norm[norm as usize])
+        };
+        weight * factor
+    }
+}
+
+/// One term's postings in one segment, with its weight.
+pub(crate) struct TermPostings {
+    pub(crate) postings: BlockSegmentPostings,
+    pub(crate) weight: Score,
+}
+
+/// Scores every document of a segment that holds one of `terms` (in the query's order) and returns the best `limit` among those `keep` admits, as
 /// (score, card ordinal). `norms` are the documents' field norm ids, `ords` their card
 /// ordinals.
 pub(crate) fn top_k(
-    terms: Vec<TermPostings<'_>>,
+    bm25: &Bm25,
+    terms: Vec<TermPostings>,
     norms: &[u8],
     ords: &[u32],
     limit: usize,
@@ -49,9 +97,6 @@ pub(crate) fn top_k(
         scores.clear();
         scores.resize(norms.len(), 0.0);
         for mut t in terms {
-            // A term occurs once in most cards that hold it: its score there depends on
-            // the card's length alone, looked up instead of computed.
-            let once: Vec<Score> = (0..=255u8).map(|id| t.weight.score(id, 1)).collect();
             loop {
                 let docs = t.postings.docs();
                 if docs.is_empty() {
@@ -62,11 +107,7 @@ pub(crate) fn top_k(
                     let (Some(score), Some(norm)) = (scores.get_mut(doc), norms.get(doc)) else {
                         continue;
                     };
-                    *score += if *tf == 1 {
-                        once[*norm as usize]
-                    } else {
-                        t.weight.score(*norm, *tf)
-                    };
+                    *score += bm25.score(t.weight, *norm, *tf);
                 }
                 t.postings.advance();
             }

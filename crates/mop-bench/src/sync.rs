@@ -157,13 +157,29 @@ impl Control {
     }
 }
 
+/// Where the daemons' logs go: `MOP_BENCH_DAEMON_LOG` names a file to append them to
+/// (each cold sync logs its fetch, build and flush times), else nowhere.
+fn daemon_log() -> Result<Stdio> {
+    match std::env::var_os("MOP_BENCH_DAEMON_LOG") {
+        Some(path) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .with_context(|| format!("cannot open {}", Path::new(&path).display()))?;
+            Ok(file.into())
+        }
+        None => Ok(Stdio::null()),
+    }
+}
+
 fn spawn_mopd(config: &Path) -> Result<Child> {
     Command::new(bin("mopd"))
         .arg("run")
         .arg("--config")
         .arg(config)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(daemon_log()?)
         .spawn()
         .context("cannot start mopd")
 }

@@ -55,20 +55,30 @@ impl ObjectWriter {
         let file = self.tmp.as_file();
         file.set_permissions(fs::Permissions::from_mode(0o440))
             .map_err(io_err(self.tmp.path()))?;
-        let parent = self
-            .dest
-            .parent()
-            .expect("objects have a fan-out directory");
-        make_dir(parent)?;
-        match self.tmp.persist_noclobber(&self.dest) {
-            Ok(_) => Ok(()),
-            // Already there (fetched twice): the existing copy has the same name, hence content.
-            Err(e) if e.error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-            Err(e) => Err(PoolError::Io {
-                path: self.dest.display().to_string(),
-                source: e.error,
-            }),
-        }
+        // The fan-out directory exists for all but the first object in it: it is made
+        // only when the rename says it is missing (two system calls fewer per object).
+        let tmp = match self.tmp.persist_noclobber(&self.dest) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.error.kind() == io::ErrorKind::NotFound => {
+                make_dir(self.dest.parent().expect("objects have a fan-out directory"))?;
+                e.file
+            }
+            Err(e) => return persisted(&self.dest, Err(e)),
+        };
+        persisted(&self.dest, tmp.persist_noclobber(&self.dest).map(drop))
+    }
+}
+
+/// The outcome of naming an object.
+fn persisted(dest: &Path, result: Result<(), tempfile::PersistError>) -> Result<(), PoolError> {
+    match result {
+        Ok(()) => Ok(()),
+        // Already there (fetched twice): the existing copy has the same name, hence content.
+        Err(e) if e.error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(PoolError::Io {
+            path: dest.display().to_string(),
+            source: e.error,
+        }),
     }
 }
 

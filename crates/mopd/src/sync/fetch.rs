@@ -55,19 +55,58 @@ pub async fn fetch(
         }
         return Ok(received);
     }
-    for chunk in wanted.chunks(BATCH) {
-        let mut body = client
-            .object_batch(ws, chunk.iter().map(|(s, _)| s.clone()).collect())
-            .await?;
-        let mut decoder = BatchDecoder::new(MAX_OBJECT);
-        let mut sink = PoolSink::new(pool, chunk);
-        while let Some(bytes) = body.chunk().await? {
-            received += bytes.len() as u64;
-            decoder.feed(&bytes, &mut sink)?;
-        }
-        decoder.finish()?;
-        sink.finish()?;
+    type Answer<'f> = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<crate::client::Body, ClientError>> + Send + 'f>,
+    >;
+    let request = |chunk: &[(String, u64)]| -> Answer<'_> {
+        Box::pin(client.object_batch(ws, chunk.iter().map(|(s, _)| s.clone()).collect()))
+    };
+    // One request ahead: the server reads and compresses the next batch while this one
+    // is decoded, hashed and written (each side would otherwise wait for the other).
+    let chunks: Vec<&[(String, u64)]> = wanted.chunks(BATCH).collect();
+    let mut next = Some(request(chunks[0]));
+    for (i, chunk) in chunks.iter().enumerate() {
+        let body = next.take().expect("a request is in flight").await?;
+        let mut ahead = chunks.get(i + 1).map(|c| request(c));
+        let store = store_batch(pool, chunk, body);
+        tokio::pin!(store);
+        // The next request is driven only until its answer starts (its headers): its body
+        // waits in the connection until this batch is stored.
+        let mut answered = None;
+        let stored = loop {
+            tokio::select! {
+                stored = &mut store => break stored,
+                got = async { ahead.as_mut().expect("checked").await }, if ahead.is_some() && answered.is_none() => {
+                    answered = Some(got);
+                    ahead = None;
+                }
+            }
+        };
+        received += stored?;
+        next = match (answered, ahead) {
+            (Some(got), _) => Some(Box::pin(std::future::ready(got)) as Answer<'_>),
+            (None, Some(pending)) => Some(pending),
+            (None, None) => None,
+        };
     }
+    Ok(received)
+}
+
+/// Decodes one batch answer into the pool; returns the bytes received.
+async fn store_batch(
+    pool: &Pool,
+    chunk: &[(String, u64)],
+    mut body: crate::client::Body,
+) -> Result<u64, FetchError> {
+    let mut received = 0;
+    let mut decoder = BatchDecoder::new(MAX_OBJECT);
+    let mut sink = PoolSink::new(pool, chunk);
+    while let Some(bytes) = body.chunk().await? {
+        received += bytes.len() as u64;
+        decoder.feed(&bytes, &mut sink)?;
+    }
+    decoder.finish()?;
+    sink.finish()?;
     Ok(received)
 }
 

@@ -346,7 +346,9 @@ impl Syncer {
             self.update(|s| s.epoch_warning = Some(warning));
         }
         self.check_quota(&missing)?;
+        let fetching = std::time::Instant::now();
         let received = fetch::fetch(&client, &self.pool, &self.ws, &missing).await?;
+        let fetch_ms = fetching.elapsed().as_millis() as u64;
         self.update(|s| {
             s.stats.objects_fetched += missing.len() as u64;
             s.stats.object_bytes += received;
@@ -358,8 +360,8 @@ impl Syncer {
             manifest.revision,
             manifest.cards.len(),
         );
-        let (name, usage) = self.build_and_publish(manifest).await?;
-        tracing::info!(workspace = %self.ws, generation = %name, cards, objects = missing.len(), bytes = received, "published a new generation");
+        let (name, usage, times) = self.build_and_publish(manifest).await?;
+        tracing::info!(workspace = %self.ws, generation = %name, cards, objects = missing.len(), bytes = received, fetch_ms, build_ms = times.build_ms, flush_ms = times.flush_ms, "published a new generation");
         self.update(|s| {
             record_generation(s, &name, epoch, revision, cards);
             s.pool_bytes = usage;
@@ -396,7 +398,7 @@ impl Syncer {
         };
         let m = &current.manifest;
         let (epoch, revision, cards) = (m.epoch.clone(), m.revision, m.cards.len());
-        let (name, usage) = self.build_and_publish(current.manifest).await?;
+        let (name, usage, _) = self.build_and_publish(current.manifest).await?;
         tracing::info!(workspace = %self.ws, generation = %name, model = %model.fingerprint(), "rebuilt the current generation with the configured model's card vectors");
         self.update(|s| {
             record_generation(s, &name, epoch, revision, cards);
@@ -433,21 +435,26 @@ impl Syncer {
     async fn build_and_publish(
         &self,
         manifest: mop_proto::sync::Manifest,
-    ) -> Result<(String, u64), Failure> {
+    ) -> Result<(String, u64, BuildTimes), Failure> {
         let pool = self.pool.clone();
         let pins = self.state.pinned(&self.ws);
         let model = self.state.embedding_model();
         let started = std::time::Instant::now();
-        let (name, usage) = blocking(move || {
+        let (name, usage, times) = blocking(move || {
             let name = pool.build_generation(&manifest, model.as_deref())?;
+            let built = started.elapsed();
             pool.publish(&name)?;
+            let times = BuildTimes {
+                build_ms: built.as_millis() as u64,
+                flush_ms: (started.elapsed() - built).as_millis() as u64,
+            };
             pool.collect(&pins)?;
-            Ok((name, pool.usage()))
+            Ok((name, pool.usage(), times))
         })
         .await?;
         self.state.metrics.built(started.elapsed());
         let _ = self.state.published.send((self.ws.clone(), name.clone()));
-        Ok((name, usage))
+        Ok((name, usage, times))
     }
 
     /// Re-hashes the pool; with `repair`, fetches what is missing or bad again and
@@ -470,11 +477,18 @@ impl Syncer {
             self.pool.has_object(sha, size)
         });
         fetch::fetch(&self.state.client(), &self.pool, &self.ws, &missing).await?;
-        let (name, _) = self.build_and_publish(current.manifest).await?;
+        let (name, _, _) = self.build_and_publish(current.manifest).await?;
         tracing::info!(workspace = %self.ws, generation = %name, refetched = missing.len(), "pool repaired");
         self.refresh_current().await;
         Ok((report, Some(name)))
     }
+}
+
+/// How long a generation took to build (tree and index) and to flush and publish, for
+/// the log line that announces it.
+struct BuildTimes {
+    build_ms: u64,
+    flush_ms: u64,
 }
 
 /// Notes a generation in the status: its name and the version and size of its manifest.

@@ -9,7 +9,9 @@
 //! command from starting before the go signal; the guard closes the rest.
 //!
 //! `mop run` starts the guard before bwrap, in a process group of its own (so terminal
-//! signals do not reach it), with the read end of a pipe as its stdin. On a normal end
+//! signals do not reach it), with the read end of a pipe as its stdin: as a fork of
+//! itself while it has a single thread (a process start fewer on every run), else as
+//! `mop __guard`. On a normal end
 //! `mop run` writes `d` and the guard exits. On end-of-file without it, the guard kills
 //! every process of the task that started before that moment: bwrap's processes (their
 //! command line names the task) and what runs in the sandbox (its environment does).
@@ -24,9 +26,16 @@ pub const DONE: u8 = b'd';
 
 /// `mop __guard --task-id T`: waits on stdin, then cleans up if need be.
 pub fn run(task_id: &str) -> ExitCode {
+    watch(task_id);
+    ExitCode::SUCCESS
+}
+
+/// The guard's work: waits on stdin for [`DONE`]; on end-of-file without it, ends the
+/// task's processes.
+pub fn watch(task_id: &str) {
     let mut byte = [0u8; 1];
     if matches!(std::io::stdin().read(&mut byte), Ok(1) if byte[0] == DONE) {
-        return ExitCode::SUCCESS;
+        return;
     }
     let cutoff = ticks_since_boot();
     let mut quiet_scans = 0;
@@ -59,7 +68,6 @@ pub fn run(task_id: &str) -> ExitCode {
             "mop: mop run of task {task_id} ended without cleaning up; its guard ended {killed} sandbox process(es)"
         );
     }
-    ExitCode::SUCCESS
 }
 
 /// Clock ticks since boot, the unit of `/proc/<pid>/stat`'s start time.

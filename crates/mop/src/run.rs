@@ -90,7 +90,6 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     } else {
         Some(mop_proto::host::find_bwrap(Some(&workdir)).map_err(anyhow::Error::msg)?)
     };
-    let rt = crate::runtime()?;
     let pid = std::process::id();
     let task = a
         .task
@@ -115,6 +114,8 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         )?),
         _ => None,
     };
+    // After the guard: a fork needs this process to have one thread.
+    let rt = crate::runtime()?;
     let mut hold = rt
         .block_on(Control::new(&a.socket).prepare_held(&req))
         .map_err(refused(format!(
@@ -403,6 +404,9 @@ struct Guard {
 impl Guard {
     fn start(mop_exe: &Path, task_id: &str) -> Result<Guard> {
         use std::os::unix::process::CommandExt;
+        if let Some(pipe) = sys::fork_guard(task_id).context("cannot start the guard")? {
+            return Ok(Guard { pipe: Some(pipe) });
+        }
         let (read, write) =
             nix::unistd::pipe2(OFlag::O_CLOEXEC).context("cannot create the guard's pipe")?;
         Command::new(mop_exe)

@@ -1,7 +1,7 @@
 //! The few system calls `mop run` needs that safe Rust does not offer, kept in one narrow
 //! module (as youki does): making every inherited descriptor close-on-exec, passing chosen
-//! ones to bwrap, a fresh session keyring, resource limits set between fork and exec, and
-//! asking the kernel for its Landlock ABI. Everything else goes through `nix` and `std`.
+//! ones to bwrap, a fresh session keyring, resource limits set between fork and exec,
+//! asking the kernel for its Landlock ABI, and forking the guard. Everything else goes through `nix` and `std`.
 
 #![allow(unsafe_code)]
 
@@ -93,5 +93,69 @@ pub fn set_limits_on_exec(
             }
             Ok(())
         });
+    }
+}
+
+/// The number of threads of this process, from `/proc/self/status`.
+fn threads() -> Option<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Starts [`crate::guard::watch`] for `task_id` in a fork of this process: no exec, so
+/// it costs a fork instead of a whole process start. The child gets its own process group,
+/// the read end of a new pipe as stdin, `/dev/null` as stdout, keeps stderr, and closes
+/// every other descriptor (it holds none of the sandbox's). Returns the pipe's write end,
+/// or `None` when this process has more than one thread (a fork would copy only this
+/// one, and the caller starts `mop __guard` instead).
+pub fn fork_guard(task_id: &str) -> std::io::Result<Option<std::fs::File>> {
+    use nix::unistd::{ForkResult, Pid, dup2_stdin, dup2_stdout, setpgid};
+    if threads() != Some(1) {
+        return Ok(None);
+    }
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
+    // SAFETY: this process has one thread (checked just above, and nothing here starts
+    // another), so the child is a whole copy of it and may run any code, allocation
+    // included, as the parent could.
+    match unsafe { nix::unistd::fork() }? {
+        ForkResult::Parent { child } => {
+            // Both sides set the group, so no terminal signal can reach the guard in
+            // between.
+            let _ = setpgid(child, child);
+            Ok(Some(std::fs::File::from(write)))
+        }
+        ForkResult::Child => {
+            drop(write);
+            let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
+            let ready = dup2_stdin(&read).and_then(|_| dup2_stdout(&null));
+            drop(read);
+            drop(null);
+            if ready.is_ok() {
+                close_all_but_stdio();
+                crate::guard::watch(task_id);
+            }
+            std::process::exit(0);
+        }
+    }
+}
+
+/// Closes every descriptor above 2.
+fn close_all_but_stdio() {
+    let fds: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .filter(|fd| *fd > 2)
+                .collect()
+        })
+        .unwrap_or_default();
+    for fd in fds {
+        // The directory handle read_dir used is among them, already closed: EBADF.
+        let _ = nix::unistd::close(fd);
     }
 }

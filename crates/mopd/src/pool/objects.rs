@@ -60,7 +60,11 @@ impl ObjectWriter {
         let tmp = match self.tmp.persist_noclobber(&self.dest) {
             Ok(_) => return Ok(()),
             Err(e) if e.error.kind() == io::ErrorKind::NotFound => {
-                make_dir(self.dest.parent().expect("objects have a fan-out directory"))?;
+                make_dir(
+                    self.dest
+                        .parent()
+                        .expect("objects have a fan-out directory"),
+                )?;
                 e.file
             }
             Err(e) => return persisted(&self.dest, Err(e)),

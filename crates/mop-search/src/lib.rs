@@ -20,6 +20,11 @@
 //! cards' words a second time in a field of their own, which cost 60 % more indexing for
 //! the same answer; they are still read.
 //!
+//! Tantivy stores the index (term dictionary, postings, field norms); scoring is this
+//! crate's own ([`topk`]): term at a time into one score array, the open segments
+//! scanned and the visible restricted cards scored from the frequencies found while
+//! counting them, which on these long queries beats tantivy's union and its pruning.
+//!
 //! With an embedding model ([`mop_embed`]), a build also stores each card's vector, and a
 //! search ranks the visible cards a second way, by cosine similarity to the text, and
 //! merges the two rankings by reciprocal rank fusion ([`RRF_K`]): BM25 finds the cards

@@ -483,7 +483,11 @@ impl Catalog {
         // Every candidate is counted in its tier; only the best `max_mounted` are kept, in
         // a heap whose top is the worst of them.
         let mut selected = TierCounts::default();
-        let mut best: BinaryHeap<RankKey> = BinaryHeap::with_capacity(config.max_mounted + 1);
+        let room = config
+            .max_mounted
+            .min(candidates.len() + self.baseline.len())
+            .saturating_add(1);
+        let mut best: BinaryHeap<RankKey> = BinaryHeap::with_capacity(room);
         for ord in candidates {
             let f = flags[ord as usize];
             let score = (f & TEXT != 0)
@@ -505,9 +509,9 @@ impl Catalog {
         let unmatched = || self.baseline.iter().filter(|o| flags[**o as usize] == 0);
         selected.0[Tier::L0 as usize] += unmatched().count();
         for &ord in unmatched() {
-            let Some(key) = self.classify(ord, 0, None, scope) else {
-                continue;
-            };
+            let key = self.classify(ord, 0, None, scope);
+            debug_assert!(key.is_some(), "a baseline card is visible to every task");
+            let Some(key) = key else { continue };
             if best.len() < config.max_mounted {
                 best.push(key);
             } else if best.peek().is_some_and(|worst| key < *worst) {

@@ -434,7 +434,9 @@ fn charsmap(n: Normalizer) -> Result<Option<Charsmap>, Refusal> {
                 map = Some(Charsmap::new(parsed));
             }
             Normalizer::Replace { pattern, content }
-                if content.chars().all(char::is_whitespace) && spaces_only(&pattern) => {}
+                if !content.is_empty()
+                    && content.chars().all(|c| c == ' ')
+                    && spaces_only(&pattern) => {}
             _ => {
                 return Err(
                     "the normalizer has a step other than one Precompiled charsmap \
@@ -447,13 +449,25 @@ fn charsmap(n: Normalizer) -> Result<Option<Charsmap>, Refusal> {
     Ok(map)
 }
 
-/// True for a pattern that matches only runs of spaces (`" {2,}"` and the like).
+/// True for a pattern that matches only non-empty runs of spaces: `" "`-strings, and the
+/// regexes `" +"`, `" {n,}"` and `" {n,m}"` with n ≥ 1 (what SentencePiece exports write).
 fn spaces_only(pattern: &Pattern) -> bool {
     match pattern {
         Pattern::String(s) => !s.is_empty() && s.chars().all(|c| c == ' '),
         Pattern::Regex(r) => {
-            let r = r.trim_end_matches(|c: char| c.is_ascii_digit() || ",{}+*".contains(c));
-            !r.is_empty() && r.chars().all(|c| c == ' ')
+            let Some(rest) = r.strip_prefix(' ') else {
+                return false;
+            };
+            if rest == "+" {
+                return true;
+            }
+            let Some(range) = rest.strip_prefix('{').and_then(|x| x.strip_suffix('}')) else {
+                return false;
+            };
+            let (low, high) = range.split_once(',').unwrap_or((range, range));
+            let low: Option<u32> = low.parse().ok();
+            let high_ok = high.is_empty() || high.parse::<u32>().is_ok_and(|h| Some(h) >= low);
+            low.is_some_and(|l| l >= 1) && high_ok
         }
     }
 }
@@ -526,6 +540,21 @@ mod tests {
         // A ▁ inside a word starts a new piece.
         assert_eq!(ids(&t, "a▁b"), vec![2, 5, 3]);
         assert!(ids(&t, " \t\n").is_empty());
+    }
+
+    #[test]
+    fn only_replaces_of_space_runs_are_skipped() {
+        let regex = |r: &str| Pattern::Regex(r.into());
+        for ok in [" {2,}", " +", " {1,3}", " {2}"] {
+            assert!(spaces_only(&regex(ok)), "{ok}");
+        }
+        for bad in [
+            " *", " {0,}", " {0,2}", "  ?", "\\s+", " {3,1}", "x {2,}", "",
+        ] {
+            assert!(!spaces_only(&regex(bad)), "{bad}");
+        }
+        assert!(spaces_only(&Pattern::String("  ".into())));
+        assert!(!spaces_only(&Pattern::String("".into())));
     }
 
     #[test]

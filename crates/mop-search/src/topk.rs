@@ -75,8 +75,10 @@ impl Bm25 {
     /// What a term of `weight` adds to a card of this field norm id where it occurs `tf`
     /// times.
     pub(crate) fn score(&self, weight: Score, norm: u8, tf: u32) -> Score {
-        let at = (tf as usize).wrapping_sub(1) * 256 + norm as usize;
-        let factor = match self.factors.get(at) {
+        let at = (tf as usize)
+            .checked_sub(1)
+            .map(|row| row * 256 + norm as usize);
+        let factor = match at.and_then(|at| self.factors.get(at)) {
             Some(f) => *f,
             None => {
                 let tf = tf as Score;
@@ -147,7 +149,9 @@ impl Best {
     pub(crate) fn new(limit: usize) -> Best {
         Best {
             limit,
-            heap: BinaryHeap::with_capacity(limit + 1),
+            // Room for what a search keeps at most; a limit larger than any index grows
+            // the heap as hits come instead.
+            heap: BinaryHeap::with_capacity(limit.min(1024).saturating_add(1)),
         }
     }
 

@@ -11,7 +11,9 @@
 //! `mop run` starts the guard before bwrap, in a process group of its own (so terminal
 //! signals do not reach it), with the read end of a pipe as its stdin: as a fork of
 //! itself while it has a single thread (a process start fewer on every run), else as
-//! `mop __guard`. On a normal end
+//! `mop __guard`. A forked guard keeps `mop run`'s command line, so a supervisor that
+//! kills by pattern (`pkill -f 'mop run'`) reaches it too; kill the runner by its pid,
+//! or its whole cgroup, which holds the sandbox as well. On a normal end
 //! `mop run` writes `d` and the guard exits. On end-of-file without it, the guard kills
 //! every process of the task that started before that moment: bwrap's processes (their
 //! command line names the task) and what runs in the sandbox (its environment does).
@@ -64,7 +66,11 @@ pub fn watch(task_id: &str) {
         std::thread::sleep(Duration::from_millis(20));
     }
     if killed > 0 {
-        eprintln!(
+        // Not eprintln!: stderr's reader may have died with `mop run`, and a failed write
+        // must not panic here.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
             "mop: mop run of task {task_id} ended without cleaning up; its guard ended {killed} sandbox process(es)"
         );
     }

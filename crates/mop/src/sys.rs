@@ -112,7 +112,7 @@ fn threads() -> Option<usize> {
 /// the read end of a new pipe as stdin, `/dev/null` as stdout, keeps stderr, and closes
 /// every other descriptor (it holds none of the sandbox's). Returns the pipe's write end,
 /// or `None` when this process has more than one thread (a fork would copy only this
-/// one, and the caller starts `mop __guard` instead).
+/// one) or its descriptors cannot be listed; the caller then starts `mop __guard`.
 pub fn fork_guard(task_id: &str) -> std::io::Result<Option<std::fs::File>> {
     use nix::unistd::{ForkResult, Pid, dup2_stdin, dup2_stdout, setpgid};
     if threads() != Some(1) {
@@ -120,6 +120,10 @@ pub fn fork_guard(task_id: &str) -> std::io::Result<Option<std::fs::File>> {
     }
     let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
+    // Listed before the fork, when a failure can still fall back to the exec'd guard.
+    let Some(open) = open_descriptors() else {
+        return Ok(None);
+    };
     // SAFETY: this process has one thread (checked just above, and nothing here starts
     // another), so the child is a whole copy of it and may run any code, allocation
     // included, as the parent could.
@@ -131,31 +135,42 @@ pub fn fork_guard(task_id: &str) -> std::io::Result<Option<std::fs::File>> {
             Ok(Some(std::fs::File::from(write)))
         }
         ForkResult::Child => {
-            drop(write);
-            let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
-            let ready = dup2_stdin(&read).and_then(|_| dup2_stdout(&null));
-            drop(read);
-            drop(null);
-            if ready.is_ok() {
-                close_all_but_stdio();
-                crate::guard::watch(task_id);
-            }
-            std::process::exit(0);
+            let watched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                drop(write);
+                let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
+                let ready = dup2_stdin(&read).and_then(|_| dup2_stdout(&null));
+                drop(read);
+                drop(null);
+                if ready.is_ok() {
+                    for fd in open.into_iter().filter(|fd| *fd > 2) {
+                        let _ = nix::unistd::close(fd);
+                    }
+                    crate::guard::watch(task_id);
+                }
+            }));
+            // SAFETY: _exit ends the process at once: neither `mop run`'s destructors
+            // nor its exit handlers run in the guard, whatever happened above.
+            unsafe { nix::libc::_exit(i32::from(watched.is_err())) }
         }
     }
 }
 
-/// Closes every descriptor above 2.
-fn close_all_but_stdio() {
-    let fds: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .filter(|fd| *fd > 2)
-                .collect()
-        })
-        .unwrap_or_default();
-    for fd in fds {
-        // The directory handle read_dir used is among them, already closed: EBADF.
-        let _ = nix::unistd::close(fd);
-    }
+/// Every open descriptor of this process, from `/proc/self/fd` (without the one that
+/// listing used).
+fn open_descriptors() -> Option<Vec<RawFd>> {
+    let dir = std::fs::read_dir("/proc/self/fd").ok()?;
+    let listed: Vec<RawFd> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    // The directory's own descriptor is closed by now: keep only those still open.
+    Some(
+        listed
+            .into_iter()
+            .filter(|fd| {
+                // SAFETY: borrowed only for this F_GETFD, which fails for a closed one.
+                let borrowed = unsafe { BorrowedFd::borrow_raw(*fd) };
+                fcntl(borrowed, FcntlArg::F_GETFD).is_ok()
+            })
+            .collect(),
+    )
 }

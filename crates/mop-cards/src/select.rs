@@ -167,22 +167,30 @@ impl VisibleSet {
 
 /// Per-card values that do not depend on the task. User, asset and author names are
 /// interned to numbers (0 = none) so the hard exclusions are integer compares.
+///
+/// Every candidate of every task reads this record, so it holds only what the exclusions,
+/// tiers and ranking compare (20 bytes); the rest is in [`Cold`].
 #[derive(Debug, Clone)]
 struct Precomputed {
     live: bool,
+    unverified: bool,
     card_type: CardType,
     user: u32,
     asset: u32,
     /// The author of an unverified card (0: none, so no task may see it).
     author: u32,
-    unverified: bool,
+    /// The card's place among all cards by the task-independent ranking keys (importance,
+    /// occurrence, last seen, id): what ranking compares after match class and text score.
+    rank: u32,
+}
+
+/// Per-card values read only for the cards a task mounts or lists.
+#[derive(Debug, Clone)]
+struct Cold {
     importance: f64,
     occurrence: u64,
     last_seen: Option<Timestamp>,
     id: CardId,
-    /// The card's place among all cards by the task-independent ranking keys (importance,
-    /// occurrence, last seen, id): what ranking compares after match class and text score.
-    rank: u32,
 }
 
 /// A task's user and asset as interned numbers; names no card mentions get `NOBODY`, which
@@ -221,6 +229,7 @@ pub struct Catalog {
     /// What listings show of each card; the manifest entries themselves are not kept.
     lines: Lines,
     pre: Vec<Precomputed>,
+    cold: Vec<Cold>,
     names: HashMap<String, u32>,
     by_user: HashMap<u32, Vec<u32>>,
     by_asset: HashMap<u32, Vec<u32>>,
@@ -252,6 +261,7 @@ impl Catalog {
             revision: manifest.revision,
             generated_at: now,
             pre: Vec::with_capacity(entries.len()),
+            cold: Vec::with_capacity(entries.len()),
             names: HashMap::new(),
             by_user: HashMap::new(),
             by_asset: HashMap::new(),
@@ -270,16 +280,18 @@ impl Catalog {
             let pre = Precomputed {
                 live,
                 card_type: s.card_type,
-                id: s.id,
-                occurrence: e.occurrence,
                 user: cat.intern(s.scope.user_id.as_deref()),
                 asset: cat.intern(s.scope.asset_id.as_deref()),
                 author: cat.intern(s.restricted_to_author()),
                 unverified: s.is_unverified(),
-                importance: effective_importance(s.importance, last_seen, now, &rules.config),
-                last_seen,
                 rank: 0,
             };
+            cat.cold.push(Cold {
+                id: s.id,
+                occurrence: e.occurrence,
+                importance: effective_importance(s.importance, last_seen, now, &rules.config),
+                last_seen,
+            });
             if live {
                 for (map, key) in [
                     (&mut cat.by_user, pre.user),
@@ -312,7 +324,7 @@ impl Catalog {
         cat.lines.shrink();
         let mut by_rank: Vec<u32> = (0..cat.pre.len() as u32).collect();
         by_rank.sort_unstable_by(|a, b| {
-            let (a, b) = (&cat.pre[*a as usize], &cat.pre[*b as usize]);
+            let (a, b) = (&cat.cold[*a as usize], &cat.cold[*b as usize]);
             b.importance
                 .total_cmp(&a.importance)
                 .then(b.occurrence.cmp(&a.occurrence))
@@ -364,16 +376,16 @@ impl Catalog {
 
     /// What listings show of the card with this ordinal (ordinals follow the ids).
     pub fn card(&self, ord: u32) -> CardLine<'_> {
-        let p = &self.pre[ord as usize];
+        let (p, c) = (&self.pre[ord as usize], &self.cold[ord as usize]);
         let (title, description, labels, sha256) = self.lines.get(ord as usize);
         CardLine {
-            id: p.id,
+            id: c.id,
             card_type: p.card_type,
             title,
             description,
             labels,
-            occurrence: p.occurrence,
-            last_seen: p.last_seen,
+            occurrence: c.occurrence,
+            last_seen: c.last_seen,
             unverified: p.unverified,
             sha256,
         }
@@ -386,8 +398,8 @@ impl Catalog {
 
     /// The ordinal of a card id.
     pub fn ord_of(&self, id: &CardId) -> Option<u32> {
-        self.pre
-            .binary_search_by(|p| p.id.cmp(id))
+        self.cold
+            .binary_search_by(|c| c.id.cmp(id))
             .ok()
             .map(|i| i as u32)
     }
@@ -527,7 +539,13 @@ impl Catalog {
             left_out.0[k.sel.tier as usize] -= 1;
         }
         Selection {
-            cards: picked.into_iter().map(|k| k.sel).collect(),
+            cards: picked
+                .into_iter()
+                .map(|k| Selected {
+                    importance: self.cold[k.sel.ord as usize].importance,
+                    ..k.sel
+                })
+                .collect(),
             selected,
             left_out,
         }
@@ -608,7 +626,8 @@ impl Catalog {
                 tier,
                 class,
                 text_score: text_score.unwrap_or(0.0),
-                importance: p.importance,
+                // Filled in for the mounted cards only (ranking compares `rank`).
+                importance: 0.0,
             },
             rank: p.rank,
         })

@@ -27,6 +27,8 @@ pub struct Options {
 /// The per-task budget with hybrid on, and the build budget including vectors.
 const TASK_BUDGET_US: f64 = 1000.0;
 const BUILD_BUDGET_MS: f64 = 2000.0;
+/// Daemon memory readings each way (odd, for a median).
+const MEMORY_ROUNDS: usize = 3;
 
 pub fn run(o: &Options) -> Result<Vec<Section>> {
     let started = Instant::now();
@@ -144,20 +146,48 @@ pub fn run(o: &Options) -> Result<Vec<Section>> {
         workspace_growth: Vec::new(),
         seed: o.seed,
     };
-    eprintln!("hybrid: daemon memory without the model");
-    let (without, _) = crate::memory::measure_with(&options, 1, size, None)?;
-    eprintln!("hybrid: daemon memory with the model");
-    let (with, vectored) = crate::memory::measure_with(&options, 1, size, Some(&o.model))?;
-    anyhow::ensure!(
-        vectored == 1,
-        "the daemon built no card vectors with the model"
-    );
-    let grown = with.mem.rss.saturating_sub(without.mem.rss);
+    // A daemon's RSS moves by several MiB between identical runs (heap layout, thread
+    // stacks touched), so each side runs MEMORY_ROUNDS times, alternating, and the medians
+    // are compared.
+    let (mut without_rounds, mut with_rounds) = (Vec::new(), Vec::new());
+    for round in 0..MEMORY_ROUNDS {
+        for with_model in [round % 2 == 1, round % 2 == 0] {
+            let model = with_model.then_some(o.model.as_path());
+            eprintln!(
+                "hybrid: daemon memory {} the model, round {}/{MEMORY_ROUNDS}",
+                if with_model { "with" } else { "without" },
+                round + 1
+            );
+            let (reading, vectored) = crate::memory::measure_with(&options, 1, size, model)?;
+            if with_model {
+                anyhow::ensure!(
+                    vectored == 1,
+                    "the daemon built no card vectors with the model"
+                );
+                with_rounds.push(reading.mem);
+            } else {
+                without_rounds.push(reading.mem);
+            }
+        }
+    }
+    let median = |v: &mut Vec<mop_bench::Memory>| {
+        v.sort_by_key(|m| m.rss);
+        v[v.len() / 2]
+    };
+    let rounds_rss = |v: &[mop_bench::Memory]| {
+        v.iter()
+            .map(|m| show_bytes(m.rss))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let (rss_without, rss_with) = (rounds_rss(&without_rounds), rounds_rss(&with_rounds));
+    let (without, with) = (median(&mut without_rounds), median(&mut with_rounds));
+    let grown = with.rss.saturating_sub(without.rss);
     let allowed_rss = model_files + allowed_vectors;
 
     let mut cost = Section::new(format!("Hybrid retrieval: cost at {size} cards"));
     cost.line(format!(
-        "Model {}: {} of files, loaded in {}. At {size} synthetic cards, {} index builds each way and {} tasks × {} rounds of select + rank + render, alternating BM25 alone and hybrid. Daemon memory: `mopd run` syncing one workspace of {size} cards and serving {} prepares, once without and once with `[selection] embedding_model`.\n",
+        "Model {}: {} of files, loaded in {}. At {size} synthetic cards, {} index builds each way and {} tasks × {} rounds of select + rank + render, alternating BM25 alone and hybrid. Daemon memory: `mopd run` syncing one workspace of {size} cards and serving {} prepares, {MEMORY_ROUNDS} times without and {MEMORY_ROUNDS} times with `[selection] embedding_model`, alternating (medians).\n",
         model.fingerprint(),
         show_bytes(model_files),
         show(load_time),
@@ -207,12 +237,15 @@ pub fn run(o: &Options) -> Result<Vec<Section>> {
     );
     cost.line(format!(
         "| daemon VmRSS (peak VmHWM) | {} ({}) | {} ({}) | {} (allowed {}: the model's files + the vectors' allowance) |",
-        show_bytes(without.mem.rss),
-        show_bytes(without.mem.hwm),
-        show_bytes(with.mem.rss),
-        show_bytes(with.mem.hwm),
+        show_bytes(without.rss),
+        show_bytes(without.hwm),
+        show_bytes(with.rss),
+        show_bytes(with.hwm),
         show_bytes(grown),
         show_bytes(allowed_rss),
+    ));
+    cost.line(format!(
+        "\nDaemon VmRSS, round by round: without the model {rss_without}; with it {rss_with}."
     ));
     cost.target(
         "hybrid: daemon VmRSS growth with the model, one workspace",

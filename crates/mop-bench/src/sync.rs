@@ -318,9 +318,9 @@ pub fn run(o: &Options) -> Result<Vec<Section>> {
         summarize(&mut walls(&base_rounds)),
     );
     let ratio = m.median.as_secs_f64() / b.median.as_secs_f64();
-    // Quiet rounds: the baseline within twice its fastest round, i.e. the virtual disk did
-    // not stall its writeback (stalled rounds take several times longer); the ratio there
-    // is the median of mopd's time over the baseline's, round by round.
+    // Quiet rounds: the baseline within twice its fastest round (a round the machine's other
+    // work slowed takes several times longer); the ratio there is the median of mopd's
+    // time over the baseline's, round by round.
     let fastest = base_rounds
         .iter()
         .map(|c| c.wall)

@@ -595,25 +595,82 @@ fn objects_single_batch_and_retention() {
 }
 
 #[test]
-fn manifests_are_gzip_compressed_when_asked() {
+fn sync_answers_are_compressed_as_asked_zstd_first() {
+    use std::io::Read;
     let (server, _admin, node) = setup("");
     let raw = mop_tests::http_builder().gzip(false).build().unwrap();
     let url = format!("{}/v1/workspaces/{WS}/manifest", server.url);
-    let plain = raw.get(&url).bearer_auth(&node.token).send().unwrap();
+    let get = |accept: Option<&str>| {
+        let mut r = raw.get(&url).bearer_auth(&node.token);
+        if let Some(a) = accept {
+            r = r.header("accept-encoding", a);
+        }
+        r.send().unwrap()
+    };
+    let plain = get(None);
     assert!(plain.headers().get("content-encoding").is_none());
-    let plain_len = plain.bytes().unwrap().len();
-    let zipped = raw
-        .get(&url)
-        .bearer_auth(&node.token)
-        .header("accept-encoding", "gzip")
-        .send()
-        .unwrap();
+    let plain = plain.bytes().unwrap();
+    let zipped = get(Some("gzip"));
     assert_eq!(zipped.headers()["content-encoding"], "gzip");
-    let zipped_len = zipped.bytes().unwrap().len();
-    assert!(
-        zipped_len * 2 < plain_len,
-        "gzip {zipped_len} vs plain {plain_len}"
+    let zipped = zipped.bytes().unwrap();
+    let mut unzipped = Vec::new();
+    flate2::read::GzDecoder::new(&zipped[..])
+        .read_to_end(&mut unzipped)
+        .unwrap();
+    assert_eq!(unzipped, plain);
+    // zstd when the client takes it (the daemon asks for both), never when refused.
+    for accept in ["gzip, zstd", "zstd", "zstd;q=0.5, gzip"] {
+        let z = get(Some(accept));
+        assert_eq!(z.headers()["content-encoding"], "zstd", "{accept}");
+        let z = z.bytes().unwrap();
+        assert_eq!(zstd::decode_all(&z[..]).unwrap(), plain, "{accept}");
+        assert!(
+            z.len() * 2 < plain.len(),
+            "zstd {} vs plain {}",
+            z.len(),
+            plain.len()
+        );
+    }
+    assert_eq!(
+        get(Some("zstd;q=0, gzip")).headers()["content-encoding"],
+        "gzip"
     );
+    assert!(
+        get(Some("zstd;q=0"))
+            .headers()
+            .get("content-encoding")
+            .is_none()
+    );
+    assert!(
+        zipped.len() * 2 < plain.len(),
+        "gzip {} vs plain {}",
+        zipped.len(),
+        plain.len()
+    );
+
+    // Object batches too: the same items whatever the coding.
+    let (_, m) = node.manifest(WS);
+    let shas: Vec<String> = m.cards.iter().map(|c| c.sha256.clone()).collect();
+    let batch = |accept: &str| {
+        let r = raw
+            .post(format!("{}/v1/workspaces/{WS}/objects/batch", server.url))
+            .bearer_auth(&node.token)
+            .header("accept-encoding", accept)
+            .json(&json!({ "sha256": shas }))
+            .send()
+            .unwrap();
+        let coding = r
+            .headers()
+            .get("content-encoding")
+            .map(|v| v.to_str().unwrap().to_owned());
+        (coding, r.bytes().unwrap())
+    };
+    let (coding, plain) = batch("identity");
+    assert_eq!(coding, None);
+    let (coding, z) = batch("gzip, zstd");
+    assert_eq!(coding.as_deref(), Some("zstd"));
+    assert_eq!(zstd::decode_all(&z[..]).unwrap(), plain);
+    assert_eq!(decode_batch(&plain, 1 << 20).unwrap().len(), shas.len());
 }
 
 #[test]

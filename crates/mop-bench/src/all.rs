@@ -37,6 +37,7 @@ pub fn compare(baseline: &Path, out: &Path, seed: u64) -> Result<()> {
         seed,
         callgrind: false,
         callgrind_out: None,
+        hold: false,
     })?);
     sections.push(crate::server::run(&crate::server::Options {
         cards,
@@ -168,6 +169,7 @@ pub fn run(smoke: bool, out: &Path, seed: u64) -> Result<()> {
             seed,
             callgrind: true,
             callgrind_out: None,
+            hold: false,
         })
     })?;
     // On SQLite, then as one replica on PostgreSQL, each against nginx in its own run.

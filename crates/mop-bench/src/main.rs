@@ -129,6 +129,10 @@ enum Command {
         /// Unchanged polls for the CPU measurement.
         #[arg(long, default_value_t = 500)]
         polls: usize,
+        /// Instead of timing, print a daemon config that cold-syncs the workspace and keep
+        /// the server up until stdin closes (for profiling cold syncs with perf or strace).
+        #[arg(long)]
+        hold: bool,
         /// Seed of the synthetic data.
         #[arg(long, default_value_t = 42)]
         seed: u64,
@@ -291,6 +295,7 @@ fn main() -> Result<()> {
             callgrind_out,
             polls,
             seed,
+            hold,
         } => {
             for s in sync::run(&sync::Options {
                 cards,
@@ -299,6 +304,7 @@ fn main() -> Result<()> {
                 seed,
                 callgrind,
                 callgrind_out,
+                hold,
             })? {
                 println!("{}", s.render());
             }

@@ -26,6 +26,8 @@ pub struct Options {
     pub callgrind: bool,
     /// Keep that run's profile here, for `callgrind_annotate` (implies `callgrind`).
     pub callgrind_out: Option<std::path::PathBuf>,
+    /// Print a cold-sync config and hold the server up instead of timing.
+    pub hold: bool,
 }
 
 /// One timed side of a cold-sync round.
@@ -266,6 +268,18 @@ pub fn run(o: &Options) -> Result<Vec<Section>> {
         .as_u64()
         .context("card count in status")?;
     d.stop();
+    if o.hold {
+        empty_pool(&d)?;
+        println!("{}", d.config().display());
+        eprintln!(
+            "a cold sync: empty {}/cache and {}/state, then `mopd run --config` the file \
+             above; close stdin (Ctrl-D) to end",
+            d.dir.path().display(),
+            d.dir.path().display()
+        );
+        std::io::copy(&mut std::io::stdin(), &mut std::io::sink())?;
+        return Ok(Vec::new());
+    }
     let ctl = Control {
         rt: tokio::runtime::Builder::new_current_thread()
             .enable_all()

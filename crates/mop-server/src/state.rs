@@ -26,8 +26,32 @@ pub struct CachedManifest {
     pub cards: usize,
     /// JSON.
     pub json: Bytes,
-    /// The same, gzip-compressed.
-    pub gzip: Bytes,
+    /// The same in gzip and in zstd, each compressed when first asked for.
+    gzip: std::sync::OnceLock<Bytes>,
+    zstd: std::sync::OnceLock<Bytes>,
+}
+
+impl CachedManifest {
+    /// A manifest's JSON, of `revision` with `cards` cards.
+    pub fn new(revision: u64, cards: usize, json: Bytes) -> CachedManifest {
+        CachedManifest {
+            revision,
+            cards,
+            json,
+            gzip: Default::default(),
+            zstd: Default::default(),
+        }
+    }
+
+    /// The body in `coding` (compressed once per coding and revision).
+    pub fn body(&self, coding: crate::api::encoding::Coding) -> Bytes {
+        use crate::api::encoding::Coding;
+        match coding {
+            Coding::Identity => self.json.clone(),
+            Coding::Gzip => self.gzip.get_or_init(|| coding.encode(&self.json)).clone(),
+            Coding::Zstd => self.zstd.get_or_init(|| coding.encode(&self.json)).clone(),
+        }
+    }
 }
 
 /// Shared server state.

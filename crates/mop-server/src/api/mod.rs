@@ -6,6 +6,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod curation;
+pub mod encoding;
 mod memories;
 mod receipts;
 mod sync;
@@ -351,14 +352,14 @@ impl FromRequestParts<Arc<AppState>> for Caller {
     }
 }
 
-/// The request's `If-None-Match` and whether it accepts gzip, read without copying the
+/// The request's `If-None-Match` and the coding it accepts, read without copying the
 /// whole header map (this is the hot path of every unchanged poll).
 #[derive(Debug, Default)]
 pub struct Conditional {
     /// The `If-None-Match` value, if any.
     pub if_none_match: Option<axum::http::HeaderValue>,
-    /// True when `Accept-Encoding` allows gzip.
-    pub gzip: bool,
+    /// The coding to answer with.
+    pub coding: encoding::Coding,
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Conditional {
@@ -367,7 +368,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Conditional {
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
         Ok(Conditional {
             if_none_match: parts.headers.get(header::IF_NONE_MATCH).cloned(),
-            gzip: accepts_gzip(&parts.headers),
+            coding: encoding::Coding::negotiate(&parts.headers),
         })
     }
 }
@@ -427,32 +428,6 @@ pub(crate) fn json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
         };
         ApiError::bad_request(format!("{kind}: {e}"))
     })
-}
-
-/// True when the client accepts gzip.
-pub(crate) fn accepts_gzip(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT_ENCODING)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|coding| {
-            let mut parts = coding.trim().split(';');
-            let name = parts.next().unwrap_or("").trim();
-            let q_zero = parts.any(|p| matches!(p.trim(), "q=0" | "q=0.0" | "q=0.00" | "q=0.000"));
-            name.eq_ignore_ascii_case("gzip") && !q_zero
-        })
-}
-
-/// gzip-compresses bytes.
-pub(crate) fn gzip(data: &[u8]) -> Bytes {
-    use std::io::Write;
-    let mut enc = flate2::write::GzEncoder::new(
-        Vec::with_capacity(data.len() / 4),
-        flate2::Compression::fast(),
-    );
-    enc.write_all(data).expect("writing to a Vec cannot fail");
-    Bytes::from(enc.finish().expect("writing to a Vec cannot fail"))
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@ use mop_cards::is_sha256_hex;
 use mop_proto::sync::{OBJECT_BATCH_TYPE, ObjectBatchRequest, Version, encode_batch_item};
 use serde::Deserialize;
 
-use super::{ApiError, Caller, Conditional, accepts_gzip, blocking, gzip, json, read_body};
+use super::encoding::Coding;
+use super::{ApiError, Caller, Conditional, blocking, json, read_body};
 use crate::state::{AppState, CachedManifest};
 use crate::store::ManifestKind;
 
@@ -20,7 +21,6 @@ use crate::store::ManifestKind;
 const MIN_DELTA_LIMIT: usize = 64;
 
 /// Bodies smaller than this are not worth compressing.
-const GZIP_MIN_BYTES: usize = 1024;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -83,7 +83,7 @@ pub(crate) async fn manifest(
         )
             .into_response());
     }
-    let gzip_ok = conditional.gzip;
+    let coding = conditional.coding;
 
     let delta_from = match &query.since {
         None => None,
@@ -105,12 +105,12 @@ pub(crate) async fn manifest(
         if let Some(built) = blocking(move || store.delta(&ws2, since, max_changed)).await? {
             state.metrics.manifest("delta");
             let body = serde_json::to_vec(&built.manifest).map_err(ApiError::internal)?;
-            return Ok(respond(
-                &Version::of(&built.manifest),
-                Bytes::from(body),
-                None,
-                gzip_ok,
-            ));
+            let coding = coding.for_len(body.len());
+            let body = match coding {
+                Coding::Identity => Bytes::from(body),
+                _ => coding.encode(&body),
+            };
+            return Ok(respond(&Version::of(&built.manifest), body, coding));
         }
         // Out of the kept history, or larger than half the workspace: the full manifest.
     }
@@ -134,12 +134,8 @@ pub(crate) async fn manifest(
         revision: cached.revision,
     };
     state.metrics.manifest("full");
-    Ok(respond(
-        &version,
-        cached.json.clone(),
-        Some(cached.gzip.clone()),
-        gzip_ok,
-    ))
+    let coding = coding.for_len(cached.json.len());
+    Ok(respond(&version, cached.body(coding), coding))
 }
 
 /// The newest full manifest of `ws`, building it if needed; at least revision `floor`.
@@ -176,13 +172,11 @@ async fn full_manifest(
     let cached = blocking(move || {
         let built = store.manifest(&ws2, ManifestKind::Full)?;
         let json = serde_json::to_vec(&built.manifest).expect("manifests serialize");
-        let zipped = gzip(&json);
-        Ok(CachedManifest {
-            revision: built.manifest.revision,
-            cards: built.manifest.cards.len(),
-            json: Bytes::from(json),
-            gzip: zipped,
-        })
+        Ok(CachedManifest::new(
+            built.manifest.revision,
+            built.manifest.cards.len(),
+            Bytes::from(json),
+        ))
     })
     .await?;
     state.metrics.manifest_built(started.elapsed());
@@ -205,8 +199,9 @@ fn held_revision(header: &str) -> Option<(String, u64)> {
     Some((version.epoch, version.revision))
 }
 
-/// A JSON manifest response whose ETag is the version of the manifest in the body.
-fn respond(version: &Version, json: Bytes, zipped: Option<Bytes>, gzip_ok: bool) -> Response {
+/// A JSON manifest response whose ETag is the version of the manifest in the body, which
+/// is already in `coding`.
+fn respond(version: &Version, body: Bytes, coding: Coding) -> Response {
     let mut headers = vec![
         (header::ETAG, etag_header(version)),
         (
@@ -216,12 +211,9 @@ fn respond(version: &Version, json: Bytes, zipped: Option<Bytes>, gzip_ok: bool)
         (header::VARY, HeaderValue::from_static("Accept-Encoding")),
         (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
     ];
-    let body = if gzip_ok && json.len() >= GZIP_MIN_BYTES {
-        headers.push((header::CONTENT_ENCODING, HeaderValue::from_static("gzip")));
-        zipped.unwrap_or_else(|| gzip(&json))
-    } else {
-        json
-    };
+    if let Some(value) = coding.header() {
+        headers.push((header::CONTENT_ENCODING, value));
+    }
     let mut response = Response::new(Body::from(body));
     for (k, v) in headers {
         response.headers_mut().insert(k, v);
@@ -300,11 +292,10 @@ pub(crate) async fn objects_batch(
     for (sha, body) in &items {
         encode_batch_item(&mut out, sha, body.as_deref());
     }
-    let gzip_ok = accepts_gzip(&headers) && out.len() >= GZIP_MIN_BYTES;
-    let payload = if gzip_ok {
-        gzip(&out)
-    } else {
-        Bytes::from(out)
+    let coding = Coding::negotiate(&headers).for_len(out.len());
+    let payload = match coding {
+        Coding::Identity => Bytes::from(out),
+        _ => coding.encode(&out),
     };
     let mut response = Response::new(Body::from(payload));
     let h = response.headers_mut();
@@ -312,8 +303,8 @@ pub(crate) async fn objects_batch(
         header::CONTENT_TYPE,
         HeaderValue::from_static(OBJECT_BATCH_TYPE),
     );
-    if gzip_ok {
-        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    if let Some(value) = coding.header() {
+        h.insert(header::CONTENT_ENCODING, value);
     }
     Ok(response.into_response())
 }

@@ -259,6 +259,81 @@ fn restart_while_offline_serves_at_once() {
     assert_eq!(check_current(&d.pool(WS)).revision, m.revision);
 }
 
+/// An upgrade from a version whose index format this one cannot read: the daemon rebuilds
+/// its current generation from the pool alone, with the server away, and serves from the
+/// rebuilt one. The old index is refused by this version's reader (the control).
+#[test]
+fn an_index_of_an_earlier_format_is_rebuilt_without_the_server() {
+    let (mut server, _admin) = server();
+    let profiles = mop_tests::profiles_config(&[&mop_tests::repo_root().join("tests/profiles")]);
+    let mut d = Daemon::start(
+        &server,
+        DaemonOptions {
+            extra: &profiles,
+            ..Default::default()
+        },
+    );
+    d.sync(WS);
+    let m = check_current(&d.pool(WS));
+    let before = ws_status(&d.status().1)["generation"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(server.stop());
+    assert!(d.stop(), "{}", d.log());
+    // What an earlier version left: a tantivy index (format 3) in the current generation.
+    let index = d.pool(WS).join("gens").join(&before).join("index");
+    for f in std::fs::read_dir(&index).unwrap() {
+        std::fs::remove_file(f.unwrap().path()).unwrap();
+    }
+    std::fs::write(
+        index.join("mop-search.json"),
+        format!("{{\"format\": 3, \"docs\": {}}}", m.cards.len()),
+    )
+    .unwrap();
+    std::fs::write(index.join("meta.json"), "{}").unwrap();
+    let refused = mop_search::SearchIndex::open(&index).unwrap_err();
+    assert!(refused.to_string().contains("earlier mop"), "{refused}");
+
+    d.spawn();
+    let v = d.wait_for("a rebuilt generation", |v| {
+        ws_status(v)["generation"]
+            .as_str()
+            .is_some_and(|g| g != before)
+    });
+    assert_eq!(ws_status(&v)["revision"], m.revision);
+    let rebuilt = check_current(&d.pool(WS));
+    assert_eq!(live_ids(&rebuilt), live_ids(&m));
+    assert!(
+        d.log()
+            .contains("rebuilt the current generation with this version's search index format"),
+        "{}",
+        d.log()
+    );
+    // A task is served from it, with the server still away.
+    let out = run(std::process::Command::new(mop_tests::procs::bin("mop"))
+        .arg("prepare")
+        .arg("--socket")
+        .arg(d.socket())
+        .args([
+            "--workspace",
+            WS,
+            "--task-id",
+            "t-upgrade",
+            "--user",
+            "alice",
+        ])
+        .args(["--title", "Nightly ETL fails with ORA-01555", "--json"]));
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        d.log()
+    );
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!plan["cards"].as_array().unwrap().is_empty(), "{plan:#}");
+}
+
 #[test]
 fn a_lower_revision_is_refused_and_a_new_epoch_accepted_with_a_warning() {
     let (mut server, admin) = server();

@@ -1,6 +1,6 @@
 //! Shared helpers for mop's whole-system tests: load a card directory (the example
 //! workspace under `config/examples/cards`) and build a real generation from it — the
-//! catalog and a real tantivy index in a temporary directory.
+//! catalog and a real search index in a temporary directory.
 
 pub mod eval;
 pub mod faults;
@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use jiff::Timestamp;
 use mop_cards::{Card, CardId, Catalog, Manifest, ManifestEntry, Rules, parse_card};
-use mop_search::{DenseState, IndexDoc, SearchIndex, build_index_with, open_first};
+use mop_search::{DenseState, IndexDoc, SearchIndex, build_index_with};
 
 /// An HTTP client for tests. reqwest's TLS (rustls, needed by mopd) wants a crypto
 /// provider installed first, even for plain-HTTP clients.
@@ -145,12 +145,10 @@ pub fn build_generation_with(
 ) -> (Generation, DenseState) {
     let catalog = Catalog::new(ws.manifest.clone(), rules).expect("valid manifest");
     let dir = tempfile::tempdir().unwrap();
-    let lines: Vec<_> = catalog.cards().collect();
-    let entries = open_first(&lines, |c| ws.cards[&c.id].summary.is_open());
-    let docs = entries.map(|(ord, c)| {
+    let docs = catalog.cards().enumerate().map(|(ord, c)| {
         let card = &ws.cards[&c.id];
         IndexDoc {
-            ord,
+            ord: ord as u32,
             title: &card.summary.title,
             description: card.summary.description.as_deref().unwrap_or(""),
             labels: &card.summary.labels,

@@ -14,7 +14,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use mop_bench::{Section, show, summarize, synth};
 use mop_cards::{Catalog, Rules, render_memory_md};
-use mop_search::{IndexDoc, SearchIndex, build_index_with, open_first, select_for_task};
+use mop_search::{IndexDoc, SearchIndex, build_index_with, select_for_task};
 
 mod all;
 mod fleet;
@@ -404,12 +404,10 @@ fn timed_build(
     dir: &Path,
     model: Option<&mop_embed::Model>,
 ) -> Result<Duration> {
-    let lines: Vec<_> = catalog.cards().collect();
-    let entries = open_first(&lines, |c| by_id[&c.id].summary.is_open());
-    let docs = entries.map(|(ord, c)| {
+    let docs = catalog.cards().enumerate().map(|(ord, c)| {
         let card = by_id[&c.id];
         IndexDoc {
-            ord,
+            ord: ord as u32,
             title: &card.summary.title,
             description: card.summary.description.as_deref().unwrap_or(""),
             labels: &card.summary.labels,

@@ -1,9 +1,10 @@
 //! BM25 search over one workspace snapshot, for task selection and `mop memory retrieve`.
 //!
-//! [`build_index`] writes an index of every card (title, description, labels, body) into a
-//! fresh directory once per generation; [`SearchIndex::open`] opens it read-only. Text is
-//! tokenized by [`tokenize::tokens`]: lowercase words, and character bigrams for Chinese,
-//! Japanese and Korean, so CJK queries work with no dictionary.
+//! [`build_index`] (or an [`IndexBuilder`] fed one card at a time) writes an index of
+//! every card (title, description, labels, body) into a fresh directory once per
+//! generation; [`SearchIndex::open`] opens it read-only. Text is tokenized by
+//! [`tokenize::Tokens`]: lowercase words, and character bigrams for Chinese, Japanese and
+//! Korean, so CJK queries work with no dictionary.
 //!
 //! Documents carry the card's *ordinal* in the generation's [`mop_cards::Catalog`] (cards
 //! sorted by id). A search takes the task's [`VisibleSet`] and never returns a card outside
@@ -13,17 +14,15 @@
 //! (document count, average length, each term's document frequency) are computed over the
 //! visible cards only, so neither the scores nor the ranking nor the choice of query terms
 //! tell whether a word occurs in a card the task cannot see. To keep that cheap, open cards
-//! (those every task may see) and *restricted* cards are indexed into separate segments: a
-//! term's frequency among the visible cards is its frequency in the open segments (one
-//! dictionary lookup per segment) plus the visible restricted cards that hold it (a
-//! skip-list seek for each of them; a task sees few). Earlier formats indexed restricted
-//! cards' words a second time in a field of their own, which cost 60 % more indexing for
-//! the same answer; they are still read.
+//! (those every task may see) and *restricted* cards have separate posting lists
+//! ([`file`]): a term's frequency among the visible cards is the length of its open list
+//! plus the visible restricted cards found in its restricted list (a task sees few).
 //!
-//! Tantivy stores the index (term dictionary, postings, field norms); scoring is this
-//! crate's own ([`topk`]): term at a time into one score array, the open segments
-//! scanned and the visible restricted cards scored from the frequencies found while
-//! counting them, which on these long queries beats tantivy's union and its pruning.
+//! The index format and its writer are this crate's own ([`build`], [`file`],
+//! [`postings`]). Until format 4 it was tantivy's, whose general-purpose writer was most of
+//! a cold sync's CPU time (bench/NOTES.md, round four); the scoring was already ours
+//! ([`topk`]): term at a time into one score array, which on these long queries beats
+//! document-at-a-time unions and their pruning.
 //!
 //! With an embedding model ([`mop_embed`]), a build also stores each card's vector, and a
 //! search ranks the visible cards a second way, by cosine similarity to the text, and
@@ -31,7 +30,11 @@
 //! that share the text's words, the model those that share its meaning. Vectors of
 //! another model, or none, leave the index on BM25 alone ([`DenseState`]).
 
-mod readonly;
+mod build;
+mod fieldnorm;
+mod file;
+mod mmap;
+mod postings;
 pub mod tokenize;
 mod topk;
 
@@ -41,32 +44,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use mop_cards::{Catalog, Rules, Selection, TaskContext, TaskQuery, TextHit, VisibleSet};
-use mop_embed::{CardVectors, Mismatch, Model, VectorsBuilder};
-use serde::{Deserialize, Serialize};
-use tantivy::directory::MmapDirectory;
-use tantivy::index::InvertedIndexReader;
-use tantivy::index::SegmentId;
-use tantivy::indexer::NoMergePolicy;
-use tantivy::postings::{Postings, TermInfo};
-use tantivy::schema::{FAST, Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions};
-use tantivy::{
-    DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, Score, TERMINATED,
-    TantivyDocument, Term,
-};
+use mop_embed::{CardVectors, Mismatch, Model};
 
-use crate::readonly::ReadOnlyDirectory;
+pub use build::IndexBuilder;
+pub use file::FORMAT;
 
-const TOKENIZER: &str = "mop";
-const META_FILE: &str = "mop-search.json";
-/// Format 3 keeps open and restricted cards in separate segments. Format 2 (a
-/// restricted-text field and the `open` flag) and format 1 indexes still open; format 1's
-/// visible statistics are computed the slow way (every posting).
-const FORMAT: u32 = 3;
-/// Indexing memory budget (shared by the indexing threads). Tantivy flushes a segment
-/// when it is reached, and the segments are merged at the end: a 10k-card workspace never
-/// reaches it, a 100k-card one makes a few segments, and every extra segment costs a
-/// merge (48 MiB: 5.2 s for 100k cards, 128 MiB: 4.5 s, same machine and sitting).
-const WRITER_BUDGET_BYTES: usize = 128 * 1024 * 1024;
+use file::{IndexFile, TermInfo};
+use topk::{Score, TermList};
 
 /// Reciprocal rank fusion's constant: a card's fused score is the sum over the rankings
 /// that hold it of 1 / (k + rank), so agreement between rankings counts for more than a
@@ -89,15 +73,7 @@ const STOPWORDS: &[&str] = &[
 /// Why an index cannot be built, opened or searched.
 #[derive(Debug, thiserror::Error)]
 pub enum SearchError {
-    /// Tantivy failed.
-    #[error("search index at {dir}: {source}")]
-    Tantivy {
-        /// The index directory.
-        dir: String,
-        /// The error.
-        source: tantivy::TantivyError,
-    },
-    /// The directory is not a mop search index, or one of another format.
+    /// The directory is not a mop search index, or one of another format, or damaged.
     #[error("search index at {dir}: {problem}; rebuild the generation")]
     Invalid {
         /// The index directory.
@@ -112,6 +88,16 @@ pub enum SearchError {
         dir: String,
         /// The error.
         source: std::io::Error,
+    },
+    /// A card was given out of ordinal order to [`IndexBuilder::add`].
+    #[error(
+        "search index: card {got} given where card {expected} was due (cards go in by ordinal)"
+    )]
+    Order {
+        /// The ordinal due.
+        expected: u32,
+        /// The ordinal given.
+        got: u32,
     },
 }
 
@@ -133,43 +119,6 @@ pub struct IndexDoc<'a> {
     pub open: bool,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-struct Meta {
-    format: u32,
-    docs: u64,
-}
-
-/// The index's fields: the text of every card, its ordinal and whether it is open. One
-/// text field holds title, labels, description and body. Title and labels are written
-/// twice: a word there says more about a card than one in its body, and repetition weights
-/// them without the cost of querying four fields per term.
-struct Fields {
-    text: Field,
-    ord: Field,
-    open: Field,
-}
-
-fn schema() -> (Schema, Fields) {
-    let mut builder = Schema::builder();
-    // Frequencies without positions: BM25 needs no phrase queries, and the index is smaller.
-    let options = TextOptions::default().set_indexing_options(
-        TextFieldIndexing::default()
-            .set_tokenizer(TOKENIZER)
-            .set_index_option(IndexRecordOption::WithFreqs),
-    );
-    let text = builder.add_text_field("text", options);
-    let ord = builder.add_u64_field("ord", FAST);
-    let open = builder.add_u64_field("open", FAST);
-    (builder.build(), Fields { text, ord, open })
-}
-
-fn field_of(schema: &Schema, dir: &Path, name: &str) -> Result<Field, SearchError> {
-    schema.get_field(name).map_err(|_| SearchError::Invalid {
-        dir: dir.display().to_string(),
-        problem: format!("field {name} is missing"),
-    })
-}
-
 /// What building an index did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuildReport {
@@ -180,12 +129,9 @@ pub struct BuildReport {
     pub vectors_error: Option<String>,
 }
 
-/// Builds an index of `docs` in `dir`, which must exist and be empty. The caller makes it
-/// visible atomically (it is built inside a generation that is renamed into place).
-///
-/// Each change between open and restricted cards in `docs` ends a segment, so callers
-/// pass the open cards first and then the restricted ones (any order works; that one makes
-/// the fewest segments).
+/// Builds an index of `docs` (in ordinal order: 0, 1, 2, …) in `dir`, which must exist
+/// and be empty. The caller makes it visible atomically (it is built inside a generation
+/// that is renamed into place).
 pub fn build_index<'a>(
     dir: &Path,
     docs: impl IntoIterator<Item = IndexDoc<'a>>,
@@ -194,164 +140,34 @@ pub fn build_index<'a>(
 }
 
 /// [`build_index`], and with a model also each card's vector (of the same text the index
-/// holds), stored beside the index with the model's fingerprint. The vectors are computed
-/// on this thread while the index's own threads write the index.
+/// holds), stored beside the index with the model's fingerprint.
 pub fn build_index_with<'a>(
     dir: &Path,
     docs: impl IntoIterator<Item = IndexDoc<'a>>,
     model: Option<&Model>,
 ) -> Result<BuildReport, SearchError> {
-    let tantivy = |source| SearchError::Tantivy {
-        dir: dir.display().to_string(),
-        source,
-    };
-    let (schema, fields) = schema();
-    let index = Index::create_in_dir(dir, schema).map_err(tantivy)?;
-    index
-        .tokenizers()
-        .register(TOKENIZER, tokenize::MopTokenizer);
-    // Two threads halve the wall time of a large build (the CPU time stays the same).
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(2));
-    let mut writer = index
-        .writer_with_num_threads::<TantivyDocument>(threads, WRITER_BUDGET_BYTES)
-        .map_err(tantivy)?;
-    // Merges would mix open and restricted segments.
-    writer.set_merge_policy(Box::new(NoMergePolicy));
-    let mut count = 0u64;
-    let mut text = String::new();
-    let mut vectors = model.map(VectorsBuilder::new);
-    // The kind of card being indexed, and the segments made of each kind so far.
-    let mut kind = None;
-    let mut segments: [Vec<SegmentId>; 2] = Default::default();
-    let mut commit = |writer: &mut IndexWriter<TantivyDocument>, open: bool| {
-        writer.commit()?;
-        let new: Vec<SegmentId> = index
-            .searchable_segment_ids()?
-            .into_iter()
-            .filter(|id| !segments.iter().flatten().any(|s| s == id))
-            .collect();
-        segments[usize::from(open)].extend(new);
-        tantivy::Result::Ok(())
-    };
+    let mut builder = IndexBuilder::new(model);
     for d in docs {
-        if let Some(open) = kind.filter(|open| *open != d.open) {
-            commit(&mut writer, open).map_err(tantivy)?;
-        }
-        kind = Some(d.open);
-        let mut doc = TantivyDocument::new();
-        text.clear();
-        let mut once = 0;
-        for _ in 0..2 {
-            once = text.len();
-            text.push_str(d.title);
-            text.push('\n');
-            for l in d.labels {
-                text.push_str(l);
-                text.push(' ');
-            }
-            text.push('\n');
-        }
-        text.push_str(d.description);
-        text.push('\n');
-        // The vector's text leads with what says most: title, labels, description, then
-        // the body (the model reads the first kilobyte).
-        text.push_str(&d.body);
-        if let Some(v) = &mut vectors {
-            // Title and labels once (the index has them twice, to weight them).
-            v.add(d.ord, &text[once..]);
-        }
-        doc.add_text(fields.text, &text);
-        doc.add_u64(fields.ord, u64::from(d.ord));
-        doc.add_u64(fields.open, u64::from(d.open));
-        writer.add_document(doc).map_err(tantivy)?;
-        count += 1;
+        builder.add(d)?;
     }
-    commit(&mut writer, kind.unwrap_or(true)).map_err(tantivy)?;
-    // One segment per kind: each indexing thread flushes its own, and every segment costs
-    // a search a dictionary lookup per term. Both merges run at once.
-    let merges: Vec<_> = segments
-        .iter()
-        .filter(|ids| ids.len() > 1)
-        .map(|ids| writer.merge(ids))
-        .collect();
-    for merge in merges {
-        merge.wait().map_err(tantivy)?;
-    }
-    writer.wait_merging_threads().map_err(tantivy)?;
-    drop(index);
-    // Lock files are only for writers; leaving none behind keeps the generation clean.
-    for lock in [".tantivy-writer.lock", ".tantivy-meta.lock"] {
-        match std::fs::remove_file(dir.join(lock)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(SearchError::Io {
-                    dir: dir.display().to_string(),
-                    source: e,
-                });
-            }
-            _ => {}
-        }
-    }
-    let meta = serde_json::to_vec(&Meta {
-        format: FORMAT,
-        docs: count,
-    })
-    .expect("meta serializes");
-    // Vectors are an extra: failing to store them leaves a BM25-only index, never a
-    // failed generation.
-    let vectors_error = vectors.and_then(|v| {
-        let stored = u32::try_from(count)
-            .map_err(|_| format!("{count} cards are more than vectors can number"))
-            .and_then(|cards| v.write(dir, cards).map_err(|e| e.to_string()));
-        stored.err().inspect(|_| {
-            for f in [mop_embed::VECTORS_META, mop_embed::VECTORS_FILE] {
-                let _ = std::fs::remove_file(dir.join(f));
-            }
-        })
-    });
-    std::fs::write(dir.join(META_FILE), meta).map_err(|source| SearchError::Io {
-        dir: dir.display().to_string(),
-        source,
-    })?;
-    Ok(BuildReport {
-        docs: count,
-        vectors_error,
-    })
+    builder.write(dir)
 }
 
-/// `items` (a generation's cards, by ordinal) in the order [`build_index`] wants them:
-/// the open ones, then the restricted ones, each with its ordinal.
-pub fn open_first<T>(
-    items: &[T],
-    is_open: impl Fn(&T) -> bool + Copy,
-) -> impl Iterator<Item = (u32, &T)> {
-    let ordinals = || items.iter().enumerate().map(|(ord, t)| (ord as u32, t));
-    ordinals()
-        .filter(move |(_, t)| is_open(t))
-        .chain(ordinals().filter(move |(_, t)| !is_open(t)))
+/// The format of the index in `dir`, as its `mop-search.json` says, if it says.
+pub fn index_format(dir: &Path) -> Option<u32> {
+    file::read_meta(dir).ok()?.ok().map(|m| m.format)
 }
 
 /// An index opened read-only.
 pub struct SearchIndex {
-    reader: IndexReader,
-    text: Field,
-    /// How a term's frequency among the open cards is found (format 1 indexes: not at
-    /// all, and every posting is looked at).
-    open_df: Option<OpenFrequency>,
-    docs: u64,
-    /// Per segment (in searcher order), the card ordinal of each document: an array
-    /// lookup while collecting instead of decoding the fast field for every hit.
-    ords: Arc<Vec<Vec<u32>>>,
-    /// The other way: each ordinal's (segment, document).
-    docs_of: Vec<(u32, DocId)>,
-    /// The open cards' ordinals (empty in format 1 indexes).
+    dir: String,
+    file: IndexFile,
+    /// Each ordinal's card number in the file.
+    docs_of: Vec<u32>,
+    /// The open cards' ordinals.
     open: VisibleSet,
-    /// Each card's length (its text's field norm), by ordinal.
-    norms: Vec<u32>,
     /// The open cards' lengths, summed.
     open_tokens: u64,
-    /// Per segment (in searcher order), each document's field norm id: what BM25 reads
-    /// of a card's length.
-    segment_norms: Vec<Vec<u8>>,
     /// The dense ranker, when a model and this index's vectors agree.
     dense: Option<Dense>,
 }
@@ -375,18 +191,11 @@ pub enum DenseState {
     FailedClosed(String),
 }
 
-/// How a search learns a term's frequency among the open cards, which every task sees.
-enum OpenFrequency {
-    /// Format 2: every card's frequency minus that in the restricted-text field.
-    RestrictedField(Field),
-    /// Format 3: the sum over the open segments (true at an open segment's position).
-    Segments(Vec<bool>),
-}
-
 impl std::fmt::Debug for SearchIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SearchIndex")
-            .field("docs", &self.docs)
+            .field("dir", &self.dir)
+            .field("docs", &self.file.docs())
             .finish()
     }
 }
@@ -394,114 +203,51 @@ impl std::fmt::Debug for SearchIndex {
 impl SearchIndex {
     /// Opens an index built by [`build_index`], writing nothing.
     pub fn open(dir: &Path) -> Result<SearchIndex, SearchError> {
-        let shown = || dir.display().to_string();
+        let shown = dir.display().to_string();
         let invalid = |problem: String| SearchError::Invalid {
-            dir: shown(),
+            dir: shown.clone(),
             problem,
         };
-        let meta_bytes = std::fs::read(dir.join(META_FILE)).map_err(|source| SearchError::Io {
-            dir: shown(),
-            source,
-        })?;
-        let meta: Meta = serde_json::from_slice(&meta_bytes)
-            .map_err(|e| invalid(format!("{META_FILE} is unreadable: {e}")))?;
-        if !(1..=FORMAT).contains(&meta.format) {
-            return Err(invalid(format!(
-                "index format {} is not a supported format (1 to {FORMAT})",
-                meta.format
-            )));
-        }
-        let tantivy = |source| SearchError::Tantivy {
-            dir: shown(),
+        let io = |source| SearchError::Io {
+            dir: shown.clone(),
             source,
         };
-        let mmap = MmapDirectory::open(dir).map_err(|e| invalid(e.to_string()))?;
-        let index = Index::open(ReadOnlyDirectory(mmap)).map_err(tantivy)?;
-        index
-            .tokenizers()
-            .register(TOKENIZER, tokenize::MopTokenizer);
-        let text = field_of(&index.schema(), dir, "text")?;
-        field_of(&index.schema(), dir, "ord")?;
-        let mut open_df = match meta.format {
-            1 => None,
-            2 => Some(OpenFrequency::RestrictedField(field_of(
-                &index.schema(),
-                dir,
-                "restricted",
-            )?)),
-            _ => Some(OpenFrequency::Segments(Vec::new())),
-        };
-        if meta.format >= 2 {
-            field_of(&index.schema(), dir, "open")?;
+        let meta = file::read_meta(dir).map_err(io)?.map_err(invalid)?;
+        if meta.format != FORMAT {
+            return Err(invalid(match meta.format {
+                1..=3 => format!(
+                    "index format {} was written by an earlier mop (a tantivy index); this one reads format {FORMAT}",
+                    meta.format
+                ),
+                other => format!("index format {other} is not a supported format ({FORMAT})"),
+            }));
         }
-        let reader = index
-            .reader_builder()
-            .reload_policy(ReloadPolicy::Manual)
-            .try_into()
-            .map_err(tantivy)?;
-        let docs = reader.searcher().num_docs();
-        if docs != meta.docs {
+        let file = IndexFile::open(dir).map_err(io)?.map_err(invalid)?;
+        if u64::from(file.docs()) != meta.docs {
             return Err(invalid(format!(
-                "{META_FILE} records {} documents but the index holds {docs}",
-                meta.docs
+                "{} records {} documents but the index holds {}",
+                file::META_FILE,
+                meta.docs,
+                file.docs()
             )));
         }
-        let mut ords = Vec::new();
+        let docs = file.docs();
+        let mut docs_of = vec![0u32; docs as usize];
+        for doc in 0..docs {
+            docs_of[file.ord(doc) as usize] = doc;
+        }
         let mut open = VisibleSet::empty(docs as usize);
-        let mut norms = vec![0u32; docs as usize];
-        let mut docs_of = vec![(0u32, 0 as DocId); docs as usize];
-        let mut segment_norms = Vec::new();
-        for (seg_no, segment) in reader.searcher().segment_readers().iter().enumerate() {
-            let column = segment.fast_fields().u64("ord").map_err(tantivy)?;
-            let open_column = match open_df {
-                None => None,
-                Some(_) => Some(segment.fast_fields().u64("open").map_err(tantivy)?),
-            };
-            let fieldnorms = segment.get_fieldnorms_reader(text).map_err(tantivy)?;
-            let mut seg = Vec::with_capacity(segment.max_doc() as usize);
-            let mut seg_norms = Vec::with_capacity(segment.max_doc() as usize);
-            let opened = open.len();
-            for doc in 0..segment.max_doc() {
-                let ord = column
-                    .first(doc)
-                    .and_then(|o| u32::try_from(o).ok())
-                    .filter(|o| u64::from(*o) < docs)
-                    .ok_or_else(|| invalid(format!("document {doc} has no card ordinal")))?;
-                if open_column.as_ref().and_then(|c| c.first(doc)) == Some(1) {
-                    open.insert(ord);
-                }
-                norms[ord as usize] = fieldnorms.fieldnorm(doc);
-                seg_norms.push(fieldnorms.fieldnorm_id(doc));
-                docs_of[ord as usize] = (seg_no as u32, doc);
-                seg.push(ord);
-            }
-            if let Some(OpenFrequency::Segments(kinds)) = &mut open_df {
-                let open_here = open.len() - opened;
-                if open_here != 0 && open_here != seg.len() {
-                    return Err(invalid(format!(
-                        "segment {seg_no} holds both open and restricted cards"
-                    )));
-                }
-                kinds.push(open_here != 0);
-            }
-            ords.push(seg);
-            segment_norms.push(seg_norms);
+        let mut open_tokens = 0;
+        for doc in 0..file.open_docs() {
+            open.insert(file.ord(doc));
+            open_tokens += u64::from(fieldnorm::length(file.norms()[doc as usize]));
         }
-        let open_tokens = open
-            .without(&VisibleSet::empty(0))
-            .map(|o| u64::from(norms[o as usize]))
-            .sum();
         Ok(SearchIndex {
-            reader,
-            text,
-            open_df,
-            docs,
-            ords: Arc::new(ords),
+            dir: shown,
+            file,
             docs_of,
             open,
-            norms,
             open_tokens,
-            segment_norms,
             dense: None,
         })
     }
@@ -519,7 +265,7 @@ impl SearchIndex {
         let Some(model) = model else {
             return Ok((index, DenseState::Off));
         };
-        let cards = u32::try_from(index.docs).unwrap_or(u32::MAX);
+        let cards = index.file.docs();
         let state = match CardVectors::read(dir, model, cards) {
             Ok(Ok(vectors)) => {
                 index.dense = Some(Dense {
@@ -554,7 +300,7 @@ impl SearchIndex {
 
     /// Number of indexed cards.
     pub fn num_docs(&self) -> u64 {
-        self.docs
+        u64::from(self.file.docs())
     }
 
     /// The best `limit` cards for `text` among `visible`, best first (ties: lower ordinal,
@@ -604,64 +350,66 @@ impl SearchIndex {
         limit: usize,
         visible: Arc<VisibleSet>,
     ) -> Result<Vec<TextHit>, SearchError> {
-        let tantivy = |source| SearchError::Tantivy {
-            dir: "(open index)".into(),
-            source,
-        };
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let searcher = self.reader.searcher();
-        let Some(plan) = self.plan(text, &searcher, &visible).map_err(tantivy)? else {
+        let Some(plan) = self.plan(text, &visible)? else {
             return Ok(Vec::new());
         };
+        let f = &self.file;
+        let open = f.open_docs();
+        let (open_norms, restricted_norms) = f.norms().split_at(open as usize);
+        let lists = |restricted: bool| -> Vec<TermList<'_>> {
+            plan.terms
+                .iter()
+                .filter(|t| if restricted { t.info.restricted } else { t.info.open } > 0)
+                .map(|t| TermList {
+                    list: f.list(&t.info, restricted),
+                    weight: t.weight,
+                })
+                .collect()
+        };
         let mut best = topk::Best::new(limit);
-        for (segment, reader) in searcher.segment_readers().iter().enumerate() {
-            // On the fast path, restricted segments are not scanned: the few restricted
-            // cards the task sees were scored from the frequencies found while counting.
-            let open = plan.open_segments.get(segment).copied();
-            if plan.own.is_some() && open != Some(true) {
-                continue;
-            }
-            let inverted = reader.inverted_index(self.text).map_err(tantivy)?;
-            let mut postings = Vec::with_capacity(plan.terms.len());
-            for t in &plan.terms {
-                if let Some(info) = t.infos.get(segment).and_then(Option::as_ref) {
-                    postings.push(topk::TermPostings {
-                        postings: inverted
-                            .read_block_postings_from_terminfo(info, IndexRecordOption::WithFreqs)
-                            .map_err(|e| tantivy(e.into()))?,
-                        weight: t.weight,
-                    });
+        // Open cards: every one is visible on the fast path.
+        let all_open = plan.own.is_some();
+        let hits = topk::top_k(
+            &plan.bm25,
+            lists(false),
+            open_norms,
+            |doc| f.ord(doc),
+            limit,
+            |ord| all_open || visible.contains(ord),
+        )
+        .map_err(|_| self.damaged())?;
+        hits.into_iter().for_each(|h| best.offer(h));
+        match &plan.own {
+            // The few visible restricted cards, scored from the frequencies found while
+            // counting them (their lists are not scanned).
+            Some(own) => {
+                let mut scores = vec![0.0; own.len()];
+                for t in &plan.terms {
+                    for &(i, tf) in &t.own {
+                        let norm = restricted_norms[own[i as usize] as usize];
+                        scores[i as usize] += plan.bm25.score(t.weight, norm, tf);
+                    }
+                }
+                for (&doc, score) in own.iter().zip(scores) {
+                    if score > 0.0 {
+                        best.offer(Ranked(score, f.ord(open + doc)));
+                    }
                 }
             }
-            if postings.is_empty() {
-                continue;
-            }
-            let all_visible = plan.own.is_some();
-            let hits = topk::top_k(
-                &plan.bm25,
-                postings,
-                &self.segment_norms[segment],
-                &self.ords[segment],
-                limit,
-                |ord| all_visible || visible.contains(ord),
-            );
-            hits.into_iter().for_each(|h| best.offer(h));
-        }
-        if let Some(own) = &plan.own {
-            let mut scores = vec![0.0; own.len()];
-            for t in &plan.terms {
-                for &(i, tf) in &t.own {
-                    let (segment, doc) = own[i as usize];
-                    let norm = self.segment_norms[segment as usize][doc as usize];
-                    scores[i as usize] += plan.bm25.score(t.weight, norm, tf);
-                }
-            }
-            for (&(segment, doc), score) in own.iter().zip(scores) {
-                if score > 0.0 {
-                    best.offer(Ranked(score, self.ords[segment as usize][doc as usize]));
-                }
+            None => {
+                let hits = topk::top_k(
+                    &plan.bm25,
+                    lists(true),
+                    restricted_norms,
+                    |doc| f.ord(open + doc),
+                    limit,
+                    |ord| visible.contains(ord),
+                )
+                .map_err(|_| self.damaged())?;
+                hits.into_iter().for_each(|h| best.offer(h));
             }
         }
         Ok(best
@@ -671,74 +419,55 @@ impl SearchIndex {
             .collect())
     }
 
+    fn damaged(&self) -> SearchError {
+        SearchError::Invalid {
+            dir: self.dir.clone(),
+            problem: format!("a posting list in {} does not decode", file::INDEX_FILE),
+        }
+    }
+
     /// How `text` is searched: each distinct term that occurs in a visible card, keeping
     /// the [`MAX_QUERY_TERMS`] rarest among them (terms in no visible card cost nothing,
     /// and behave exactly like terms in no card at all, and a long ticket is searched by
     /// what is specific in it rather than by its commonest words), rarest first, each
     /// weighted by the visible cards' statistics.
-    fn plan(
-        &self,
-        text: &str,
-        searcher: &tantivy::Searcher,
-        visible: &VisibleSet,
-    ) -> Result<Option<Plan>, tantivy::TantivyError> {
+    fn plan(&self, text: &str, visible: &VisibleSet) -> Result<Option<Plan>, SearchError> {
         let words = query_terms(text);
         let (docs, tokens) = self.visible_totals(visible);
         if docs == 0 {
             return Ok(None);
         }
-        let inverted = searcher
-            .segment_readers()
-            .iter()
-            .map(|r| r.inverted_index(self.text))
-            .collect::<tantivy::Result<Vec<_>>>()?;
+        let f = &self.file;
         // With every open card visible (as in every task's set), the visible cards are the
         // open ones and a few restricted ones; otherwise every posting is looked at.
-        let fast = match &self.open_df {
-            Some(how) if visible.covers(&self.open) => {
-                let mut own: Vec<(u32, DocId)> = visible
-                    .without(&self.open)
-                    .filter_map(|o| self.docs_of.get(o as usize).copied())
-                    .collect();
-                own.sort_unstable();
-                Some((how, own))
-            }
-            _ => None,
-        };
+        let own: Option<Vec<u32>> = visible.covers(&self.open).then(|| {
+            let mut own: Vec<u32> = visible
+                .without(&self.open)
+                .filter_map(|o| self.docs_of.get(o as usize))
+                .map(|doc| doc - f.open_docs())
+                .collect();
+            own.sort_unstable();
+            own
+        });
         let mut terms = Vec::with_capacity(words.len());
         for word in words {
-            let term = Term::from_field_text(self.text, &word);
-            let infos = inverted
-                .iter()
-                .map(|inv| inv.get_term_info(&term))
-                .collect::<std::io::Result<Vec<_>>>()?;
-            let everywhere: u64 = infos.iter().flatten().map(|i| u64::from(i.doc_freq)).sum();
-            if everywhere == 0 {
+            let Some(info) = f.find(word.as_bytes()) else {
                 continue;
-            }
-            let mut own_tfs = Vec::new();
-            let df = match &fast {
-                Some((OpenFrequency::Segments(kinds), own)) => {
-                    let in_open: u64 = infos
-                        .iter()
-                        .zip(kinds)
-                        .filter(|(_, open)| **open)
-                        .filter_map(|(info, _)| info.as_ref())
-                        .map(|info| u64::from(info.doc_freq))
-                        .sum();
-                    own_tfs = frequencies_among(&inverted, &infos, own)?;
-                    in_open + own_tfs.len() as u64
+            };
+            let (df, own_tfs) = match &own {
+                Some(own) => {
+                    let found = if own.is_empty() || info.restricted == 0 {
+                        Vec::new()
+                    } else {
+                        postings::frequencies_of(f.list(&info, true), own)
+                            .map_err(|_| self.damaged())?
+                    };
+                    (u64::from(info.open) + found.len() as u64, found)
                 }
-                Some((OpenFrequency::RestrictedField(field), own)) => {
-                    let term = Term::from_field_text(*field, &word);
-                    let in_restricted = searcher.doc_freq(&term)?;
-                    (everywhere - in_restricted.min(everywhere))
-                        + self.count_among(searcher, &term, own)?
-                }
-                None => everywhere.saturating_sub(self.count_outside(searcher, &term, visible)?),
+                None => (self.count_visible(&info, visible)?, Vec::new()),
             };
             if df > 0 {
-                terms.push((df, word, infos, own_tfs));
+                terms.push((df, word, info, own_tfs));
             }
         }
         if terms.is_empty() {
@@ -749,107 +478,55 @@ impl SearchIndex {
         let bm25 = topk::Bm25::new(docs, tokens);
         let terms = terms
             .into_iter()
-            .map(|(df, _, infos, own)| PlannedTerm {
+            .map(|(df, _, info, own)| PlannedTerm {
                 weight: bm25.weight(df),
-                infos,
+                info,
                 own,
             })
             .collect();
-        let (open_segments, own) = match (fast, &self.open_df) {
-            (Some((_, own)), Some(OpenFrequency::Segments(kinds))) => (kinds.clone(), Some(own)),
-            _ => (Vec::new(), None),
-        };
-        Ok(Some(Plan {
-            bm25,
-            terms,
-            open_segments,
-            own,
-        }))
+        Ok(Some(Plan { bm25, terms, own }))
     }
 
     /// The visible cards' count and total length, summed over the visible cards alone
     /// (so that cards outside the set cannot shift it, not even by rounding): the open
     /// cards' precomputed sum plus the visible restricted ones.
     fn visible_totals(&self, visible: &VisibleSet) -> (u64, u64) {
-        let length = |o: u32| u64::from(self.norms.get(o as usize).copied().unwrap_or(0));
-        let in_index = |o: &u32| u64::from(*o) < self.docs;
+        let norms = self.file.norms();
         let (base, none) = (&self.open, VisibleSet::empty(0));
         let (mut docs, mut tokens, extra) = if visible.covers(base) {
             (base.len() as u64, self.open_tokens, visible.without(base))
         } else {
             (0, 0, visible.without(&none))
         };
-        for o in extra.filter(in_index) {
+        for doc in extra.filter_map(|o| self.docs_of.get(o as usize)) {
             docs += 1;
-            tokens += length(o);
+            tokens += u64::from(fieldnorm::length(norms[*doc as usize]));
         }
         (docs, tokens)
     }
 
-    /// How many of `docs` (sorted (segment, document) pairs) hold `term`: one seek in the
-    /// term's postings per document.
-    fn count_among(
-        &self,
-        searcher: &tantivy::Searcher,
-        term: &Term,
-        docs: &[(u32, DocId)],
-    ) -> Result<u64, tantivy::TantivyError> {
-        let mut found = 0;
-        let readers = searcher.segment_readers();
-        let mut i = 0;
-        while i < docs.len() {
-            let segment = docs[i].0;
-            let end = i + docs[i..].iter().take_while(|d| d.0 == segment).count();
-            if let Some(reader) = readers.get(segment as usize)
-                && let Some(mut postings) = reader
-                    .inverted_index(term.field())?
-                    .read_postings(term, IndexRecordOption::Basic)?
-            {
-                for &(_, doc) in &docs[i..end] {
-                    if postings.doc() > doc {
-                        continue;
-                    }
-                    if postings.seek(doc) == TERMINATED {
-                        break;
-                    }
-                    if postings.doc() == doc {
-                        found += 1;
-                    }
+    /// How many visible cards hold the term at `info`: every posting of both its lists.
+    fn count_visible(&self, info: &TermInfo, visible: &VisibleSet) -> Result<u64, SearchError> {
+        let f = &self.file;
+        let mut count = 0;
+        let (mut docs, mut tfs) = ([0u32; postings::BLOCK], [0u32; postings::BLOCK]);
+        for (restricted, offset) in [(false, 0), (true, f.open_docs())] {
+            let mut list = f.list(info, restricted);
+            loop {
+                let n = list
+                    .next_block(&mut docs, &mut tfs)
+                    .map_err(|_| self.damaged())?;
+                if n == 0 {
+                    break;
                 }
-            }
-            i = end;
-        }
-        Ok(found)
-    }
-
-    /// How many documents with `term` (in its field) are outside `visible`.
-    fn count_outside(
-        &self,
-        searcher: &tantivy::Searcher,
-        term: &Term,
-        visible: &VisibleSet,
-    ) -> Result<u64, tantivy::TantivyError> {
-        let mut outside = 0;
-        for (segment, reader) in searcher.segment_readers().iter().enumerate() {
-            let Some(mut postings) = reader
-                .inverted_index(term.field())?
-                .read_postings(term, IndexRecordOption::Basic)?
-            else {
-                continue;
-            };
-            let ords = &self.ords[segment];
-            let mut doc = postings.doc();
-            while doc != TERMINATED {
-                if ords
-                    .get(doc as usize)
-                    .is_some_and(|o| !visible.contains(*o))
-                {
-                    outside += 1;
-                }
-                doc = postings.advance();
+                count += docs[..n]
+                    .iter()
+                    .filter_map(|d| d.checked_add(offset).filter(|d| *d < f.docs()))
+                    .filter(|d| visible.contains(f.ord(*d)))
+                    .count() as u64;
             }
         }
-        Ok(outside)
+        Ok(count)
     }
 }
 
@@ -857,57 +534,20 @@ impl SearchIndex {
 struct Plan {
     bm25: topk::Bm25,
     terms: Vec<PlannedTerm>,
-    /// Per segment, whether it holds open cards (fast path only).
-    open_segments: Vec<bool>,
-    /// Fast path (format 3, every open card visible): the visible restricted cards as
-    /// sorted (segment, document) pairs, scored from [`PlannedTerm::own`].
-    own: Option<Vec<(u32, DocId)>>,
+    /// Fast path (every open card visible): the visible restricted cards (numbered in the
+    /// restricted class), increasing, scored from [`PlannedTerm::own`].
+    own: Option<Vec<u32>>,
 }
 
 /// One query term.
 struct PlannedTerm {
     /// Its BM25 weight (idf × (K1 + 1)).
     weight: Score,
-    /// Where its postings are in each segment (`None`: not in that segment).
-    infos: Vec<Option<TermInfo>>,
+    /// Where its lists are.
+    info: TermInfo,
     /// (index into [`Plan::own`], term frequency) for each visible restricted card that
     /// holds it.
     own: Vec<(u32, u32)>,
-}
-
-/// Which of `docs` (sorted (segment, document) pairs) hold the term whose postings are at
-/// `infos`, with its frequency there: one seek per document.
-fn frequencies_among(
-    inverted: &[Arc<InvertedIndexReader>],
-    infos: &[Option<TermInfo>],
-    docs: &[(u32, DocId)],
-) -> std::io::Result<Vec<(u32, u32)>> {
-    let mut found = Vec::new();
-    let mut i = 0;
-    while i < docs.len() {
-        let segment = docs[i].0 as usize;
-        let end = i + docs[i..]
-            .iter()
-            .take_while(|d| d.0 as usize == segment)
-            .count();
-        if let (Some(inv), Some(Some(info))) = (inverted.get(segment), infos.get(segment)) {
-            let mut postings =
-                inv.read_postings_from_terminfo(info, IndexRecordOption::WithFreqs)?;
-            for (at, &(_, doc)) in docs.iter().enumerate().take(end).skip(i) {
-                if postings.doc() > doc {
-                    continue;
-                }
-                if postings.seek(doc) == TERMINATED {
-                    break;
-                }
-                if postings.doc() == doc {
-                    found.push((at as u32, postings.term_freq()));
-                }
-            }
-        }
-        i = end;
-    }
-    Ok(found)
 }
 
 /// The distinct terms BM25 searches `text` by: its tokens without the stopwords (unless
@@ -989,59 +629,126 @@ impl Ord for Ranked {
 mod tests {
     use super::*;
 
-    /// Cards given in any order (here: open and restricted interleaved, so every card
-    /// starts a segment) answer exactly like cards given open first.
+    fn build(docs: &[(String, bool)]) -> (SearchIndex, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let docs = docs.iter().enumerate().map(|(ord, (body, open))| IndexDoc {
+            ord: ord as u32,
+            title: "card",
+            description: "",
+            labels: &[],
+            body: body.as_str().into(),
+            open: *open,
+        });
+        build_index(dir.path(), docs).unwrap();
+        (SearchIndex::open(dir.path()).unwrap(), dir)
+    }
+
+    /// A search over any visible set answers exactly like an index of only those cards,
+    /// with open and restricted cards interleaved in ordinal order, on both paths (every
+    /// open card visible, or not), across list lengths that make full blocks.
     #[test]
-    fn card_order_does_not_change_answers() {
-        let docs: Vec<(u32, String, bool)> = (0..40)
-            .map(|i| (i, format!("w{} w{} w{}", i % 3, i % 5, i % 7), i % 3 != 0))
+    fn answers_match_an_index_of_the_visible_cards_alone() {
+        let n = 700u32;
+        let docs: Vec<(String, bool)> = (0..n)
+            .map(|i| {
+                let body = format!("w{} w{} w{} w{} common", i % 3, i % 5, i % 7, i % 300);
+                (body, i % 4 != 0)
+            })
             .collect();
-        let build = |ordered: Vec<&(u32, String, bool)>| {
-            let dir = tempfile::tempdir().unwrap();
-            let docs = ordered.into_iter().map(|(ord, body, open)| IndexDoc {
-                ord: *ord,
-                title: "card",
-                description: "",
-                labels: &[],
-                body: body.as_str().into(),
-                open: *open,
-            });
-            build_index(dir.path(), docs).unwrap();
-            (SearchIndex::open(dir.path()).unwrap(), dir)
-        };
-        let (interleaved, a) = build(docs.iter().collect());
-        let (grouped, _b) = build(open_first(&docs, |d| d.2).map(|(_, d)| d).collect());
-        // Merged: one segment of each kind, and no files of the merged-away segments left.
-        for index in [&interleaved, &grouped] {
-            assert_eq!(index.reader.searcher().segment_readers().len(), 2);
-        }
-        let live: Vec<String> = interleaved
-            .reader
-            .searcher()
-            .segment_readers()
-            .iter()
-            .map(|r| r.segment_id().uuid_string())
-            .collect();
-        for f in std::fs::read_dir(a.path()).unwrap() {
-            let name = f.unwrap().file_name().into_string().unwrap();
-            assert!(
-                name.ends_with(".json") || live.iter().any(|id| name.starts_with(id.as_str())),
-                "{name} is left over"
-            );
-        }
-        for seen in [vec![0, 1, 2], vec![3], (0..40).collect()] {
-            let mut visible = VisibleSet::empty(40);
-            for o in (0..40).filter(|o| o % 3 != 0).chain(seen) {
-                visible.insert(o);
-            }
+        let (index, _dir) = build(&docs);
+        let sets: Vec<Vec<u32>> = vec![
+            (0..n).filter(|o| o % 4 != 0).collect(),
+            (0..n).filter(|o| o % 4 != 0 || o % 12 == 0).collect(),
+            (0..n).collect(),
+            (0..n).filter(|o| o % 3 == 1).collect(),
+            vec![5, 8, 400],
+        ];
+        for set in sets {
+            let alone: Vec<(String, bool)> = set
+                .iter()
+                .map(|&o| (docs[o as usize].0.clone(), true))
+                .collect();
+            let (small, _d) = build(&alone);
+            let mut visible = VisibleSet::empty(n as usize);
+            set.iter().for_each(|&o| visible.insert(o));
             let visible = Arc::new(visible);
-            for q in ["w0", "w1 w4", "w2 w6 card"] {
-                assert_eq!(
-                    interleaved.search(q, 10, visible.clone()).unwrap(),
-                    grouped.search(q, 10, visible.clone()).unwrap(),
-                    "{q:?}"
-                );
+            for q in ["w0", "w1 w4", "w2 w6 card", "common w17", "w299 w0 nothing"] {
+                let got = index.search(q, 20, visible.clone()).unwrap();
+                let mut everyone = VisibleSet::empty(set.len());
+                (0..set.len() as u32).for_each(|o| everyone.insert(o));
+                let want: Vec<TextHit> = small
+                    .search(q, 20, Arc::new(everyone))
+                    .unwrap()
+                    .into_iter()
+                    .map(|h| TextHit {
+                        ord: set[h.ord as usize],
+                        score: h.score,
+                    })
+                    .collect();
+                // Equal scores may order differently by ordinal; compare as sets of pairs
+                // sorted by (score, ordinal).
+                let key = |v: &[TextHit]| {
+                    let mut v: Vec<(u32, u32)> =
+                        v.iter().map(|h| (h.score.to_bits(), h.ord)).collect();
+                    v.sort_unstable();
+                    v
+                };
+                assert_eq!(key(&got), key(&want), "{q:?} over {} cards", set.len());
             }
         }
+    }
+
+    #[test]
+    fn cards_out_of_order_are_refused_and_damage_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let doc = |ord| IndexDoc {
+            ord,
+            title: "t",
+            description: "",
+            labels: &[],
+            body: "b".into(),
+            open: true,
+        };
+        assert!(matches!(
+            build_index(dir.path(), [doc(0), doc(2)]),
+            Err(SearchError::Order {
+                expected: 1,
+                got: 2
+            })
+        ));
+        let docs: Vec<(String, bool)> = (0..300)
+            .map(|i| (format!("x y{}", i % 2), i % 3 != 0))
+            .collect();
+        let (_, dir) = build(&docs);
+        let path = dir.path().join(file::INDEX_FILE);
+        let good = std::fs::read(&path).unwrap();
+        // Every single-byte change and every cut either opens and searches (to some answer)
+        // or is refused as invalid: never a panic.
+        let mut refused = 0;
+        for i in (0..good.len()).step_by(7).chain([good.len() - 1]) {
+            for damaged in [
+                {
+                    let mut d = good.clone();
+                    d[i] ^= 0x5a;
+                    d
+                },
+                good[..i].to_vec(),
+            ] {
+                std::fs::write(&path, &damaged).unwrap();
+                match SearchIndex::open(dir.path()) {
+                    Ok(index) => {
+                        let mut all = VisibleSet::empty(300);
+                        (0..300).for_each(|o| all.insert(o));
+                        let _ = index.search("x y0 y1", 10, Arc::new(all));
+                        let mut some = VisibleSet::empty(300);
+                        (0..300).step_by(2).for_each(|o| some.insert(o));
+                        let _ = index.search("x y0 y1", 10, Arc::new(some));
+                    }
+                    Err(SearchError::Invalid { .. }) => refused += 1,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+        assert!(refused > 0);
     }
 }

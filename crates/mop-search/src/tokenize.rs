@@ -3,11 +3,41 @@
 //!
 //! Bigrams find CJK words without a dictionary (nothing to download, nothing to keep in
 //! sync): `死锁问题` indexes as `死锁`, `锁问`, `问题`, and a query for `死锁` matches it.
-
-use tantivy::tokenizer::{Token, TokenStream, Tokenizer};
+//!
+//! Tokenizing is most of an index build's work, so [`Tokens`] hands out one token at a
+//! time without allocating: runs of ASCII letters and digits (most of any card) are cut
+//! by a byte table, and when such a run has no capital letter the token is a slice of the
+//! text itself; other characters are decoded one at a time into a reused buffer.
 
 /// Tokens longer than this many bytes (base64 blobs, hashes) are skipped.
 const MAX_TOKEN_BYTES: usize = 64;
+
+/// What an ASCII byte is to the tokenizer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    /// Ends a word: spaces, punctuation, control characters.
+    Break,
+    /// A lowercase letter or a digit.
+    Lower,
+    /// A capital letter.
+    Upper,
+    /// The first byte of a longer character (or a continuation byte).
+    Other,
+}
+
+const CLASSES: [Class; 256] = {
+    let mut t = [Class::Other; 256];
+    let mut b = 0;
+    while b < 128 {
+        t[b] = match b as u8 {
+            b'a'..=b'z' | b'0'..=b'9' => Class::Lower,
+            b'A'..=b'Z' => Class::Upper,
+            _ => Class::Break,
+        };
+        b += 1;
+    }
+    t
+};
 
 /// True for characters of scripts written without spaces between words.
 pub fn is_cjk(c: char) -> bool {
@@ -27,42 +57,34 @@ pub fn is_cjk(c: char) -> bool {
 
 /// Splits text into `(lowercase token, byte start, byte end)`.
 pub fn tokens(text: &str) -> Vec<(String, usize, usize)> {
-    let mut stream = MopTokenStream::new(text);
+    let mut stream = Tokens::new(text);
     let mut out = Vec::new();
-    while stream.advance() {
-        let t = stream.token();
-        out.push((t.text.clone(), t.offset_from, t.offset_to));
+    while let Some((t, from, to)) = stream.next_token() {
+        out.push((t.to_owned(), from, to));
     }
     out
 }
 
-/// The tantivy face of [`tokens`].
-#[derive(Clone, Default)]
-pub struct MopTokenizer;
-
-/// The token stream of [`MopTokenizer`]: one token at a time in a reused buffer, since
-/// tokenizing is a third of an index build and allocating per token was most of that.
-/// Runs of ASCII letters and digits (most of any card) are cut and lowercased as bytes;
-/// other characters are decoded one at a time.
-pub struct MopTokenStream<'a> {
+/// The tokens of one text, one at a time (see the module comment).
+pub struct Tokens<'a> {
     text: &'a str,
     /// Byte offset of the next character to read.
     pos: usize,
-    /// The previous character of the CJK run being read, and whether it was the run's
-    /// first (a run of one character is a token of its own).
+    /// The previous character of the CJK run being read, where it starts, and whether it
+    /// was the run's first (a run of one character is a token of its own).
     cjk: Option<(usize, char, bool)>,
-    token: Token,
-    emitted: usize,
+    /// The current token when it is not a slice of `text`.
+    buf: String,
 }
 
-impl<'a> MopTokenStream<'a> {
-    fn new(text: &'a str) -> MopTokenStream<'a> {
-        MopTokenStream {
+impl<'a> Tokens<'a> {
+    /// The tokens of `text`.
+    pub fn new(text: &'a str) -> Tokens<'a> {
+        Tokens {
             text,
             pos: 0,
             cjk: None,
-            token: Token::default(),
-            emitted: 0,
+            buf: String::new(),
         }
     }
 
@@ -71,52 +93,9 @@ impl<'a> MopTokenStream<'a> {
         self.text[self.pos..].chars().next()
     }
 
-    fn emit(&mut self, from: usize, to: usize) -> bool {
-        self.token.offset_from = from;
-        self.token.offset_to = to;
-        self.token.position = self.emitted;
-        self.token.position_length = 1;
-        self.emitted += 1;
-        true
-    }
-
-    /// Reads the word starting at `pos` (its first character is alphanumeric, not CJK)
-    /// into the token; returns where it ends.
-    fn word(&mut self) -> usize {
+    /// The next token, lowercase, with its byte range in the text.
+    pub fn next_token(&mut self) -> Option<(&str, usize, usize)> {
         let bytes = self.text.as_bytes();
-        let start = self.pos;
-        let mut end = start;
-        while end < bytes.len() && bytes[end].is_ascii_alphanumeric() {
-            end += 1;
-        }
-        self.token.text.clear();
-        self.token.text.push_str(&self.text[start..end]);
-        self.token.text.make_ascii_lowercase();
-        self.pos = end;
-        if end < bytes.len() && !bytes[end].is_ascii() {
-            // The word goes on in (or starts with) other scripts: one character at a time.
-            while let Some(c) = self.peek() {
-                if !c.is_alphanumeric() || is_cjk(c) {
-                    break;
-                }
-                push_lower(&mut self.token.text, c);
-                self.pos += c.len_utf8();
-            }
-        }
-        self.pos
-    }
-}
-
-impl Tokenizer for MopTokenizer {
-    type TokenStream<'a> = MopTokenStream<'a>;
-
-    fn token_stream<'a>(&'a mut self, text: &'a str) -> MopTokenStream<'a> {
-        MopTokenStream::new(text)
-    }
-}
-
-impl TokenStream for MopTokenStream<'_> {
-    fn advance(&mut self) -> bool {
         loop {
             // Inside a CJK run: the next character makes a bigram with the previous one.
             if let Some((start, prev, first)) = self.cjk {
@@ -125,55 +104,74 @@ impl TokenStream for MopTokenStream<'_> {
                         let i = self.pos;
                         self.pos += c.len_utf8();
                         self.cjk = Some((i, c, false));
-                        self.token.text.clear();
-                        self.token.text.push(prev);
-                        self.token.text.push(c);
-                        return self.emit(start, self.pos);
+                        return Some((&self.text[start..self.pos], start, self.pos));
                     }
                     _ => {
                         self.cjk = None;
                         if first {
-                            self.token.text.clear();
-                            self.token.text.push(prev);
-                            return self.emit(start, start + prev.len_utf8());
+                            let end = start + prev.len_utf8();
+                            return Some((&self.text[start..end], start, end));
                         }
                     }
                 }
             }
             let start = self.pos;
-            let Some(&b) = self.text.as_bytes().get(start) else {
-                return false;
-            };
-            if b.is_ascii() {
-                if !b.is_ascii_alphanumeric() {
+            let &b = bytes.get(start)?;
+            match CLASSES[b as usize] {
+                Class::Break => {
                     self.pos += 1;
                     continue;
                 }
-            } else {
-                let c = self.peek().expect("a character starts here");
-                if is_cjk(c) {
-                    self.pos += c.len_utf8();
-                    self.cjk = Some((start, c, true));
-                    continue;
-                }
-                if !c.is_alphanumeric() {
-                    self.pos += c.len_utf8();
-                    continue;
+                Class::Lower | Class::Upper => {}
+                Class::Other => {
+                    let c = self.peek().expect("a character starts here");
+                    if is_cjk(c) {
+                        self.pos += c.len_utf8();
+                        self.cjk = Some((start, c, true));
+                        continue;
+                    }
+                    if !c.is_alphanumeric() {
+                        self.pos += c.len_utf8();
+                        continue;
+                    }
                 }
             }
-            let end = self.word();
-            if self.token.text.len() <= MAX_TOKEN_BYTES {
-                return self.emit(start, end);
+            // A word: first its ASCII run, byte by byte.
+            let mut end = start;
+            let mut upper = false;
+            while let Some(&b) = bytes.get(end) {
+                match CLASSES[b as usize] {
+                    Class::Lower => {}
+                    Class::Upper => upper = true,
+                    Class::Break | Class::Other => break,
+                }
+                end += 1;
+            }
+            self.pos = end;
+            let goes_on = bytes.get(end).is_some_and(|b| !b.is_ascii());
+            if !goes_on && !upper {
+                if end - start <= MAX_TOKEN_BYTES {
+                    return Some((&self.text[start..end], start, end));
+                }
+                continue;
+            }
+            self.buf.clear();
+            self.buf.push_str(&self.text[start..end]);
+            self.buf.make_ascii_lowercase();
+            if goes_on {
+                // The word goes on in (or starts with) other scripts: a character at a time.
+                while let Some(c) = self.peek() {
+                    if !c.is_alphanumeric() || is_cjk(c) {
+                        break;
+                    }
+                    push_lower(&mut self.buf, c);
+                    self.pos += c.len_utf8();
+                }
+            }
+            if self.buf.len() <= MAX_TOKEN_BYTES {
+                return Some((self.buf.as_str(), start, self.pos));
             }
         }
-    }
-
-    fn token(&self) -> &Token {
-        &self.token
-    }
-
-    fn token_mut(&mut self) -> &mut Token {
-        &mut self.token
     }
 }
 
@@ -239,6 +237,7 @@ mod tests {
             "ORA-01555 snapshot too old; Deadlock ÉTÉ 死锁问题 MySQLの文字化け x²",
             "kubectl drain --ignore-daemonsets node-7 Straße ΔΈΛΤΑ ﾊﾝｶｸ",
             "a\u{0301}b c\t\nd_e f.g 123abc ß",
+            "lower UPPER MiXeD 9lives x 死 Zß 锁X",
         ];
         for s in samples {
             let mut expected = Vec::new();
@@ -282,6 +281,11 @@ mod tests {
     #[test]
     fn long_tokens_are_skipped() {
         let blob = "x".repeat(65);
-        assert_eq!(texts(&format!("keep {blob} this")), ["keep", "this"]);
+        let upper = "Y".repeat(65);
+        assert_eq!(
+            texts(&format!("keep {blob} this {upper} and")),
+            ["keep", "this", "and"]
+        );
+        assert_eq!(texts(&"z".repeat(64)), ["z".repeat(64)]);
     }
 }

@@ -15,11 +15,12 @@ use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use tantivy::Score;
-use tantivy::fieldnorm::FieldNormReader;
-use tantivy::postings::BlockSegmentPostings;
-
 use crate::Ranked;
+use crate::fieldnorm;
+use crate::postings::{BLOCK, Damaged, ListReader};
+
+/// A score.
+pub(crate) type Score = f32;
 
 thread_local! {
     /// The per-document score array, reused by every search on this thread (a 100k-card
@@ -27,7 +28,7 @@ thread_local! {
     static SCORES: RefCell<Vec<Score>> = const { RefCell::new(Vec::new()) };
 }
 
-/// BM25's constants, as tantivy (and Lucene) use them.
+/// BM25's constants, as Lucene (and tantivy) use them.
 const K1: Score = 1.2;
 const B: Score = 0.75;
 
@@ -50,7 +51,7 @@ impl Bm25 {
     pub(crate) fn new(docs: u64, tokens: u64) -> Bm25 {
         let average = tokens as Score / docs as Score;
         let norm: [Score; 256] = std::array::from_fn(|id| {
-            let length = FieldNormReader::id_to_fieldnorm(id as u8);
+            let length = fieldnorm::length(id as u8);
             K1 * (1.0 - B + B * length as Score / average)
         });
         let factors = (1..=TABLED_TF)
@@ -89,53 +90,54 @@ impl Bm25 {
     }
 }
 
-/// One term's postings in one segment, with its weight.
-pub(crate) struct TermPostings {
-    pub(crate) postings: BlockSegmentPostings,
+/// One term's posting list in one class of cards, with its weight.
+pub(crate) struct TermList<'a> {
+    pub(crate) list: ListReader<'a>,
     pub(crate) weight: Score,
 }
 
-/// Scores every document of a segment that holds one of `terms` (in the query's order) and returns the best `limit` among those `keep` admits, as
-/// (score, card ordinal). `norms` are the documents' field norm ids, `ords` their card
-/// ordinals.
+/// Scores every card of one class that holds one of `terms` (in the query's order) and
+/// returns the best `limit` among those `keep` admits, as (score, card ordinal). `norms`
+/// are the class's cards' field norm ids and `ord` gives a card's ordinal, both in the
+/// class's own numbering.
 pub(crate) fn top_k(
     bm25: &Bm25,
-    terms: Vec<TermPostings>,
+    terms: Vec<TermList<'_>>,
     norms: &[u8],
-    ords: &[u32],
+    ord: impl Fn(u32) -> u32,
     limit: usize,
     keep: impl Fn(u32) -> bool,
-) -> Vec<Ranked> {
+) -> Result<Vec<Ranked>, Damaged> {
     SCORES.with(|cell| {
         let mut scores = cell.borrow_mut();
         scores.clear();
         scores.resize(norms.len(), 0.0);
+        let (mut docs, mut tfs) = ([0u32; BLOCK], [0u32; BLOCK]);
         for mut t in terms {
             loop {
-                let docs = t.postings.docs();
-                if docs.is_empty() {
+                let n = t.list.next_block(&mut docs, &mut tfs)?;
+                if n == 0 {
                     break;
                 }
-                for (doc, tf) in docs.iter().zip(t.postings.freqs()) {
+                for (doc, tf) in docs[..n].iter().zip(&tfs[..n]) {
                     let doc = *doc as usize;
                     let (Some(score), Some(norm)) = (scores.get_mut(doc), norms.get(doc)) else {
                         continue;
                     };
                     *score += bm25.score(t.weight, *norm, *tf);
                 }
-                t.postings.advance();
             }
         }
         let mut best = Best::new(limit);
         for (doc, score) in scores.iter().enumerate() {
             if *score > 0.0 && best.would_take(*score) {
-                let ord = ords[doc];
+                let ord = ord(doc as u32);
                 if keep(ord) {
                     best.offer(Ranked(*score, ord));
                 }
             }
         }
-        best.into_sorted()
+        Ok(best.into_sorted())
     })
 }
 

@@ -61,8 +61,8 @@ pub fn pidfd_exited(pidfd: &impl AsFd) -> bool {
     r != 0 && poll.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
 }
 
-/// Hands freed memory back to the OS: after a build (tantivy's queue and arena, the
-/// bodies) and after a new generation is loaded for prepares (its manifest JSON). glibc
+/// Hands freed memory back to the OS: after a build (the index builder's term table and
+/// lists, the bodies) and after a new generation is loaded for prepares (its manifest JSON). glibc
 /// keeps freed memory of its per-thread arenas for reuse, so without this the daemon's RSS
 /// stays at the peak of its largest build (measured: 144 MiB instead of a fraction of it at
 /// 10k cards).

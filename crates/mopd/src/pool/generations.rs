@@ -8,7 +8,7 @@ use std::io;
 use std::os::unix::fs::PermissionsExt;
 
 use mop_cards::{Manifest, card_body, card_path};
-use mop_search::{IndexDoc, build_index_with, open_first};
+use mop_search::{IndexDoc, build_index_with};
 
 use super::objects::Linker;
 use super::{Pool, PoolError, io_err, make_dir};
@@ -99,8 +99,7 @@ impl Pool {
         // Bodies are read one at a time as the index asks for them: holding them all
         // would cost the whole workspace's size in memory for the length of the build.
         let unreadable = std::cell::RefCell::new(None);
-        let entries = open_first(&manifest.cards, |e| e.summary.is_open());
-        let docs = entries.map(|(ord, e)| {
+        let docs = manifest.cards.iter().enumerate().map(|(ord, e)| {
             let object = self.object_path(&e.sha256);
             let body = match fs::read(&object) {
                 Ok(raw) => card_body(&raw).unwrap_or("").to_owned(),
@@ -110,7 +109,7 @@ impl Pool {
                 }
             };
             IndexDoc {
-                ord,
+                ord: ord as u32,
                 title: &e.summary.title,
                 description: e.summary.description.as_deref().unwrap_or(""),
                 labels: &e.summary.labels,

@@ -158,9 +158,9 @@ pub struct Syncer {
     /// The server that answered this poll's manifest request, if one did, and whether its
     /// answer was from a replica that is behind.
     answered: Arc<Mutex<(Option<String>, bool)>>,
-    /// The (generation, model hash) whose card vectors were last found to match, so an
-    /// unchanged poll reads no file to know (see [`Syncer::refresh_vectors`]).
-    vectors_checked: Arc<Mutex<Option<(String, String)>>>,
+    /// The (generation, model hash or "") whose index was last found usable, so a poll
+    /// reads no file to know (see [`Syncer::refresh_index`]).
+    index_checked: Arc<Mutex<Option<(String, String)>>>,
 }
 
 /// See [`Syncer::try_sync`].
@@ -187,7 +187,7 @@ impl Syncer {
             held: Arc::default(),
             behind: Arc::default(),
             answered: Arc::default(),
-            vectors_checked: Arc::default(),
+            index_checked: Arc::default(),
         }
     }
 
@@ -273,6 +273,9 @@ impl Syncer {
             // With no `current` left, the held version is none: everything is fetched again.
             tracing::warn!(workspace = %self.ws, pool = %self.pool.root().display(), "pool directory was missing or incomplete; recreated it and syncing in full");
         }
+        // Before the server is asked: a generation whose index this build cannot read is
+        // rebuilt from the pool alone, so an upgraded daemon serves offline too.
+        self.refresh_index().await?;
         let client = self.state.client();
         let held = self.held_version().await?;
         // One workspace at a time from here to the published generation: each holds a
@@ -290,7 +293,6 @@ impl Syncer {
         let incoming = match fetched? {
             ManifestFetch::NotModified => {
                 self.behind.store(0, std::sync::atomic::Ordering::Relaxed);
-                self.refresh_vectors().await?;
                 return Ok((SyncResult::NotModified, Some(304)));
             }
             ManifestFetch::Manifest(m) => *m,
@@ -369,29 +371,37 @@ impl Syncer {
         Ok((SyncResult::Modified, Some(200)))
     }
 
-    /// With a model configured, rebuilds the current generation from its own manifest
-    /// when its card vectors are not that model's (none, another model, other files of
-    /// it): an installed or changed model then ranks from the next poll on, without
-    /// waiting for a card to change. Checked once per generation and model.
-    async fn refresh_vectors(&self) -> Result<(), Failure> {
-        let Some(model) = self.state.embedding_model() else {
-            return Ok(());
-        };
+    /// Rebuilds the current generation from its own manifest when its search index is of
+    /// an earlier format (an upgrade: this build cannot read it) or, with a model
+    /// configured, when its card vectors are not that model's (none, another model, other
+    /// files of it): an installed or changed model then ranks from the next poll on,
+    /// without waiting for a card to change. Checked once per generation and model.
+    async fn refresh_index(&self) -> Result<(), Failure> {
         let Some(name) = self.pool.current_name() else {
             return Ok(());
         };
-        let key = (name.clone(), model.fingerprint().sha256.clone());
-        if self.vectors_checked.lock().as_ref() == Some(&key) {
+        let model = self.state.embedding_model();
+        let model_hash = model.as_ref().map(|m| m.fingerprint().sha256.clone());
+        let key = (name.clone(), model_hash.clone().unwrap_or_default());
+        if self.index_checked.lock().as_ref() == Some(&key) {
             return Ok(());
         }
         // Checked once per generation and model, whatever the outcome: a rebuild that
         // fails (or stores no vectors) is not retried at every poll.
-        *self.vectors_checked.lock() = Some(key.clone());
+        *self.index_checked.lock() = Some(key.clone());
         let index = self.pool.paths().generation(&name).index();
         let checking = model.clone();
-        if blocking(move || Ok(mop_embed::usable(&index, &checking))).await? {
-            return Ok(());
-        }
+        let (format, vectors) = blocking(move || {
+            let format = mop_search::index_format(&index);
+            let vectors = checking.is_none_or(|m| mop_embed::usable(&index, &m));
+            Ok((format, vectors))
+        })
+        .await?;
+        let why = match (format, vectors) {
+            (Some(mop_search::FORMAT), true) => return Ok(()),
+            (Some(mop_search::FORMAT), false) => "with the configured model's card vectors",
+            _ => "with this version's search index format",
+        };
         let pool = self.pool.clone();
         let Some(current) = blocking(move || pool.current()).await? else {
             return Ok(());
@@ -399,13 +409,16 @@ impl Syncer {
         let m = &current.manifest;
         let (epoch, revision, cards) = (m.epoch.clone(), m.revision, m.cards.len());
         let (name, usage, _) = self.build_and_publish(current.manifest).await?;
-        tracing::info!(workspace = %self.ws, generation = %name, model = %model.fingerprint(), "rebuilt the current generation with the configured model's card vectors");
+        let model = model
+            .map(|m| m.fingerprint().to_string())
+            .unwrap_or_default();
+        tracing::info!(workspace = %self.ws, generation = %name, index_format = ?format, model = %model, "rebuilt the current generation {why}");
         self.update(|s| {
             record_generation(s, &name, epoch, revision, cards);
             s.pool_bytes = usage;
         });
         self.refresh_current().await;
-        *self.vectors_checked.lock() = Some((name, key.1));
+        *self.index_checked.lock() = Some((name, key.1));
         Ok(())
     }
 

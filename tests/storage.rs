@@ -64,7 +64,7 @@ fn check_current(d: &Daemon) -> (String, Manifest) {
     let (name, dir, manifest) = mop_tests::check_current_files(&inside(d, &d.pool(WS)));
     // Opening the index through /proc/<pid>/root is not possible (the directory is
     // canonicalized out of the namespace); its metadata must be there and sound.
-    let meta = std::fs::read(dir.join("index/meta.json")).expect("index metadata");
+    let meta = std::fs::read(dir.join("index/mop-search.json")).expect("index metadata");
     serde_json::from_slice::<Value>(&meta).expect("index metadata is JSON");
     (name, manifest)
 }

@@ -1,28 +1,39 @@
 //! Garbage collection (generations neither current nor pinned, objects no kept generation
 //! references, leftovers in `tmp/`) and re-hashing (bad objects go to `quarantine/`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fs;
+use std::path::PathBuf;
 
-use mop_cards::card_path;
+use mop_cards::{Manifest, card_path};
 use mop_proto::control::VerifyReport;
 
 use super::objects::hash_file;
 use super::{Pool, PoolError, io_err};
 
-/// What garbage collection removed.
+/// What garbage collection removed, and what the pool holds after it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GcReport {
     /// Generations removed.
     pub generations: usize,
     /// Objects removed.
     pub objects: usize,
+    /// Bytes the pool uses after collection (hardlinked files counted once), when known
+    /// without walking it: the kept generations' objects as their manifests list them,
+    /// their own files, and what is in `tmp/` and `quarantine/`.
+    pub bytes: Option<u64>,
 }
 
 impl Pool {
     /// Removes generations that are neither current nor pinned, objects no remaining
-    /// generation references, and leftovers in `tmp/`.
-    pub fn collect(&self, pinned: &BTreeSet<String>) -> Result<GcReport, PoolError> {
+    /// generation references, and leftovers in `tmp/`. `loaded` is a kept generation's
+    /// manifest the caller holds already (the one just published), so it is not read and
+    /// parsed again.
+    pub fn collect(
+        &self,
+        pinned: &BTreeSet<String>,
+        loaded: Option<(&str, &Manifest)>,
+    ) -> Result<GcReport, PoolError> {
         let _lock = self.lock(true)?;
         let mut report = GcReport::default();
         let current = self.current_name();
@@ -39,13 +50,25 @@ impl Pool {
                 report.generations += 1;
             }
         }
-        let mut referenced = BTreeSet::new();
+        // Each referenced object with its size, and the kept generations' own files.
+        let mut referenced: HashMap<String, u64> = HashMap::new();
+        let mut bytes = 0;
         for name in &keep {
-            match self.generation(name) {
-                Ok(g) => referenced.extend(g.manifest.cards.iter().map(|c| c.sha256.clone())),
-                // A kept generation we cannot read: keep every object to be safe.
-                Err(_) => return Ok(report),
-            }
+            let from_disk;
+            let manifest = match loaded {
+                Some((n, m)) if n == name => m,
+                _ => match self.generation(name) {
+                    Ok(g) => {
+                        from_disk = g.manifest;
+                        &from_disk
+                    }
+                    // A kept generation we cannot read: keep every object to be safe.
+                    Err(_) => return Ok(report),
+                },
+            };
+            referenced.extend(manifest.cards.iter().map(|c| (c.sha256.clone(), c.size)));
+            let paths = self.paths().generation(name);
+            bytes += files_size(&[paths.manifest()], &[paths.index()]);
         }
         let objects = self.paths().objects();
         for fan in fs::read_dir(&objects).map_err(io_err(&objects))? {
@@ -53,7 +76,7 @@ impl Pool {
             for obj in fs::read_dir(&fan).map_err(io_err(&fan))? {
                 let obj = obj.map_err(io_err(&fan))?;
                 let name = obj.file_name().to_string_lossy().into_owned();
-                if !referenced.contains(&name) {
+                if !referenced.contains_key(&name) {
                     fs::remove_file(obj.path()).map_err(io_err(&obj.path()))?;
                     report.objects += 1;
                 }
@@ -64,6 +87,9 @@ impl Pool {
             let p = entry.map_err(io_err(&tmp))?.path();
             let _ = fs::remove_file(&p);
         }
+        bytes += referenced.values().sum::<u64>();
+        bytes += files_size(&[], &[self.paths().tmp(), self.paths().quarantine()]);
+        report.bytes = Some(bytes);
         Ok(report)
     }
 
@@ -125,6 +151,15 @@ impl Pool {
     }
 }
 
+/// The sizes of `files` and of the files directly in `dirs` (missing ones count 0).
+fn files_size(files: &[PathBuf], dirs: &[PathBuf]) -> u64 {
+    let size = |p: &std::path::Path| fs::symlink_metadata(p).map_or(0, |m| m.len());
+    let listed = dirs
+        .iter()
+        .flat_map(|d| fs::read_dir(d).into_iter().flatten().flatten());
+    files.iter().map(|f| size(f)).sum::<u64>() + listed.map(|e| size(&e.path())).sum::<u64>()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,18 +195,28 @@ mod tests {
     fn build_publish_collect_keeps_current_and_pinned_only() {
         let dir = tempfile::tempdir().unwrap();
         let (pool, mut manifest) = pool_with_cards(dir.path(), 3);
-        let first = pool.build_generation(&manifest, None).unwrap();
+        let first = pool
+            .build_generation(std::sync::Arc::new(manifest.clone()), None)
+            .unwrap();
         pool.publish(&first).unwrap();
         assert_eq!(pool.current_name().as_deref(), Some(first.as_str()));
         // A second generation without card 0; the first stays only while pinned.
         let dropped = manifest.cards.remove(0);
         manifest.revision = 2;
-        let second = pool.build_generation(&manifest, None).unwrap();
+        let second = pool
+            .build_generation(std::sync::Arc::new(manifest.clone()), None)
+            .unwrap();
         pool.publish(&second).unwrap();
         let pinned: BTreeSet<String> = [first.clone()].into();
-        assert_eq!(pool.collect(&pinned).unwrap(), GcReport::default());
+        let report = pool.collect(&pinned, None).unwrap();
+        assert_eq!((report.generations, report.objects), (0, 0));
         assert!(pool.has_object(&dropped.sha256, dropped.size), "pinned");
-        let report = pool.collect(&BTreeSet::new()).unwrap();
+        let report = pool.collect(&BTreeSet::new(), None).unwrap();
+        assert_eq!(
+            report.bytes,
+            Some(pool.usage()),
+            "measured without walking the pool"
+        );
         assert_eq!((report.generations, report.objects), (1, 1));
         assert!(!pool.has_object(&dropped.sha256, dropped.size));
         assert!(pool.generation(&second).is_ok());
@@ -182,7 +227,9 @@ mod tests {
     fn verify_quarantines_a_bad_object_and_names_the_damaged_file() {
         let dir = tempfile::tempdir().unwrap();
         let (pool, manifest) = pool_with_cards(dir.path(), 2);
-        let name = pool.build_generation(&manifest, None).unwrap();
+        let name = pool
+            .build_generation(std::sync::Arc::new(manifest.clone()), None)
+            .unwrap();
         pool.publish(&name).unwrap();
         let victim = &manifest.cards[1];
         let path = pool.object_path(&victim.sha256);

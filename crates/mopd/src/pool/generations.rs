@@ -1,14 +1,16 @@
 //! A pool's generations: the hardlink tree of one manifest, the manifest itself and the
 //! search index built for it, all immutable. A generation is built beside the current
-//! one, flushed with one `syncfs(2)`, and published by renaming a new `current` link over
-//! the old one under the pool's exclusive lock.
+//! one (on a thread of its own, while a sync is still fetching its objects), flushed with
+//! one `syncfs(2)`, and published by renaming a new `current` link over the old one
+//! under the pool's exclusive lock.
 
 use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
 
 use mop_cards::{Manifest, card_body, card_path};
-use mop_search::{IndexDoc, build_index_with};
+use mop_search::{IndexBuilder, IndexDoc};
 
 use super::objects::Linker;
 use super::{Pool, PoolError, io_err, make_dir};
@@ -48,21 +50,83 @@ impl Generation {
     }
 }
 
+/// A verified object, just named in the pool, with its bytes: how a generation being
+/// built gets the objects a sync fetches, without reading them back from disk.
+#[derive(Debug)]
+pub struct Arrived {
+    /// Its name.
+    pub sha256: String,
+    /// Its content.
+    pub bytes: Vec<u8>,
+}
+
+/// Where the fetcher hands over the [`Arrived`] objects of a generation being built, a
+/// few at a time (those of one network read).
+pub type Feed = tokio::sync::mpsc::Sender<Vec<Arrived>>;
+
+/// Handovers waiting in a [`Feed`] at most: the fetch waits for the build beyond this, so
+/// a build slower than the network never holds a workspace's worth of bodies.
+const FEED_DEPTH: usize = 32;
+
+/// A generation being built on a thread of its own (see [`Pool::start_generation`]).
+#[derive(Debug)]
+pub struct Building {
+    name: String,
+    thread: std::thread::JoinHandle<Result<(), PoolError>>,
+}
+
+impl Building {
+    /// The generation's name (its directory under `gens/` exists from the start).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Waits for the build to end. Drop the feed first: a build still waiting for an
+    /// object fails when the feed closes, and then removes what it had written.
+    pub fn finish(self) -> Result<String, PoolError> {
+        match self.thread.join() {
+            Ok(Ok(())) => Ok(self.name),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(PoolError::Io {
+                path: self.name,
+                source: io::Error::other("the generation build panicked"),
+            }),
+        }
+    }
+}
+
+/// One build at a time across workspaces: a build holds its index's tables (tens of MiB
+/// at 100k cards), and five at once after a cold start peaked at 415 MiB. On two cores
+/// parallel builds gain little time.
+static ONE_BUILD: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
 impl Pool {
-    /// Builds a generation for a full manifest (cards sorted by id) beside the current one:
-    /// the hardlink tree, the manifest and the search index (with a model, the card
-    /// vectors too). Every object must be present.
-    /// Not visible until [`Pool::publish`].
+    /// Builds a generation for a full manifest (cards sorted by id) beside the current one
+    /// from objects already in the pool: the hardlink tree, the manifest and the search
+    /// index (with a model, the card vectors too). Not visible until [`Pool::publish`].
     pub fn build_generation(
         &self,
-        manifest: &Manifest,
-        model: Option<&mop_embed::Model>,
+        manifest: Arc<Manifest>,
+        model: Option<Arc<mop_embed::Model>>,
     ) -> Result<String, PoolError> {
-        // One build at a time across workspaces: an index build holds tens of MiB of
-        // buffers, and five at once after a cold start peaked at 415 MiB. On two cores
-        // parallel builds gain little time.
-        static ONE_BUILD: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
-        let _building = ONE_BUILD.lock();
+        let (building, feed) = self.start_generation(manifest, Vec::new(), model)?;
+        drop(feed);
+        building.finish()
+    }
+
+    /// Starts building a generation for a full manifest (cards sorted by id) beside the
+    /// current one, on a thread of its own, while the objects in `arriving` (each once, in
+    /// the order of the first card that names it) are still being fetched: each comes
+    /// through the returned [`Feed`] once it is verified and named in the pool, and every
+    /// other object is read from the pool. Cards are linked into the tree and indexed in
+    /// ordinal order as they come, so the tree, the index and the card vectors are built
+    /// while the network is still busy. Not visible until [`Pool::publish`].
+    pub fn start_generation(
+        &self,
+        manifest: Arc<Manifest>,
+        arriving: Vec<String>,
+        model: Option<Arc<mop_embed::Model>>,
+    ) -> Result<(Building, Feed), PoolError> {
         if !mop_cards::is_epoch(&manifest.epoch) {
             return Err(PoolError::Io {
                 path: self.paths().gens().display().to_string(),
@@ -72,64 +136,110 @@ impl Pool {
                 ),
             });
         }
-        let name = self
-            .fresh_name(&manifest.epoch, manifest.revision)
-            .to_string();
-        let paths = self.paths().generation(&name);
+        let name = self.reserve_name(&manifest.epoch, manifest.revision)?;
+        let (feed, arrivals) = tokio::sync::mpsc::channel(FEED_DEPTH);
+        let pool = self.clone();
+        let building = name.clone();
+        let thread = std::thread::Builder::new()
+            .name("mopd-build".into())
+            .spawn(move || {
+                let built = pool.build_into(&building, &manifest, &arriving, arrivals, model);
+                if built.is_err() {
+                    let dir = pool.paths().generation(&building);
+                    let _ = fs::remove_dir_all(dir.dir());
+                }
+                built
+            })
+            .map_err(io_err(self.paths().gens().as_path()))?;
+        Ok((Building { name, thread }, feed))
+    }
+
+    /// Makes the directory of a new generation of this version: its name is never one
+    /// already used (it may be current, pinned, a leftover that collection will remove,
+    /// or another build's), since making the directory is what claims it.
+    fn reserve_name(&self, epoch: &str, revision: u64) -> Result<String, PoolError> {
+        use std::os::unix::fs::DirBuilderExt;
+        let mut name = self.fresh_name(epoch, revision);
+        loop {
+            let dir = self.paths().generation(&name.to_string());
+            match fs::DirBuilder::new().mode(0o750).create(dir.dir()) {
+                Ok(()) => return Ok(name.to_string()),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => name = name.next(),
+                Err(e) => return Err(io_err(dir.dir())(e)),
+            }
+        }
+    }
+
+    /// The work of [`Pool::start_generation`]'s thread.
+    fn build_into(
+        &self,
+        name: &str,
+        manifest: &Manifest,
+        arriving: &[String],
+        mut arrivals: tokio::sync::mpsc::Receiver<Vec<Arrived>>,
+        model: Option<Arc<mop_embed::Model>>,
+    ) -> Result<(), PoolError> {
+        let _building = ONE_BUILD.lock();
+        let paths = self.paths().generation(name);
         let tree = paths.tree();
         make_dir(&tree)?;
         let mut linker = Linker::new(&tree);
-        for e in &manifest.cards {
+        let mut index = IndexBuilder::new(model.as_deref());
+        let mut next = arriving.iter().peekable();
+        let mut waiting = std::collections::VecDeque::new();
+        for (ord, e) in manifest.cards.iter().enumerate() {
             let object = self.object_path(&e.sha256);
-            let meta =
-                fs::metadata(&object).map_err(|_| PoolError::MissingObject(e.sha256.clone()))?;
-            if meta.len() != e.size {
-                return Err(PoolError::MissingObject(e.sha256.clone()));
+            let missing = || PoolError::MissingObject(e.sha256.clone());
+            let raw = if next.peek() == Some(&&e.sha256) {
+                next.next();
+                if waiting.is_empty() {
+                    // The fetch ended (failed) before this object came.
+                    waiting.extend(arrivals.blocking_recv().ok_or_else(missing)?);
+                }
+                let got: Arrived = waiting.pop_front().ok_or_else(missing)?;
+                if got.sha256 != e.sha256 {
+                    return Err(PoolError::Io {
+                        path: object.display().to_string(),
+                        source: io::Error::other(format!(
+                            "object {} arrived where {} was due",
+                            got.sha256, e.sha256
+                        )),
+                    });
+                }
+                got.bytes
+            } else {
+                fs::read(&object).map_err(|_| missing())?
+            };
+            if raw.len() as u64 != e.size {
+                return Err(missing());
             }
             linker.link(&object, &card_path(e.summary.card_type, &e.summary.id))?;
+            index.add(IndexDoc {
+                ord: ord as u32,
+                title: &e.summary.title,
+                description: e.summary.description.as_deref().unwrap_or(""),
+                labels: &e.summary.labels,
+                body: card_body(&raw).unwrap_or("").into(),
+                open: e.summary.is_open(),
+            })?;
         }
         let manifest_path = paths.manifest();
         let json = serde_json::to_vec(manifest).expect("manifests serialize");
         fs::write(&manifest_path, json).map_err(io_err(&manifest_path))?;
         fs::set_permissions(&manifest_path, fs::Permissions::from_mode(0o440))
             .map_err(io_err(&manifest_path))?;
-
-        let index = paths.index();
-        make_dir(&index)?;
-        // Bodies are read one at a time as the index asks for them: holding them all
-        // would cost the whole workspace's size in memory for the length of the build.
-        let unreadable = std::cell::RefCell::new(None);
-        let docs = manifest.cards.iter().enumerate().map(|(ord, e)| {
-            let object = self.object_path(&e.sha256);
-            let body = match fs::read(&object) {
-                Ok(raw) => card_body(&raw).unwrap_or("").to_owned(),
-                Err(err) => {
-                    unreadable.borrow_mut().get_or_insert(io_err(&object)(err));
-                    String::new()
-                }
-            };
-            IndexDoc {
-                ord: ord as u32,
-                title: &e.summary.title,
-                description: e.summary.description.as_deref().unwrap_or(""),
-                labels: &e.summary.labels,
-                body: body.into(),
-                open: e.summary.is_open(),
-            }
-        });
-        let report = build_index_with(&index, docs, model)?;
+        let index_dir = paths.index();
+        make_dir(&index_dir)?;
+        let report = index.write(&index_dir)?;
         if let Some(why) = report.vectors_error {
             tracing::warn!(workspace = %self.workspace(), generation = %name, error = %why, "card vectors not stored: this generation ranks by BM25 alone");
         }
-        if let Some(err) = unreadable.into_inner() {
-            return Err(err);
-        }
         crate::sys::release_freed_memory();
-        for f in fs::read_dir(&index).map_err(io_err(&index))? {
-            let p = f.map_err(io_err(&index))?.path();
+        for f in fs::read_dir(&index_dir).map_err(io_err(&index_dir))? {
+            let p = f.map_err(io_err(&index_dir))?.path();
             fs::set_permissions(&p, fs::Permissions::from_mode(0o440)).map_err(io_err(&p))?;
         }
-        Ok(name)
+        Ok(())
     }
 
     /// Makes a built generation current: one `syncfs(2)` flushes it (and the objects it

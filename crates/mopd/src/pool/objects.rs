@@ -12,37 +12,44 @@ use sha2::{Digest, Sha256};
 
 use super::{Pool, PoolError, io_err, make_dir};
 
-/// Writes one downloaded object: hashed while it streams, renamed into place only once
-/// size and hash match. Dropping it unfinished leaves nothing behind.
+/// Takes one downloaded object: hashed while it streams, kept in memory (a card file is
+/// at most 1 MiB), and written and named in the pool only once size and hash match, so an
+/// object that fails verification never reaches the disk. Dropping it unfinished leaves
+/// nothing behind.
+///
+/// The bytes go into an unnamed file (`O_TMPFILE` in `tmp/`, created 0440) with one write
+/// and are linked into `objects/`: one directory entry per object, where a named
+/// temporary file costs a second one made and removed in `tmp/`, and a `chmod`. File
+/// systems without `O_TMPFILE` get the named temporary file.
 pub struct ObjectWriter {
-    tmp: tempfile::NamedTempFile,
+    bytes: Vec<u8>,
     hasher: Sha256,
-    written: u64,
     sha256: String,
     size: u64,
     dest: PathBuf,
+    tmp_dir: PathBuf,
 }
 
 impl ObjectWriter {
     /// Appends bytes; refuses more than the announced size.
     pub fn write(&mut self, chunk: &[u8]) -> Result<(), PoolError> {
-        self.written += chunk.len() as u64;
-        if self.written > self.size {
+        if (self.bytes.len() + chunk.len()) as u64 > self.size {
             return Err(PoolError::Verify {
                 sha256: self.sha256.clone(),
                 problem: format!("more than the announced {} bytes", self.size),
             });
         }
         self.hasher.update(chunk);
-        self.tmp.write_all(chunk).map_err(io_err(self.tmp.path()))
+        self.bytes.extend_from_slice(chunk);
+        Ok(())
     }
 
-    /// Verifies and renames into place (0440).
-    pub fn finish(self) -> Result<(), PoolError> {
-        if self.written != self.size {
+    /// Verifies the object, writes it and names it in the pool (0440); returns its bytes.
+    pub fn finish(self) -> Result<Vec<u8>, PoolError> {
+        if self.bytes.len() as u64 != self.size {
             return Err(PoolError::Verify {
                 sha256: self.sha256,
-                problem: format!("{} bytes instead of {}", self.written, self.size),
+                problem: format!("{} bytes instead of {}", self.bytes.len(), self.size),
             });
         }
         let got = hex(&self.hasher.finalize());
@@ -52,24 +59,70 @@ impl ObjectWriter {
                 problem: format!("content hashes to {got}"),
             });
         }
-        let file = self.tmp.as_file();
-        file.set_permissions(fs::Permissions::from_mode(0o440))
-            .map_err(io_err(self.tmp.path()))?;
-        // The fan-out directory exists for all but the first object in it: it is made
-        // only when the rename says it is missing (two system calls fewer per object).
-        let tmp = match self.tmp.persist_noclobber(&self.dest) {
-            Ok(_) => return Ok(()),
-            Err(e) if e.error.kind() == io::ErrorKind::NotFound => {
-                make_dir(
-                    self.dest
-                        .parent()
-                        .expect("objects have a fan-out directory"),
-                )?;
-                e.file
-            }
-            Err(e) => return persisted(&self.dest, Err(e)),
-        };
-        persisted(&self.dest, tmp.persist_noclobber(&self.dest).map(drop))
+        store(&self.tmp_dir, &self.dest, &self.bytes)?;
+        Ok(self.bytes)
+    }
+}
+
+/// Writes verified `bytes` and names them `dest` (0440).
+fn store(tmp_dir: &Path, dest: &Path, bytes: &[u8]) -> Result<(), PoolError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // The fan-out directory exists for all but the first object in it: it is made only
+    // when naming the object says it is missing (two system calls fewer each).
+    let fan_out = || make_dir(dest.parent().expect("objects have a fan-out directory"));
+    let unnamed = fs::OpenOptions::new()
+        .write(true)
+        .mode(0o440)
+        .custom_flags(libc::O_TMPFILE)
+        .open(tmp_dir);
+    let mut file = match unnamed {
+        Ok(file) => file,
+        // Not supported by this file system (or kernel): a named temporary file.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => {
+            let mut tmp = tempfile::Builder::new()
+                .prefix("obj-")
+                .tempfile_in(tmp_dir)
+                .map_err(io_err(tmp_dir))?;
+            tmp.write_all(bytes).map_err(io_err(tmp.path()))?;
+            tmp.as_file()
+                .set_permissions(fs::Permissions::from_mode(0o440))
+                .map_err(io_err(tmp.path()))?;
+            let tmp = match tmp.persist_noclobber(dest) {
+                Ok(_) => return Ok(()),
+                Err(e) if e.error.kind() == io::ErrorKind::NotFound => {
+                    fan_out()?;
+                    e.file
+                }
+                Err(e) => return persisted(dest, Err(e)),
+            };
+            return persisted(dest, tmp.persist_noclobber(dest).map(drop));
+        }
+        Err(e) => return Err(io_err(tmp_dir)(e)),
+    };
+    file.write_all(bytes).map_err(io_err(tmp_dir))?;
+    let link = || {
+        use std::os::fd::AsRawFd;
+        let from = format!("/proc/self/fd/{}", file.as_raw_fd());
+        nix::unistd::linkat(
+            nix::fcntl::AT_FDCWD,
+            from.as_str(),
+            nix::fcntl::AT_FDCWD,
+            dest,
+            nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
+        )
+        .map_err(io::Error::from)
+    };
+    let linked = match link() {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            fan_out()?;
+            link()
+        }
+        other => other,
+    };
+    match linked {
+        // Already there (fetched twice): the same name, hence the same content.
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(io_err(dest)(e)),
+        _ => Ok(()),
     }
 }
 
@@ -98,20 +151,16 @@ impl Pool {
         fs::metadata(self.object_path(sha256)).is_ok_and(|m| m.is_file() && m.len() == size)
     }
 
-    /// Starts writing an arriving object.
+    /// Starts taking an arriving object of `size` bytes (at most 1 MiB: the fetcher's
+    /// decoder refuses larger ones).
     pub fn new_object(&self, sha256: &str, size: u64) -> Result<ObjectWriter, PoolError> {
-        let tmp_dir = self.paths().tmp();
-        let tmp = tempfile::Builder::new()
-            .prefix("obj-")
-            .tempfile_in(&tmp_dir)
-            .map_err(io_err(&tmp_dir))?;
         Ok(ObjectWriter {
-            tmp,
+            bytes: Vec::with_capacity(size.min(1 << 20) as usize),
             hasher: Sha256::new(),
-            written: 0,
             sha256: sha256.to_owned(),
             size,
             dest: self.object_path(sha256),
+            tmp_dir: self.paths().tmp(),
         })
     }
 }

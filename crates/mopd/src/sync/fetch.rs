@@ -1,12 +1,13 @@
 //! The fetcher: the objects a plan needs, from the server into the pool. Bodies stream
 //! from [`crate::client`] through [`mop_proto::sync::BatchDecoder`] (for batches) into the
 //! pool's [`ObjectWriter`]s, which verify each object's size and hash before naming it.
-//! The answer must hold exactly the objects asked for, in the order asked.
+//! The answer must hold exactly the objects asked for, in the order asked. Each object,
+//! once named, goes with its bytes to the generation being built from them (a [`Feed`]).
 
 use mop_proto::sync::{BatchDecoder, BatchError, BatchSink};
 
 use crate::client::{ClientError, ServerClient};
-use crate::pool::{ObjectWriter, Pool, PoolError};
+use crate::pool::{Arrived, Feed, ObjectWriter, Pool, PoolError};
 
 /// Objects per batch request.
 const BATCH: usize = 500;
@@ -35,12 +36,14 @@ pub enum FetchError {
     Gone(String),
 }
 
-/// Fetches `wanted` (sha256, size) into the pool; returns the bytes received.
+/// Fetches `wanted` (sha256, size) into the pool, handing each object to `feed` once it
+/// is named there; returns the bytes received.
 pub async fn fetch(
     client: &ServerClient,
     pool: &Pool,
     ws: &str,
     wanted: &[(String, u64)],
+    feed: &Feed,
 ) -> Result<u64, FetchError> {
     let mut received = 0;
     if wanted.len() < BATCH_THRESHOLD {
@@ -51,7 +54,15 @@ pub async fn fetch(
                 received += chunk.len() as u64;
                 writer.write(&chunk)?;
             }
-            writer.finish()?;
+            let bytes = writer.finish()?;
+            hand_over(
+                feed,
+                vec![Arrived {
+                    sha256: sha.clone(),
+                    bytes,
+                }],
+            )
+            .await;
         }
         return Ok(received);
     }
@@ -68,7 +79,7 @@ pub async fn fetch(
     for (i, chunk) in chunks.iter().enumerate() {
         let body = next.take().expect("a request is in flight").await?;
         let mut ahead = chunks.get(i + 1).map(|c| request(c));
-        let store = store_batch(pool, chunk, body);
+        let store = store_batch(pool, chunk, body, feed);
         tokio::pin!(store);
         // The next request is driven only until its answer starts (its headers): its body
         // waits in the connection until this batch is stored.
@@ -92,11 +103,21 @@ pub async fn fetch(
     Ok(received)
 }
 
+/// Hands named objects to the build, those of one network read together (one wake-up of
+/// the build's thread each, not one per object). A build that has stopped (it failed, and
+/// says why when it is finished) takes nothing more; the fetch goes on regardless.
+async fn hand_over(feed: &Feed, named: Vec<Arrived>) {
+    if !named.is_empty() {
+        let _ = feed.send(named).await;
+    }
+}
+
 /// Decodes one batch answer into the pool; returns the bytes received.
 async fn store_batch(
     pool: &Pool,
     chunk: &[(String, u64)],
     mut body: crate::client::Body,
+    feed: &Feed,
 ) -> Result<u64, FetchError> {
     let mut received = 0;
     let mut decoder = BatchDecoder::new(MAX_OBJECT);
@@ -104,6 +125,7 @@ async fn store_batch(
     while let Some(bytes) = body.chunk().await? {
         received += bytes.len() as u64;
         decoder.feed(&bytes, &mut sink)?;
+        hand_over(feed, std::mem::take(&mut sink.named)).await;
     }
     decoder.finish()?;
     sink.finish()?;
@@ -115,7 +137,10 @@ struct PoolSink<'a> {
     pool: &'a Pool,
     wanted: &'a [(String, u64)],
     next: usize,
+    /// The object being written.
     writer: Option<ObjectWriter>,
+    /// Objects named in the pool, to hand to the build.
+    named: Vec<Arrived>,
 }
 
 impl<'a> PoolSink<'a> {
@@ -125,6 +150,7 @@ impl<'a> PoolSink<'a> {
             wanted,
             next: 0,
             writer: None,
+            named: Vec::new(),
         }
     }
 
@@ -175,7 +201,10 @@ impl BatchSink for PoolSink<'_> {
 
     fn end(&mut self) -> Result<(), FetchError> {
         let writer = self.writer.take().expect("end follows begin");
-        Ok(writer.finish()?)
+        let bytes = writer.finish()?;
+        let sha256 = self.wanted[self.next - 1].0.clone();
+        self.named.push(Arrived { sha256, bytes });
+        Ok(())
     }
 
     fn missing(&mut self, sha256: &str) -> Result<(), FetchError> {

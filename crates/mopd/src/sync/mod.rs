@@ -20,7 +20,7 @@ use mop_proto::sync::Version;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::client::{ClientError, ManifestFetch};
+use crate::client::{ClientError, ManifestFetch, ServerClient};
 use crate::pool::{Pool, PoolError};
 use crate::state::State;
 use fetch::FetchError;
@@ -348,25 +348,18 @@ impl Syncer {
             self.update(|s| s.epoch_warning = Some(warning));
         }
         self.check_quota(&missing)?;
-        let fetching = std::time::Instant::now();
-        let received = fetch::fetch(&client, &self.pool, &self.ws, &missing).await?;
-        let fetch_ms = fetching.elapsed().as_millis() as u64;
-        self.update(|s| {
-            s.stats.objects_fetched += missing.len() as u64;
-            s.stats.object_bytes += received;
-        });
-        // The manifest moves into the build: a copy kept here would double the peak
-        // memory of a large workspace's sync.
         let (epoch, revision, cards) = (
             manifest.epoch.clone(),
             manifest.revision,
             manifest.cards.len(),
         );
-        let (name, usage, times) = self.build_and_publish(manifest).await?;
-        tracing::info!(workspace = %self.ws, generation = %name, cards, objects = missing.len(), bytes = received, fetch_ms, build_ms = times.build_ms, flush_ms = times.flush_ms, "published a new generation");
+        let built = self.build_and_publish(&client, manifest, &missing).await?;
+        tracing::info!(workspace = %self.ws, generation = %built.name, cards, objects = missing.len(), bytes = built.received, fetch_ms = built.fetch_ms, build_ms = built.build_ms, flush_ms = built.flush_ms, collect_ms = built.collect_ms, "published a new generation");
         self.update(|s| {
-            record_generation(s, &name, epoch, revision, cards);
-            s.pool_bytes = usage;
+            s.stats.objects_fetched += missing.len() as u64;
+            s.stats.object_bytes += built.received;
+            record_generation(s, &built.name, epoch, revision, cards);
+            s.pool_bytes = built.usage;
         });
         Ok((SyncResult::Modified, Some(200)))
     }
@@ -408,7 +401,10 @@ impl Syncer {
         };
         let m = &current.manifest;
         let (epoch, revision, cards) = (m.epoch.clone(), m.revision, m.cards.len());
-        let (name, usage, _) = self.build_and_publish(current.manifest).await?;
+        let built = self
+            .build_and_publish(&self.state.client(), current.manifest, &[])
+            .await?;
+        let (name, usage) = (built.name, built.usage);
         let model = model
             .map(|m| m.fingerprint().to_string())
             .unwrap_or_default();
@@ -444,30 +440,64 @@ impl Syncer {
         })
     }
 
-    /// Builds, publishes and announces a generation, then collects what nothing needs.
+    /// Builds a generation of `manifest` while its `missing` objects are fetched from
+    /// `client` (the build reads the others from the pool), publishes and announces it,
+    /// then collects what nothing needs.
     async fn build_and_publish(
         &self,
+        client: &ServerClient,
         manifest: mop_proto::sync::Manifest,
-    ) -> Result<(String, u64, BuildTimes), Failure> {
+        missing: &[(String, u64)],
+    ) -> Result<Built, Failure> {
         let pool = self.pool.clone();
-        let pins = self.state.pinned(&self.ws);
         let model = self.state.embedding_model();
+        let arriving = missing.iter().map(|(sha, _)| sha.clone()).collect();
         let started = std::time::Instant::now();
-        let (name, usage, times) = blocking(move || {
-            let name = pool.build_generation(&manifest, model.as_deref())?;
+        let manifest = std::sync::Arc::new(manifest);
+        let building_from = manifest.clone();
+        let (building, feed) =
+            blocking(move || pool.start_generation(building_from, arriving, model)).await?;
+        // Kept while it is built, so that a collection meanwhile (a repair, the scrubber)
+        // leaves it alone.
+        let _kept = Keep::new(&self.state, &self.ws, building.name());
+        let fetched = match missing {
+            [] => Ok(0),
+            _ => fetch::fetch(client, &self.pool, &self.ws, missing, &feed).await,
+        };
+        // A build still waiting for an object fails once the feed closes, and removes its
+        // directory: it is waited for either way, so that nothing of it outlives the sync.
+        drop(feed);
+        let fetch_ms = started.elapsed().as_millis() as u64;
+        let pool = self.pool.clone();
+        let kept = self.state.kept(&self.ws);
+        let finished = blocking(move || {
+            let name = building.finish()?;
             let built = started.elapsed();
             pool.publish(&name)?;
-            let times = BuildTimes {
-                build_ms: built.as_millis() as u64,
-                flush_ms: (started.elapsed() - built).as_millis() as u64,
-            };
-            pool.collect(&pins)?;
-            Ok((name, pool.usage(), times))
-        })
-        .await?;
+            let flushed = started.elapsed();
+            let report = pool.collect(&kept, Some((&name, &manifest)))?;
+            let usage = report.bytes.unwrap_or_else(|| pool.usage());
+            Ok((name, usage, built, flushed, started.elapsed()))
+        });
+        let received = match fetched {
+            Ok(received) => received,
+            Err(e) => {
+                let _ = finished.await;
+                return Err(e.into());
+            }
+        };
+        let (name, usage, built, flushed, collected) = finished.await?;
         self.state.metrics.built(started.elapsed());
         let _ = self.state.published.send((self.ws.clone(), name.clone()));
-        Ok((name, usage, times))
+        Ok(Built {
+            name,
+            usage,
+            received,
+            fetch_ms,
+            build_ms: (built.as_millis() as u64).saturating_sub(fetch_ms),
+            flush_ms: (flushed - built).as_millis() as u64,
+            collect_ms: (collected - flushed).as_millis() as u64,
+        })
     }
 
     /// Re-hashes the pool; with `repair`, fetches what is missing or bad again and
@@ -489,19 +519,52 @@ impl Syncer {
         let missing = plan::missing_objects(&current.manifest, |sha, size| {
             self.pool.has_object(sha, size)
         });
-        fetch::fetch(&self.state.client(), &self.pool, &self.ws, &missing).await?;
-        let (name, _, _) = self.build_and_publish(current.manifest).await?;
+        let name = self
+            .build_and_publish(&self.state.client(), current.manifest, &missing)
+            .await?
+            .name;
         tracing::info!(workspace = %self.ws, generation = %name, refetched = missing.len(), "pool repaired");
         self.refresh_current().await;
         Ok((report, Some(name)))
     }
 }
 
-/// How long a generation took to build (tree and index) and to flush and publish, for
-/// the log line that announces it.
-struct BuildTimes {
+/// A published generation: its name, the pool's size after it, the bytes fetched for it,
+/// and how long it took, for the log line that announces it: the fetch (the build runs
+/// beside it), the build's remainder once the last object came, the flush and swap, and
+/// the collection and measuring of the pool after it.
+struct Built {
+    name: String,
+    usage: u64,
+    received: u64,
+    fetch_ms: u64,
     build_ms: u64,
     flush_ms: u64,
+    collect_ms: u64,
+}
+
+/// A generation noted as being built for as long as this lives.
+struct Keep<'a> {
+    state: &'a State,
+    ws: &'a str,
+    name: String,
+}
+
+impl<'a> Keep<'a> {
+    fn new(state: &'a State, ws: &'a str, name: &str) -> Keep<'a> {
+        state.building(ws, name, true);
+        Keep {
+            state,
+            ws,
+            name: name.to_owned(),
+        }
+    }
+}
+
+impl Drop for Keep<'_> {
+    fn drop(&mut self) {
+        self.state.building(self.ws, &self.name, false);
+    }
 }
 
 /// Notes a generation in the status: its name and the version and size of its manifest.

@@ -1,30 +1,70 @@
 //! Building an index in memory, one card at a time, then writing it in one pass.
 //!
-//! Every token of a card is looked up once in one hash table of the terms seen so far
-//! (keyed by the term's bytes, which live in one arena), and its count in the card goes
-//! up; when the card ends, each term it holds appends (card, count) to that term's list as
-//! two variable-length integers. Nothing else happens per token, which is what makes this
-//! several times cheaper than a general-purpose search engine's writer. Open and
-//! restricted cards keep separate lists and are numbered separately (see [`crate::file`]).
+//! Every token of a card is looked up once in a hash table of the terms seen so far, and
+//! its count in the card goes up; when the card ends, each term it holds appends (card,
+//! count) to that term's list as two variable-length integers. Nothing else happens per
+//! token, which is what makes this several times cheaper than a general-purpose search
+//! engine's writer. A token of up to 16 bytes (nearly all of them) is its own key, the
+//! bytes packed into one integer, so a lookup compares integers; longer ones are looked
+//! up by their bytes. Open and restricted cards keep separate lists and are numbered
+//! separately (see [`crate::file`]).
 //!
 //! Cards come in ordinal order, so each list is already in document order: writing the
 //! file sorts the terms and re-encodes each list into blocks, and sorts nothing else.
 
 use std::path::Path;
 
-use hashbrown::HashTable;
+use hashbrown::{HashMap, HashTable};
 use mop_embed::{Model, VectorsBuilder};
 
-use crate::tokenize::Tokens;
-use crate::{IndexDoc, SearchError, fieldnorm, file, postings};
+use crate::{IndexDoc, SearchError, fieldnorm, file, postings, tokenize};
 
-/// A term seen so far: where its bytes are in the arena, its hash (for growing the
-/// table), and how often the card being added holds it.
+/// A term seen so far: where its bytes are in the arena.
 struct Term {
     start: u32,
     len: u32,
-    in_doc: u32,
-    hash: u64,
+}
+
+/// The terms seen so far, by id.
+#[derive(Default)]
+struct Terms {
+    terms: Vec<Term>,
+    /// Every term's bytes, back to back.
+    arena: Vec<u8>,
+    /// How often the card being added holds each term.
+    in_card: Vec<u32>,
+    /// Each term's lists of open and of restricted cards.
+    lists: Vec<[MemList; 2]>,
+}
+
+impl Terms {
+    fn add(&mut self, bytes: &[u8]) -> u32 {
+        let id = self.terms.len() as u32;
+        self.terms.push(Term {
+            start: self.arena.len() as u32,
+            len: bytes.len() as u32,
+        });
+        self.arena.extend_from_slice(bytes);
+        self.in_card.push(0);
+        self.lists.push(Default::default());
+        id
+    }
+
+    fn text(&self, id: u32) -> &[u8] {
+        let t = &self.terms[id as usize];
+        &self.arena[t.start as usize..(t.start + t.len) as usize]
+    }
+}
+
+/// Tokens of at most this many bytes are keys of their own ([`short_key`]).
+const SHORT: usize = 16;
+
+/// A token of at most [`SHORT`] bytes as one integer: its bytes, then zeros. Tokens hold
+/// no zero byte (the tokenizer cuts words there), so no two tokens share a key.
+fn short_key(bytes: &[u8]) -> u128 {
+    let mut b = [0u8; SHORT];
+    b[..bytes.len()].copy_from_slice(bytes);
+    u128::from_le_bytes(b)
 }
 
 /// One term's pairs for one class of cards, as variable-length integers (the gap from
@@ -79,12 +119,16 @@ pub(crate) struct Class {
 /// An index being built: cards go in with [`IndexBuilder::add`], in ordinal order, and
 /// [`IndexBuilder::write`] stores it.
 pub struct IndexBuilder<'m> {
-    table: HashTable<u32>,
+    /// Term ids of tokens of at most 8 bytes (most of them), by [`short_key`]: a table
+    /// of 16-byte entries, half the size of one with 16-byte keys, so more of it stays
+    /// in the cache.
+    tiny: HashMap<u64, u32, foldhash::fast::RandomState>,
+    /// Term ids of tokens of 9 to 16 bytes, by [`short_key`].
+    short: HashMap<u128, u32, foldhash::fast::RandomState>,
+    /// Term ids of longer tokens, by their bytes' hash (with the hash, for growing).
+    long: HashTable<(u64, u32)>,
     hasher: foldhash::fast::RandomState,
-    terms: Vec<Term>,
-    arena: Vec<u8>,
-    /// Per term, its lists of open and of restricted cards.
-    lists: Vec<[MemList; 2]>,
+    terms: Terms,
     /// The terms of the card being added, each once.
     in_doc: Vec<u32>,
     /// Open cards (0) and restricted ones (1).
@@ -92,13 +136,15 @@ pub struct IndexBuilder<'m> {
     next_ord: u32,
     vectors: Option<VectorsBuilder<'m>>,
     vector_text: String,
+    /// The tokenizer's buffer.
+    buf: String,
 }
 
 impl std::fmt::Debug for IndexBuilder<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IndexBuilder")
             .field("cards", &self.next_ord)
-            .field("terms", &self.terms.len())
+            .field("terms", &self.terms.terms.len())
             .finish()
     }
 }
@@ -108,18 +154,19 @@ impl<'m> IndexBuilder<'m> {
     /// stored with the index.
     pub fn new(model: Option<&'m Model>) -> IndexBuilder<'m> {
         IndexBuilder {
-            table: HashTable::new(),
-            // A per-process seed: card text is written by agents, and a fixed one would let
+            // Per-process seeds: card text is written by agents, and a fixed one would let
             // a card of crafted words make every lookup collide.
+            tiny: HashMap::default(),
+            short: HashMap::default(),
+            long: HashTable::new(),
             hasher: foldhash::fast::RandomState::default(),
-            terms: Vec::new(),
-            arena: Vec::new(),
-            lists: Vec::new(),
+            terms: Terms::default(),
             in_doc: Vec::new(),
             classes: Default::default(),
             next_ord: 0,
             vectors: model.map(VectorsBuilder::new),
             vector_text: String::new(),
+            buf: String::new(),
         }
     }
 
@@ -144,21 +191,17 @@ impl<'m> IndexBuilder<'m> {
         // Title and labels count twice: a word there says more about a card than one in
         // its body. The parts are tokenized apart, which cuts exactly where the newlines
         // and spaces that once joined them did.
-        let mut tokens = 0u32;
-        for _ in 0..2 {
-            tokens += self.add_text(doc.title);
-            for l in doc.labels {
-                tokens += self.add_text(l);
-            }
+        let mut tokens = self.add_text(doc.title, 2);
+        for l in doc.labels {
+            tokens += self.add_text(l, 2);
         }
-        tokens += self.add_text(doc.description);
-        tokens += self.add_text(&doc.body);
+        tokens += self.add_text(doc.description, 1);
+        tokens += self.add_text(&doc.body, 1);
         let class = usize::from(!doc.open);
         let local = self.classes[class].ords.len() as u32;
         for id in self.in_doc.drain(..) {
-            let term = &mut self.terms[id as usize];
-            let tf = std::mem::take(&mut term.in_doc);
-            self.lists[id as usize][class].push(local, tf);
+            let tf = std::mem::take(&mut self.terms.in_card[id as usize]);
+            self.terms.lists[id as usize][class].push(local, tf);
         }
         self.classes[class].ords.push(doc.ord);
         self.classes[class].norms.push(fieldnorm::id_of(tokens));
@@ -183,49 +226,47 @@ impl<'m> IndexBuilder<'m> {
         Ok(())
     }
 
-    /// Counts the tokens of `text` into the card being added; returns how many.
-    fn add_text(&mut self, text: &str) -> u32 {
-        let mut tokens = Tokens::new(text);
+    /// Counts the tokens of `text` into the card being added, each `weight` times;
+    /// returns how many that makes.
+    fn add_text(&mut self, text: &str, weight: u32) -> u32 {
         let mut n = 0;
         let Self {
-            table,
+            tiny,
+            short,
+            long,
             hasher,
             terms,
-            arena,
-            lists,
             in_doc,
+            buf,
             ..
         } = self;
-        while let Some((token, _, _)) = tokens.next_token() {
-            n += 1;
-            let bytes = token.as_bytes();
-            let hash = std::hash::BuildHasher::hash_one(&*hasher, bytes);
-            let found = table.find(hash, |&id| {
-                let t = &terms[id as usize];
-                t.hash == hash && &arena[t.start as usize..(t.start + t.len) as usize] == bytes
-            });
-            let id = match found {
-                Some(&id) => id,
-                None => {
-                    let id = terms.len() as u32;
-                    terms.push(Term {
-                        start: arena.len() as u32,
-                        len: bytes.len() as u32,
-                        in_doc: 0,
-                        hash,
-                    });
-                    arena.extend_from_slice(bytes);
-                    lists.push(Default::default());
-                    table.insert_unique(hash, id, |&id| terms[id as usize].hash);
-                    id
+        tokenize::scan(text, buf, |bytes, _, _| {
+            n += weight;
+            let id = if bytes.len() <= 8 {
+                *tiny
+                    .entry(short_key(bytes) as u64)
+                    .or_insert_with(|| terms.add(bytes))
+            } else if bytes.len() <= SHORT {
+                *short
+                    .entry(short_key(bytes))
+                    .or_insert_with(|| terms.add(bytes))
+            } else {
+                let hash = std::hash::BuildHasher::hash_one(&*hasher, bytes);
+                match long.find(hash, |&(h, id)| h == hash && terms.text(id) == bytes) {
+                    Some(&(_, id)) => id,
+                    None => {
+                        let id = terms.add(bytes);
+                        long.insert_unique(hash, (hash, id), |&(h, _)| h);
+                        id
+                    }
                 }
             };
-            let term = &mut terms[id as usize];
-            if term.in_doc == 0 {
+            let count = &mut terms.in_card[id as usize];
+            if *count == 0 {
                 in_doc.push(id);
             }
-            term.in_doc += 1;
-        }
+            *count += weight;
+        });
         n
     }
 
@@ -237,32 +278,32 @@ impl<'m> IndexBuilder<'m> {
             source,
         };
         let IndexBuilder {
+            tiny,
+            short,
+            long,
             terms,
-            arena,
-            lists,
             classes,
             next_ord,
             vectors,
             ..
         } = self;
-        if arena.len() > u32::MAX as usize {
+        drop((tiny, short, long));
+        if terms.arena.len() > u32::MAX as usize {
             return Err(io(std::io::Error::other(
                 "the terms of this workspace exceed 4 GiB",
             )));
         }
-        let text = |id: u32| {
-            let t = &terms[id as usize];
-            &arena[t.start as usize..(t.start + t.len) as usize]
-        };
-        let mut order: Vec<u32> = (0..terms.len() as u32).collect();
-        order.sort_unstable_by(|a, b| text(*a).cmp(text(*b)));
+        let mut order: Vec<u32> = (0..terms.terms.len() as u32).collect();
+        order.sort_unstable_by(|a, b| terms.text(*a).cmp(terms.text(*b)));
         let mut writer = file::Writer::create(dir, &classes).map_err(io)?;
         let (mut open, mut restricted) = Default::default();
         for id in order {
-            let [o, r] = &lists[id as usize];
+            let [o, r] = &terms.lists[id as usize];
             o.decode(&mut open);
             r.decode(&mut restricted);
-            writer.term(text(id), &open, &restricted).map_err(io)?;
+            writer
+                .term(terms.text(id), &open, &restricted)
+                .map_err(io)?;
         }
         writer.finish().map_err(io)?;
         // Vectors are an extra: failing to store them leaves a BM25-only index, never a

@@ -4,40 +4,34 @@
 //! Bigrams find CJK words without a dictionary (nothing to download, nothing to keep in
 //! sync): `死锁问题` indexes as `死锁`, `锁问`, `问题`, and a query for `死锁` matches it.
 //!
-//! Tokenizing is most of an index build's work, so [`Tokens`] hands out one token at a
-//! time without allocating: runs of ASCII letters and digits (most of any card) are cut
-//! by a byte table, and when such a run has no capital letter the token is a slice of the
-//! text itself; other characters are decoded one at a time into a reused buffer.
+//! Tokenizing is much of an index build's work, so [`scan`] hands out tokens without
+//! allocating: runs of ASCII letters and digits (most of any card) are cut by a byte
+//! table, and when such a run has no capital letter the token is a slice of the text
+//! itself; other characters are decoded one at a time into a reused buffer.
 
 /// Tokens longer than this many bytes (base64 blobs, hashes) are skipped.
 const MAX_TOKEN_BYTES: usize = 64;
 
-/// What an ASCII byte is to the tokenizer.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Class {
-    /// Ends a word: spaces, punctuation, control characters.
-    Break,
-    /// A lowercase letter or a digit.
-    Lower,
-    /// A capital letter.
-    Upper,
-    /// The first byte of a longer character (or a continuation byte).
-    Other,
-}
-
-const CLASSES: [Class; 256] = {
-    let mut t = [Class::Other; 256];
+/// What a byte is to the tokenizer, as bits: 0 ends a word (spaces, punctuation,
+/// control characters); [`WORD`] is a letter or digit, with [`UPPER`] for a capital;
+/// [`OTHER`] starts (or continues) a longer character. Flags rather than an enum, so the
+/// loop over a word's bytes is a load, a test and an OR, with no jump table.
+const CLASSES: [u8; 256] = {
+    let mut t = [OTHER; 256];
     let mut b = 0;
     while b < 128 {
         t[b] = match b as u8 {
-            b'a'..=b'z' | b'0'..=b'9' => Class::Lower,
-            b'A'..=b'Z' => Class::Upper,
-            _ => Class::Break,
+            b'a'..=b'z' | b'0'..=b'9' => WORD,
+            b'A'..=b'Z' => WORD | UPPER,
+            _ => 0,
         };
         b += 1;
     }
     t
 };
+const WORD: u8 = 1;
+const UPPER: u8 = 2;
+const OTHER: u8 = 4;
 
 /// True for characters of scripts written without spaces between words.
 pub fn is_cjk(c: char) -> bool {
@@ -57,122 +51,113 @@ pub fn is_cjk(c: char) -> bool {
 
 /// Splits text into `(lowercase token, byte start, byte end)`.
 pub fn tokens(text: &str) -> Vec<(String, usize, usize)> {
-    let mut stream = Tokens::new(text);
     let mut out = Vec::new();
-    while let Some((t, from, to)) = stream.next_token() {
+    scan(text, &mut String::new(), |t, from, to| {
+        let t = std::str::from_utf8(t).expect("tokens are whole characters");
         out.push((t.to_owned(), from, to));
-    }
+    });
     out
 }
 
-/// The tokens of one text, one at a time (see the module comment).
-pub struct Tokens<'a> {
-    text: &'a str,
-    /// Byte offset of the next character to read.
-    pos: usize,
-    /// The previous character of the CJK run being read, where it starts, and whether it
-    /// was the run's first (a run of one character is a token of its own).
-    cjk: Option<(usize, char, bool)>,
-    /// The current token when it is not a slice of `text`.
-    buf: String,
+/// Calls `f` with each token of `text` (lowercase, in UTF-8, always whole characters) and
+/// its byte range in `text`. `buf` holds a token that is not a slice of the text (one that
+/// needed lowercasing); pass the same one every time to allocate it once.
+///
+/// A function with a callback rather than an iterator, so the scan's position and state
+/// stay in registers: this loop is where an index build spends most of its time.
+pub fn scan(text: &str, buf: &mut String, mut f: impl FnMut(&[u8], usize, usize)) {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        let class = CLASSES[b as usize];
+        if class == 0 {
+            i += 1;
+            continue;
+        }
+        if class & WORD != 0 {
+            // A word: first its ASCII run, a byte at a time.
+            let start = i;
+            let mut seen = class;
+            i += 1;
+            while let Some(&b) = bytes.get(i) {
+                let class = CLASSES[b as usize];
+                if class & WORD == 0 {
+                    break;
+                }
+                seen |= class;
+                i += 1;
+            }
+            if bytes.get(i).is_some_and(|b| !b.is_ascii()) {
+                i = word(text, start, i, buf, &mut f);
+            } else if i - start <= MAX_TOKEN_BYTES {
+                if seen & UPPER == 0 {
+                    f(&bytes[start..i], start, i);
+                } else {
+                    buf.clear();
+                    buf.push_str(&text[start..i]);
+                    buf.make_ascii_lowercase();
+                    f(buf.as_bytes(), start, i);
+                }
+            }
+            continue;
+        }
+        let c = text[i..].chars().next().expect("a character starts here");
+        if is_cjk(c) {
+            i = cjk_run(text, i, &mut f);
+        } else if c.is_alphanumeric() {
+            i = word(text, i, i, buf, &mut f);
+        } else {
+            i += c.len_utf8();
+        }
+    }
 }
 
-impl<'a> Tokens<'a> {
-    /// The tokens of `text`.
-    pub fn new(text: &'a str) -> Tokens<'a> {
-        Tokens {
-            text,
-            pos: 0,
-            cjk: None,
-            buf: String::new(),
+/// A word that starts at `start`, is ASCII up to `ascii_end` and goes on in other
+/// scripts: lowercased a character at a time. Returns where it ends.
+fn word(
+    text: &str,
+    start: usize,
+    ascii_end: usize,
+    buf: &mut String,
+    f: &mut impl FnMut(&[u8], usize, usize),
+) -> usize {
+    buf.clear();
+    buf.push_str(&text[start..ascii_end]);
+    buf.make_ascii_lowercase();
+    let mut end = ascii_end;
+    for c in text[ascii_end..].chars() {
+        if !c.is_alphanumeric() || is_cjk(c) {
+            break;
         }
+        push_lower(buf, c);
+        end += c.len_utf8();
     }
-
-    /// The character at `pos`, if any.
-    fn peek(&self) -> Option<char> {
-        self.text[self.pos..].chars().next()
+    if buf.len() <= MAX_TOKEN_BYTES {
+        f(buf.as_bytes(), start, end);
     }
+    end
+}
 
-    /// The next token, lowercase, with its byte range in the text.
-    pub fn next_token(&mut self) -> Option<(&str, usize, usize)> {
-        let bytes = self.text.as_bytes();
-        loop {
-            // Inside a CJK run: the next character makes a bigram with the previous one.
-            if let Some((start, prev, first)) = self.cjk {
-                match self.peek() {
-                    Some(c) if is_cjk(c) => {
-                        let i = self.pos;
-                        self.pos += c.len_utf8();
-                        self.cjk = Some((i, c, false));
-                        return Some((&self.text[start..self.pos], start, self.pos));
-                    }
-                    _ => {
-                        self.cjk = None;
-                        if first {
-                            let end = start + prev.len_utf8();
-                            return Some((&self.text[start..end], start, end));
-                        }
-                    }
-                }
-            }
-            let start = self.pos;
-            let &b = bytes.get(start)?;
-            match CLASSES[b as usize] {
-                Class::Break => {
-                    self.pos += 1;
-                    continue;
-                }
-                Class::Lower | Class::Upper => {}
-                Class::Other => {
-                    let c = self.peek().expect("a character starts here");
-                    if is_cjk(c) {
-                        self.pos += c.len_utf8();
-                        self.cjk = Some((start, c, true));
-                        continue;
-                    }
-                    if !c.is_alphanumeric() {
-                        self.pos += c.len_utf8();
-                        continue;
-                    }
-                }
-            }
-            // A word: first its ASCII run, byte by byte.
-            let mut end = start;
-            let mut upper = false;
-            while let Some(&b) = bytes.get(end) {
-                match CLASSES[b as usize] {
-                    Class::Lower => {}
-                    Class::Upper => upper = true,
-                    Class::Break | Class::Other => break,
-                }
-                end += 1;
-            }
-            self.pos = end;
-            let goes_on = bytes.get(end).is_some_and(|b| !b.is_ascii());
-            if !goes_on && !upper {
-                if end - start <= MAX_TOKEN_BYTES {
-                    return Some((&self.text[start..end], start, end));
-                }
-                continue;
-            }
-            self.buf.clear();
-            self.buf.push_str(&self.text[start..end]);
-            self.buf.make_ascii_lowercase();
-            if goes_on {
-                // The word goes on in (or starts with) other scripts: a character at a time.
-                while let Some(c) = self.peek() {
-                    if !c.is_alphanumeric() || is_cjk(c) {
-                        break;
-                    }
-                    push_lower(&mut self.buf, c);
-                    self.pos += c.len_utf8();
-                }
-            }
-            if self.buf.len() <= MAX_TOKEN_BYTES {
-                return Some((self.buf.as_str(), start, self.pos));
-            }
+/// The CJK run starting at `start`: each pair of neighbouring characters, or the one
+/// character of a run of one. Returns where the run ends.
+fn cjk_run(text: &str, start: usize, f: &mut impl FnMut(&[u8], usize, usize)) -> usize {
+    let mut chars = text[start..].char_indices().map(|(at, c)| (start + at, c));
+    let (_, first) = chars.next().expect("a run has a first character");
+    let (mut prev, mut end) = (start, start + first.len_utf8());
+    let mut pairs = 0;
+    for (at, c) in chars {
+        if !is_cjk(c) {
+            break;
         }
+        let next = at + c.len_utf8();
+        f(&text.as_bytes()[prev..next], prev, next);
+        pairs += 1;
+        (prev, end) = (at, next);
     }
+    if pairs == 0 {
+        f(&text.as_bytes()[start..end], start, end);
+    }
+    end
 }
 
 fn push_lower(s: &mut String, c: char) {

@@ -127,5 +127,11 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     // Deleted content is overwritten with zeros, so that a hard delete (personal data)
     // leaves no copy in free pages of the file.
     conn.pragma_update(None, "secure_delete", "ON")?;
+    // Reads through a memory map instead of a read(2) and a copy per page: object
+    // batches read tens of MB of card bodies. The writes still go through the WAL.
+    conn.pragma_update(None, "mmap_size", MMAP_BYTES)?;
     Ok(())
 }
+
+/// How much of the database file SQLite reads through a memory map.
+const MMAP_BYTES: i64 = 1 << 30;

@@ -120,6 +120,17 @@ pub fn host_name() -> String {
     .clone()
 }
 
+/// The CPU time (user and system) the calling thread has used.
+pub fn thread_cpu_time() -> std::time::Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    getrusage(UsageWho::RUSAGE_THREAD).map_or(std::time::Duration::ZERO, |u| {
+        let t = |v: nix::sys::time::TimeVal| {
+            std::time::Duration::new(v.tv_sec() as u64, v.tv_usec() as u32 * 1000)
+        };
+        t(u.user_time()) + t(u.system_time())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

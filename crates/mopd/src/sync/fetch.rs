@@ -55,14 +55,8 @@ pub async fn fetch(
                 writer.write(&chunk)?;
             }
             let bytes = writer.finish()?;
-            hand_over(
-                feed,
-                vec![Arrived {
-                    sha256: sha.clone(),
-                    bytes,
-                }],
-            )
-            .await;
+            let sha256 = sha.clone();
+            feed.hand_over(vec![Arrived { sha256, bytes }]).await?;
         }
         return Ok(received);
     }
@@ -103,15 +97,6 @@ pub async fn fetch(
     Ok(received)
 }
 
-/// Hands named objects to the build, those of one network read together (one wake-up of
-/// the build's thread each, not one per object). A build that has stopped (it failed, and
-/// says why when it is finished) takes nothing more; the fetch goes on regardless.
-async fn hand_over(feed: &Feed, named: Vec<Arrived>) {
-    if !named.is_empty() {
-        let _ = feed.send(named).await;
-    }
-}
-
 /// Decodes one batch answer into the pool; returns the bytes received.
 async fn store_batch(
     pool: &Pool,
@@ -125,7 +110,8 @@ async fn store_batch(
     while let Some(bytes) = body.chunk().await? {
         received += bytes.len() as u64;
         decoder.feed(&bytes, &mut sink)?;
-        hand_over(feed, std::mem::take(&mut sink.named)).await;
+        // Those of one network read together: one wake-up of the build's thread each.
+        feed.hand_over(std::mem::take(&mut sink.named)).await?;
     }
     decoder.finish()?;
     sink.finish()?;

@@ -354,7 +354,7 @@ impl Syncer {
             manifest.cards.len(),
         );
         let built = self.build_and_publish(&client, manifest, &missing).await?;
-        tracing::info!(workspace = %self.ws, generation = %built.name, cards, objects = missing.len(), bytes = built.received, fetch_ms = built.fetch_ms, build_ms = built.build_ms, flush_ms = built.flush_ms, collect_ms = built.collect_ms, "published a new generation");
+        tracing::info!(workspace = %self.ws, generation = %built.name, cards, objects = missing.len(), bytes = built.received, fetch_ms = built.fetch_ms, build_ms = built.build_ms, flush_ms = built.flush_ms, collect_ms = built.collect_ms, build_cpu_ms = built.build_cpu_ms, "published a new generation");
         self.update(|s| {
             s.stats.objects_fetched += missing.len() as u64;
             s.stats.object_bytes += built.received;
@@ -471,13 +471,13 @@ impl Syncer {
         let pool = self.pool.clone();
         let kept = self.state.kept(&self.ws);
         let finished = blocking(move || {
-            let name = building.finish()?;
+            let (name, build_cpu) = building.finish()?;
             let built = started.elapsed();
             pool.publish(&name)?;
             let flushed = started.elapsed();
             let report = pool.collect(&kept, Some((&name, &manifest)))?;
             let usage = report.bytes.unwrap_or_else(|| pool.usage());
-            Ok((name, usage, built, flushed, started.elapsed()))
+            Ok((name, usage, built, flushed, started.elapsed(), build_cpu))
         });
         let received = match fetched {
             Ok(received) => received,
@@ -486,7 +486,7 @@ impl Syncer {
                 return Err(e.into());
             }
         };
-        let (name, usage, built, flushed, collected) = finished.await?;
+        let (name, usage, built, flushed, collected, build_cpu) = finished.await?;
         self.state.metrics.built(started.elapsed());
         let _ = self.state.published.send((self.ws.clone(), name.clone()));
         Ok(Built {
@@ -497,6 +497,7 @@ impl Syncer {
             build_ms: (built.as_millis() as u64).saturating_sub(fetch_ms),
             flush_ms: (flushed - built).as_millis() as u64,
             collect_ms: (collected - flushed).as_millis() as u64,
+            build_cpu_ms: build_cpu.as_millis() as u64,
         })
     }
 
@@ -541,6 +542,8 @@ struct Built {
     build_ms: u64,
     flush_ms: u64,
     collect_ms: u64,
+    /// CPU time of the build's thread (it indexes every card while the fetch goes on).
+    build_cpu_ms: u64,
 }
 
 /// A generation noted as being built for as long as this lives.

@@ -187,7 +187,9 @@ impl<'a> ListReader<'a> {
 }
 
 /// The frequency of each of `targets` (strictly increasing documents) in a list, as
-/// (index into `targets`, frequency) for those it holds.
+/// (index into `targets`, frequency) for those it holds. Blocks before the next target are
+/// stepped over by their headers; in a decoded block each target is found by binary
+/// search (targets are few next to a common term's postings).
 pub(crate) fn frequencies_of(
     mut list: ListReader<'_>,
     targets: &[u32],
@@ -198,17 +200,18 @@ pub(crate) fn frequencies_of(
     while t < targets.len() && list.left() > 0 {
         list.skip_before(targets[t])?;
         let n = list.next_block(&mut docs, &mut tfs)?;
+        let block = &docs[..n];
+        let Some(&last) = block.last() else {
+            break;
+        };
         let mut i = 0;
-        while i < n && t < targets.len() {
-            match docs[i].cmp(&targets[t]) {
-                std::cmp::Ordering::Less => i += 1,
-                std::cmp::Ordering::Greater => t += 1,
-                std::cmp::Ordering::Equal => {
-                    found.push((t as u32, tfs[i]));
-                    i += 1;
-                    t += 1;
-                }
+        while let Some(&target) = targets.get(t).filter(|&&d| d <= last) {
+            i += block[i..].partition_point(|&d| d < target);
+            if block.get(i) == Some(&target) {
+                found.push((t as u32, tfs[i]));
+                i += 1;
             }
+            t += 1;
         }
     }
     Ok(found)

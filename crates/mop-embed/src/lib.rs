@@ -481,6 +481,20 @@ impl<'m> VectorsBuilder<'m> {
         }
     }
 
+    /// Takes the vectors of `later` from ordinal `from` on (the cards another builder
+    /// embedded, all at or after `from`).
+    pub fn append(&mut self, later: VectorsBuilder<'m>, from: u32) {
+        let dim = self.model.dim;
+        let from = from as usize;
+        if later.scales.len() <= from {
+            return;
+        }
+        self.scales.resize(later.scales.len(), 0.0);
+        self.codes.resize(later.scales.len() * dim, 0);
+        self.scales[from..].copy_from_slice(&later.scales[from..]);
+        self.codes[from * dim..].copy_from_slice(&later.codes[from * dim..]);
+    }
+
     /// Writes the vectors of `count` cards into `dir` (an index directory being built).
     pub fn write(mut self, dir: &Path, count: u32) -> Result<(), EmbedError> {
         let dim = self.model.dim;

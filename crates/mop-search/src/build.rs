@@ -90,6 +90,25 @@ impl MemList {
         }
     }
 
+    /// Appends `later`'s pairs, its documents numbered from `offset` on (all after this
+    /// list's): the first pair is re-encoded against this list's last document, the rest
+    /// (gaps between its own documents) copied as they are.
+    fn append(&mut self, later: &MemList, offset: u32) {
+        if later.len == 0 {
+            return;
+        }
+        let mut at = 0;
+        let next = |at: &mut usize| postings::get_vint(&later.bytes, at).expect("written above");
+        let v = next(&mut at);
+        let tf = if v & 1 == 1 { 1 } else { next(&mut at) };
+        let (len, last) = (self.len, self.last);
+        self.push(offset + (v >> 1), tf);
+        self.bytes.extend_from_slice(&later.bytes[at..]);
+        self.len = len + later.len;
+        self.last = offset + later.last;
+        debug_assert!(len == 0 || offset + (v >> 1) > last);
+    }
+
     /// Decodes into `into` (cleared first).
     fn decode(&self, into: &mut file::Pairs) {
         let (docs, tfs) = (&mut into.docs, &mut into.tfs);
@@ -116,9 +135,9 @@ pub(crate) struct Class {
     pub(crate) norms: Vec<u8>,
 }
 
-/// An index being built: cards go in with [`IndexBuilder::add`], in ordinal order, and
-/// [`IndexBuilder::write`] stores it.
-pub struct IndexBuilder<'m> {
+/// Every term seen so far and how to find its id.
+#[derive(Default)]
+struct Dictionary {
     /// Term ids of tokens of at most 8 bytes (most of them), by [`short_key`]: a table
     /// of 16-byte entries, half the size of one with 16-byte keys, so more of it stays
     /// in the cache.
@@ -129,10 +148,52 @@ pub struct IndexBuilder<'m> {
     long: HashTable<(u64, u32)>,
     hasher: foldhash::fast::RandomState,
     terms: Terms,
+}
+
+impl Dictionary {
+    /// The id of the term `bytes`, a new one if it is new.
+    #[inline]
+    fn id(&mut self, bytes: &[u8]) -> u32 {
+        let terms = &mut self.terms;
+        if bytes.len() <= 8 {
+            *self
+                .tiny
+                .entry(short_key(bytes) as u64)
+                .or_insert_with(|| terms.add(bytes))
+        } else if bytes.len() <= SHORT {
+            *self
+                .short
+                .entry(short_key(bytes))
+                .or_insert_with(|| terms.add(bytes))
+        } else {
+            let hash = std::hash::BuildHasher::hash_one(&self.hasher, bytes);
+            match self
+                .long
+                .find(hash, |&(h, id)| h == hash && terms.text(id) == bytes)
+            {
+                Some(&(_, id)) => id,
+                None => {
+                    let id = terms.add(bytes);
+                    self.long.insert_unique(hash, (hash, id), |&(h, _)| h);
+                    id
+                }
+            }
+        }
+    }
+}
+
+/// An index being built: cards go in with [`IndexBuilder::add`], in ordinal order, and
+/// [`IndexBuilder::write`] stores it.
+pub struct IndexBuilder<'m> {
+    // Its hash maps have per-process seeds: card text is written by agents, and a fixed
+    // seed would let a card of crafted words make every lookup collide.
+    dict: Dictionary,
     /// The terms of the card being added, each once.
     in_doc: Vec<u32>,
     /// Open cards (0) and restricted ones (1).
     classes: [Class; 2],
+    /// The ordinal of its first card (0 unless it is the later part of an index).
+    first: u32,
     next_ord: u32,
     vectors: Option<VectorsBuilder<'m>>,
     vector_text: String,
@@ -144,7 +205,7 @@ impl std::fmt::Debug for IndexBuilder<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IndexBuilder")
             .field("cards", &self.next_ord)
-            .field("terms", &self.terms.terms.len())
+            .field("terms", &self.dict.terms.terms.len())
             .finish()
     }
 }
@@ -154,15 +215,10 @@ impl<'m> IndexBuilder<'m> {
     /// stored with the index.
     pub fn new(model: Option<&'m Model>) -> IndexBuilder<'m> {
         IndexBuilder {
-            // Per-process seeds: card text is written by agents, and a fixed one would let
-            // a card of crafted words make every lookup collide.
-            tiny: HashMap::default(),
-            short: HashMap::default(),
-            long: HashTable::new(),
-            hasher: foldhash::fast::RandomState::default(),
-            terms: Terms::default(),
+            dict: Dictionary::default(),
             in_doc: Vec::new(),
             classes: Default::default(),
+            first: 0,
             next_ord: 0,
             vectors: model.map(VectorsBuilder::new),
             vector_text: String::new(),
@@ -199,9 +255,10 @@ impl<'m> IndexBuilder<'m> {
         tokens += self.add_text(&doc.body, 1);
         let class = usize::from(!doc.open);
         let local = self.classes[class].ords.len() as u32;
+        let terms = &mut self.dict.terms;
         for id in self.in_doc.drain(..) {
-            let tf = std::mem::take(&mut self.terms.in_card[id as usize]);
-            self.terms.lists[id as usize][class].push(local, tf);
+            let tf = std::mem::take(&mut terms.in_card[id as usize]);
+            terms.lists[id as usize][class].push(local, tf);
         }
         self.classes[class].ords.push(doc.ord);
         self.classes[class].norms.push(fieldnorm::id_of(tokens));
@@ -231,43 +288,58 @@ impl<'m> IndexBuilder<'m> {
     fn add_text(&mut self, text: &str, weight: u32) -> u32 {
         let mut n = 0;
         let Self {
-            tiny,
-            short,
-            long,
-            hasher,
-            terms,
-            in_doc,
-            buf,
-            ..
+            dict, in_doc, buf, ..
         } = self;
         tokenize::scan(text, buf, |bytes, _, _| {
             n += weight;
-            let id = if bytes.len() <= 8 {
-                *tiny
-                    .entry(short_key(bytes) as u64)
-                    .or_insert_with(|| terms.add(bytes))
-            } else if bytes.len() <= SHORT {
-                *short
-                    .entry(short_key(bytes))
-                    .or_insert_with(|| terms.add(bytes))
-            } else {
-                let hash = std::hash::BuildHasher::hash_one(&*hasher, bytes);
-                match long.find(hash, |&(h, id)| h == hash && terms.text(id) == bytes) {
-                    Some(&(_, id)) => id,
-                    None => {
-                        let id = terms.add(bytes);
-                        long.insert_unique(hash, (hash, id), |&(h, _)| h);
-                        id
-                    }
-                }
-            };
-            let count = &mut terms.in_card[id as usize];
+            let id = dict.id(bytes);
+            let count = &mut dict.terms.in_card[id as usize];
             if *count == 0 {
                 in_doc.push(id);
             }
             *count += weight;
         });
         n
+    }
+
+    /// An empty index whose first card will have ordinal `first`: the later part of an
+    /// index built in parts (see [`IndexBuilder::append`]).
+    pub fn starting_at(first: u32, model: Option<&'m Model>) -> IndexBuilder<'m> {
+        IndexBuilder {
+            first,
+            next_ord: first,
+            ..IndexBuilder::new(model)
+        }
+    }
+
+    /// Appends `later`, built from the cards that follow this one's (it was made with
+    /// [`IndexBuilder::starting_at`] this one's length). Each of its lists is added to the
+    /// same term's lists here: its first pair re-based, the rest copied as they are.
+    pub fn append(&mut self, later: IndexBuilder<'m>) -> Result<(), SearchError> {
+        if later.first != self.next_ord {
+            return Err(SearchError::Order {
+                expected: self.next_ord,
+                got: later.first,
+            });
+        }
+        let offsets = self.classes.each_ref().map(|c| c.ords.len() as u32);
+        let theirs = &later.dict.terms;
+        for id in 0..theirs.terms.len() as u32 {
+            let mine = self.dict.id(theirs.text(id));
+            for (class, offset) in offsets.into_iter().enumerate() {
+                self.dict.terms.lists[mine as usize][class]
+                    .append(&theirs.lists[id as usize][class], offset);
+            }
+        }
+        for (mine, theirs) in self.classes.iter_mut().zip(later.classes) {
+            mine.ords.extend(theirs.ords);
+            mine.norms.extend(theirs.norms);
+        }
+        if let (Some(mine), Some(theirs)) = (&mut self.vectors, later.vectors) {
+            mine.append(theirs, self.next_ord);
+        }
+        self.next_ord = later.next_ord;
+        Ok(())
     }
 
     /// Writes the index into `dir`, which must exist and be empty. The caller makes it
@@ -278,16 +350,13 @@ impl<'m> IndexBuilder<'m> {
             source,
         };
         let IndexBuilder {
-            tiny,
-            short,
-            long,
-            terms,
+            dict,
             classes,
             next_ord,
             vectors,
             ..
         } = self;
-        drop((tiny, short, long));
+        let terms = dict.terms;
         if terms.arena.len() > u32::MAX as usize {
             return Err(io(std::io::Error::other(
                 "the terms of this workspace exceed 4 GiB",

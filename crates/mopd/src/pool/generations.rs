@@ -4,13 +4,13 @@
 //! one `syncfs(2)`, and published by renaming a new `current` link over the old one
 //! under the pool's exclusive lock.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
-use mop_cards::{Manifest, card_body, card_path};
+use mop_cards::{Manifest, ManifestEntry, card_body, card_path};
 use mop_search::{IndexBuilder, IndexDoc};
 
 use super::objects::Linker;
@@ -115,6 +115,10 @@ struct Handover {
     arrived: Vec<Arrived>,
     room: tokio::sync::OwnedSemaphorePermit,
 }
+
+/// A build waits for every arriving object and then indexes in two halves at once when
+/// fewer than one card in this many has its object arriving (an incremental sync).
+const FEW_ARRIVING: usize = 4;
 
 /// Bytes of bodies (in KiB) handed over and not yet indexed, at most: the fetch waits for
 /// the build beyond this, so a build slower than the network never holds a workspace's
@@ -264,18 +268,47 @@ impl Pool {
         fs::write(&manifest_path, json).map_err(io_err(&manifest_path))?;
         fs::set_permissions(&manifest_path, fs::Permissions::from_mode(0o440))
             .map_err(io_err(&manifest_path))?;
-        let mut linker = Linker::new(&paths.tree());
-        let mut index = IndexBuilder::new(model.as_deref());
-        let mut next = arriving.iter().peekable();
-        let fed: std::collections::HashSet<&String> = arriving.iter().collect();
-        let mut waiting = std::collections::VecDeque::new();
-        // The room of the handover being indexed, given back with the next one.
-        let mut _held = None;
-        for (ord, e) in manifest.cards.iter().enumerate() {
-            let object = self.object_path(&e.sha256);
-            let missing = || PoolError::MissingObject(e.sha256.clone());
-            let raw = if next.peek() == Some(&&e.sha256) {
+        let fed: HashSet<&String> = arriving.iter().collect();
+        let cards = &manifest.cards;
+        let model = model.as_deref();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let index = if cores >= 2
+            && cards.len() >= mop_search::PARALLEL_MIN
+            && arriving.len() * FEW_ARRIVING <= cards.len()
+        {
+            // Few objects arrive (an incremental sync, a rebuild): once they are all in,
+            // the cards are read from the pool and indexed in two halves at once.
+            let mut got = 0;
+            while got < arriving.len() {
+                let Some(h) = arrivals.blocking_recv() else {
+                    return Err(PoolError::MissingObject(arriving[got].clone()));
+                };
+                got += h.arrived.len();
+            }
+            let half = cards.len() / 2;
+            let (mut first, later) = std::thread::scope(|s| {
+                let later = s.spawn(|| {
+                    let from_pool = |e: &ManifestEntry| self.read_object(e);
+                    self.index_cards(&paths, &cards[half..], half, &fed, from_pool, model)
+                });
+                let from_pool = |e: &ManifestEntry| self.read_object(e);
+                let first = self.index_cards(&paths, &cards[..half], 0, &fed, from_pool, model);
+                let later = later.join().expect("indexing does not panic");
+                first.and_then(|f| Ok((f, later?)))
+            })?;
+            first.append(later)?;
+            first
+        } else {
+            let mut next = arriving.iter().peekable();
+            let mut waiting = std::collections::VecDeque::new();
+            // The room of the handover being indexed, given back with the next one.
+            let mut _held = None;
+            let source = |e: &ManifestEntry| {
+                if next.peek() != Some(&&e.sha256) {
+                    return self.read_object(e);
+                }
                 next.next();
+                let missing = || PoolError::MissingObject(e.sha256.clone());
                 if waiting.is_empty() {
                     // The fetch ended (failed) before this object came.
                     let next = arrivals.blocking_recv().ok_or_else(missing)?;
@@ -285,33 +318,17 @@ impl Pool {
                 let got: Arrived = waiting.pop_front().ok_or_else(missing)?;
                 if got.sha256 != e.sha256 {
                     return Err(PoolError::Io {
-                        path: object.display().to_string(),
+                        path: self.object_path(&e.sha256).display().to_string(),
                         source: io::Error::other(format!(
                             "object {} arrived where {} was due",
                             got.sha256, e.sha256
                         )),
                     });
                 }
-                got.bytes
-            } else {
-                fs::read(&object).map_err(|_| missing())?
+                Ok(got.bytes)
             };
-            if raw.len() as u64 != e.size {
-                return Err(missing());
-            }
-            // The feed linked every card of the objects that came through it.
-            if !fed.contains(&e.sha256) {
-                linker.link(&object, &card_path(e.summary.card_type, &e.summary.id))?;
-            }
-            index.add(IndexDoc {
-                ord: ord as u32,
-                title: &e.summary.title,
-                description: e.summary.description.as_deref().unwrap_or(""),
-                labels: &e.summary.labels,
-                body: card_body(&raw).unwrap_or("").into(),
-                open: e.summary.is_open(),
-            })?;
-        }
+            self.index_cards(&paths, cards, 0, &fed, source, model)?
+        };
         let index_dir = paths.index();
         make_dir(&index_dir)?;
         let report = index.write(&index_dir)?;
@@ -324,6 +341,47 @@ impl Pool {
             fs::set_permissions(&p, fs::Permissions::from_mode(0o440)).map_err(io_err(&p))?;
         }
         Ok(())
+    }
+
+    /// Links `cards` (those from ordinal `first` on) into the generation's tree, but for
+    /// those whose objects the feed linked (`fed`), and indexes them, each object's bytes
+    /// from `source`.
+    fn index_cards<'m>(
+        &self,
+        paths: &GenerationPaths,
+        cards: &[ManifestEntry],
+        first: usize,
+        fed: &HashSet<&String>,
+        mut source: impl FnMut(&ManifestEntry) -> Result<Vec<u8>, PoolError>,
+        model: Option<&'m mop_embed::Model>,
+    ) -> Result<IndexBuilder<'m>, PoolError> {
+        let mut linker = Linker::new(&paths.tree());
+        let mut index = IndexBuilder::starting_at(first as u32, model);
+        for (ord, e) in (first..).zip(cards) {
+            let raw = source(e)?;
+            if raw.len() as u64 != e.size {
+                return Err(PoolError::MissingObject(e.sha256.clone()));
+            }
+            if !fed.contains(&e.sha256) {
+                let object = self.object_path(&e.sha256);
+                linker.link(&object, &card_path(e.summary.card_type, &e.summary.id))?;
+            }
+            index.add(IndexDoc {
+                ord: ord as u32,
+                title: &e.summary.title,
+                description: e.summary.description.as_deref().unwrap_or(""),
+                labels: &e.summary.labels,
+                body: card_body(&raw).unwrap_or("").into(),
+                open: e.summary.is_open(),
+            })?;
+        }
+        Ok(index)
+    }
+
+    /// An object's bytes, read from the pool.
+    fn read_object(&self, e: &ManifestEntry) -> Result<Vec<u8>, PoolError> {
+        fs::read(self.object_path(&e.sha256))
+            .map_err(|_| PoolError::MissingObject(e.sha256.clone()))
     }
 
     /// Makes a built generation current: one `syncfs(2)` flushes it (and the objects it
@@ -342,5 +400,61 @@ impl Pool {
         let current = self.paths().current();
         fs::rename(&tmp_link, &current).map_err(io_err(&current))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The two ways a generation is built, streaming the objects as they arrive (a cold
+    /// sync) or reading them from the pool in two halves at once (few arriving), make the
+    /// same index, byte for byte, and a complete tree.
+    #[test]
+    fn streamed_and_two_half_builds_are_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = mop_search::PARALLEL_MIN as u32 + 7;
+        let (pool, manifest) = super::super::tests::pool_with_cards(dir.path(), n);
+        let manifest = Arc::new(manifest);
+        let halves = pool.build_generation(manifest.clone(), None).unwrap();
+        // Every object "arrives", a few at a time, as a fetch would hand them over.
+        let shas: Vec<String> = manifest.cards.iter().map(|c| c.sha256.clone()).collect();
+        let (building, feed) = pool.start_generation(manifest.clone(), shas, None).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        for chunk in manifest.cards.chunks(37) {
+            let arrived = chunk
+                .iter()
+                .map(|c| Arrived {
+                    sha256: c.sha256.clone(),
+                    bytes: fs::read(pool.object_path(&c.sha256)).unwrap(),
+                })
+                .collect();
+            rt.block_on(feed.hand_over(arrived)).unwrap();
+        }
+        drop(feed);
+        let (streamed, _) = building.finish().unwrap();
+        let index = |name: &str| {
+            fs::read(pool.paths().generation(name).index().join("postings.mop")).unwrap()
+        };
+        assert_eq!(index(&halves), index(&streamed));
+        for name in [&halves, &streamed] {
+            let tree = pool.paths().generation(name).tree();
+            for c in &manifest.cards {
+                let file = tree.join(card_path(c.summary.card_type, &c.summary.id));
+                assert_eq!(fs::metadata(file).unwrap().len(), c.size, "{name}");
+            }
+        }
+        // A fetch that ends early fails the build, and nothing of it is left.
+        let shas: Vec<String> = manifest.cards.iter().map(|c| c.sha256.clone()).collect();
+        let (building, feed) = pool.start_generation(manifest.clone(), shas, None).unwrap();
+        let name = building.name().to_owned();
+        drop(feed);
+        assert!(matches!(
+            building.finish(),
+            Err(PoolError::MissingObject(_))
+        ));
+        assert!(!pool.paths().generation(&name).dir().exists());
     }
 }

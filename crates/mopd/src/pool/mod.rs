@@ -229,6 +229,32 @@ mod tests {
         Paths::under(dir)
     }
 
+    /// A pool holding `n` example-like cards written as objects, and their manifest.
+    pub(crate) fn pool_with_cards(dir: &std::path::Path, n: u32) -> (Pool, mop_cards::Manifest) {
+        let pool = Pool::open(&paths(dir), "acme").unwrap();
+        let mut cards = Vec::new();
+        for i in 0..n {
+            let raw = format!(
+                "---\nid: 00000000-0000-4000-8000-{i:012}\ntype: fact\ntitle: Card {i}\n---\nBody {i}.\n"
+            );
+            let card = mop_cards::parse_card(raw.as_bytes()).unwrap();
+            let e = mop_cards::ManifestEntry::for_card(&card, raw.as_bytes());
+            let mut w = pool.new_object(&e.sha256, e.size).unwrap();
+            w.write(raw.as_bytes()).unwrap();
+            w.finish().unwrap();
+            cards.push(e);
+        }
+        let manifest = mop_cards::Manifest {
+            epoch: "0b6c1f3e-8d7a-4f43-9c1e-1f2a3b4c5d6e".into(),
+            revision: 1,
+            generated_at: "2026-11-29T00:00:00Z".parse().unwrap(),
+            since: None,
+            cards,
+            removed: vec![],
+        };
+        (pool, manifest)
+    }
+
     #[test]
     fn a_deleted_layout_is_recreated_and_names_are_never_reused() {
         let dir = tempfile::tempdir().unwrap();

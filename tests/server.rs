@@ -598,7 +598,11 @@ fn objects_single_batch_and_retention() {
 fn sync_answers_are_compressed_as_asked_zstd_first() {
     use std::io::Read;
     let (server, _admin, node) = setup("");
-    let raw = mop_tests::http_builder().gzip(false).build().unwrap();
+    let raw = mop_tests::http_builder()
+        .gzip(false)
+        .zstd(false)
+        .build()
+        .unwrap();
     let url = format!("{}/v1/workspaces/{WS}/manifest", server.url);
     let get = |accept: Option<&str>| {
         let mut r = raw.get(&url).bearer_auth(&node.token);

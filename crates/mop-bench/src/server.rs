@@ -69,7 +69,7 @@ pub fn run(o: &Options) -> Result<Section> {
         bail!("import failed: {}", String::from_utf8_lossy(&out.stderr));
     }
     let manifest_url = format!("{}/v1/workspaces/bench/manifest", server.url);
-    let plain = mop_tests::http_builder().gzip(false).build()?;
+    let plain = mop_tests::http_builder().gzip(false).zstd(false).build()?;
     let get = |url: &str, gzip: bool| -> Result<reqwest::blocking::Response> {
         let mut req = plain.get(url).bearer_auth(&token);
         if gzip {

@@ -28,9 +28,19 @@ fn server() -> (Server, String) {
 /// Checks that `current` is a complete generation: every card file hashes to its manifest
 /// entry, and the index opens. Returns the manifest.
 fn check_current(pool: &Path) -> Manifest {
-    let (_, dir, manifest) = mop_tests::check_current_files(pool);
-    let index = mop_search::SearchIndex::open(&dir.join("index")).expect("index opens");
-    assert_eq!(index.num_docs(), manifest.cards.len() as u64);
+    let (_, _, manifest) = mop_tests::check_current_with(pool, |dir, manifest| {
+        let index = mop_search::SearchIndex::open(&dir.join("index"))
+            .map_err(|e| format!("index of {}: {e}", dir.display()))?;
+        match index.num_docs() == manifest.cards.len() as u64 {
+            true => Ok(()),
+            false => Err(format!(
+                "index of {}: {} documents for {} cards",
+                dir.display(),
+                index.num_docs(),
+                manifest.cards.len()
+            )),
+        }
+    });
     manifest
 }
 

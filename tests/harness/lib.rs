@@ -42,24 +42,77 @@ pub fn example_cards_dir() -> PathBuf {
 /// A pool's current generation: its name, directory and manifest, after checking that
 /// every card file in its tree hashes to its manifest entry.
 pub fn check_current_files(pool: &Path) -> (String, PathBuf, Manifest) {
-    let link = std::fs::read_link(pool.join("current")).expect("current link");
-    let dir = pool.join(&link);
+    check_current_with(pool, |_, _| Ok(()))
+}
+
+/// [`check_current_files`], and then `more` on the generation's directory and manifest.
+///
+/// A running daemon may publish a newer generation meanwhile and remove this one at
+/// once (nothing pins it: the test reads it behind the daemon's back). A check that
+/// fails after `current` moved on and the checked generation was removed is therefore
+/// made again on the new one; any other failure is a real one.
+pub fn check_current_with(
+    pool: &Path,
+    more: impl Fn(&Path, &Manifest) -> Result<(), String>,
+) -> (String, PathBuf, Manifest) {
+    let current = pool.join("current");
+    let mut moved = 0;
+    loop {
+        let link = std::fs::read_link(&current).expect("current link");
+        let dir = pool.join(&link);
+        let checked = check_generation(&dir).and_then(|m| more(&dir, &m).map(|()| m));
+        match checked {
+            Ok(manifest) => {
+                let name = link.file_name().unwrap().to_string_lossy().into_owned();
+                return (name, dir, manifest);
+            }
+            Err(why) if moved < 20 && superseded(&current, &link, &dir) => {
+                moved += 1;
+                eprintln!(
+                    "current moved on and {} was removed while it was checked ({why}); checking the new one",
+                    dir.display()
+                );
+            }
+            Err(why) => panic!("{why}"),
+        }
+    }
+}
+
+/// Whether `current` no longer points at `link` and its directory `dir` is gone (a
+/// removal under way is given two seconds).
+fn superseded(current: &Path, link: &Path, dir: &Path) -> bool {
+    if std::fs::read_link(current).ok().as_deref() == Some(link) {
+        return false;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while dir.exists() {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    true
+}
+
+/// Checks that every card file of the generation in `dir` hashes to its manifest entry.
+fn check_generation(dir: &Path) -> Result<Manifest, String> {
+    let path = dir.join("manifest.json");
+    let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let manifest: Manifest =
-        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     for e in &manifest.cards {
         let file = dir
             .join("tree")
             .join(mop_cards::card_path(e.summary.card_type, &e.summary.id));
-        let bytes = std::fs::read(&file).unwrap_or_else(|err| panic!("{}: {err}", file.display()));
-        assert_eq!(
-            mop_cards::sha256_hex(&bytes),
-            e.sha256,
-            "{}",
-            file.display()
-        );
+        let bytes = std::fs::read(&file).map_err(|err| format!("{}: {err}", file.display()))?;
+        if mop_cards::sha256_hex(&bytes) != e.sha256 {
+            return Err(format!(
+                "{}: content does not hash to its manifest entry",
+                file.display()
+            ));
+        }
     }
-    let name = link.file_name().unwrap().to_string_lossy().into_owned();
-    (name, dir, manifest)
+    Ok(manifest)
 }
 
 /// Daemon config lines pointing `[tasks] profile_dirs` at the repository's sandbox

@@ -30,9 +30,6 @@ pub struct State {
     pub started_at: Timestamp,
     statuses: Mutex<BTreeMap<String, Arc<Mutex<WorkspaceStatus>>>>,
     pins: Mutex<BTreeMap<String, BTreeMap<String, usize>>>,
-    /// Generations being built, by workspace: collection keeps them, verification does
-    /// not look at them (they are not complete yet).
-    building: Mutex<BTreeMap<String, BTreeSet<String>>>,
     /// (workspace, generation) each time a generation is published, so task projection
     /// can load it before the first prepare needs it.
     pub published: tokio::sync::broadcast::Sender<(String, String)>,
@@ -53,7 +50,6 @@ impl State {
             started_at: Timestamp::now(),
             statuses: Mutex::default(),
             pins: Mutex::default(),
-            building: Mutex::default(),
             published: tokio::sync::broadcast::channel(64).0,
             metrics: crate::metrics::Metrics::new(),
             embedding: Default::default(),
@@ -119,27 +115,6 @@ impl State {
         pins.get(ws)
             .map(|m| m.keys().cloned().collect())
             .unwrap_or_default()
-    }
-
-    /// What collection must keep of `ws` besides its current generation: the generations
-    /// live tasks pin and those being built.
-    pub fn kept(&self, ws: &str) -> BTreeSet<String> {
-        let mut kept = self.pinned(ws);
-        if let Some(b) = self.building.lock().get(ws) {
-            kept.extend(b.iter().cloned());
-        }
-        kept
-    }
-
-    /// Notes a generation of `ws` as being built (`true`) or no longer (`false`).
-    pub fn building(&self, ws: &str, generation: &str, on: bool) {
-        let mut building = self.building.lock();
-        let set = building.entry(ws.to_owned()).or_default();
-        if on {
-            set.insert(generation.to_owned());
-        } else {
-            set.remove(generation);
-        }
     }
 
     /// Pins a generation for a task.

@@ -46,7 +46,7 @@ impl Workspaces {
         let pool = Pool::open(paths, ws)
             .with_context(|| format!("cannot open the pool of workspace {ws}"))?;
         // Leftovers of an interrupted run: partial generations, downloads in tmp/.
-        if let Err(e) = pool.collect(&self.state.kept(ws), None) {
+        if let Err(e) = pool.collect(&self.state.pinned(ws), None) {
             tracing::warn!(workspace = ws, error = %e, "cannot collect leftovers");
         }
         let status = Arc::new(Mutex::new(crate::status::load(paths, ws)));

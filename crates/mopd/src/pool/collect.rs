@@ -25,10 +25,10 @@ pub struct GcReport {
 }
 
 impl Pool {
-    /// Removes generations that are neither current nor pinned, objects no remaining
-    /// generation references, and leftovers in `tmp/`. `loaded` is a kept generation's
-    /// manifest the caller holds already (the one just published), so it is not read and
-    /// parsed again.
+    /// Removes generations that are neither current nor pinned nor claimed by a live
+    /// build (see [`super::Claim`]), objects no remaining generation references, and
+    /// leftovers in `tmp/`. `loaded` is a kept generation's manifest the caller holds
+    /// already (the one just published), so it is not read and parsed again.
     pub fn collect(
         &self,
         pinned: &BTreeSet<String>,
@@ -42,10 +42,10 @@ impl Pool {
         for entry in fs::read_dir(&gens).map_err(io_err(&gens))? {
             let entry = entry.map_err(io_err(&gens))?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            if Some(&name) == current.as_ref() || pinned.contains(&name) {
+            let p = entry.path();
+            if Some(&name) == current.as_ref() || pinned.contains(&name) || claimed(&p)? {
                 keep.push(name);
             } else {
-                let p = entry.path();
                 fs::remove_dir_all(&p).map_err(io_err(&p))?;
                 report.generations += 1;
             }
@@ -151,6 +151,16 @@ impl Pool {
     }
 }
 
+/// Whether a live build holds the generation directory `dir` (its [`super::Claim`]).
+fn claimed(dir: &std::path::Path) -> Result<bool, PoolError> {
+    let held = fs::File::open(dir).map_err(io_err(dir))?;
+    match held.try_lock() {
+        Ok(()) => Ok(false),
+        Err(fs::TryLockError::WouldBlock) => Ok(true),
+        Err(fs::TryLockError::Error(e)) => Err(io_err(dir)(e)),
+    }
+}
+
 /// The sizes of `files` and of the files directly in `dirs` (missing ones count 0).
 fn files_size(files: &[PathBuf], dirs: &[PathBuf]) -> u64 {
     let size = |p: &std::path::Path| fs::symlink_metadata(p).map_or(0, |m| m.len());
@@ -195,6 +205,50 @@ mod tests {
         assert!(!pool.has_object(&dropped.sha256, dropped.size));
         assert!(pool.generation(&second).is_ok());
         assert!(pool.verify(&BTreeSet::new()).unwrap().is_clean());
+    }
+
+    /// A generation a live build holds is not collected, by this pool or by another
+    /// opened on its directory (as a second process would); a leftover beside it that no
+    /// build holds (a killed daemon's) goes in the same pass; the build then ends intact.
+    #[test]
+    fn a_generation_being_built_is_not_collected_and_a_leftover_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pool, manifest) = pool_with_cards(dir.path(), 3);
+        let manifest = std::sync::Arc::new(manifest);
+        // The build waits for its last card's object, as if a fetch were still bringing it.
+        let last = manifest.cards[2].sha256.clone();
+        let (building, feed) = pool
+            .start_generation(manifest.clone(), vec![last.clone()], None)
+            .unwrap();
+        let name = building.name().to_owned();
+        let leftover = pool.paths().generation(&format!("{name}-killed"));
+        fs::create_dir_all(leftover.tree()).unwrap();
+        let other = Pool::open(&super::super::tests::paths(dir.path()), "acme").unwrap();
+        for collector in [&other, &pool] {
+            let report = collector.collect(&BTreeSet::new(), None).unwrap();
+            assert!(pool.paths().generation(&name).dir().exists(), "claimed");
+            assert!(!leftover.dir().exists(), "unclaimed");
+            fs::create_dir_all(leftover.tree()).unwrap();
+            assert_eq!(report.generations, 1);
+        }
+        let bytes = fs::read(pool.object_path(&last)).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let arrived = super::super::Arrived {
+            sha256: last,
+            bytes,
+        };
+        rt.block_on(feed.hand_over(vec![arrived])).unwrap();
+        drop(feed);
+        let (claim, _) = building.finish().unwrap();
+        pool.publish(claim.name()).unwrap();
+        drop(claim);
+        assert!(pool.verify(&BTreeSet::new()).unwrap().is_clean());
+        // Published, it is kept as current; the leftover goes.
+        let report = other.collect(&BTreeSet::new(), None).unwrap();
+        assert_eq!(report.generations, 1);
+        assert_eq!(pool.current_name(), Some(name));
     }
 
     #[test]

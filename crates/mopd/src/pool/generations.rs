@@ -1,8 +1,9 @@
 //! A pool's generations: the hardlink tree of one manifest, the manifest itself and the
 //! search index built for it, all immutable. A generation is built beside the current
-//! one (on a thread of its own, while a sync is still fetching its objects), flushed with
-//! one `syncfs(2)`, and published by renaming a new `current` link over the old one
-//! under the pool's exclusive lock.
+//! one (on a thread of its own, while a sync is still fetching its objects) under a
+//! [`Claim`] that keeps collection away from it, flushed with one `syncfs(2)`, and
+//! published by renaming a new `current` link over the old one under the pool's
+//! exclusive lock.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
@@ -128,28 +129,46 @@ const FEW_ARRIVING: usize = 4;
 /// ms with no bound).
 const FEED_KIB: u32 = 16 * 1024;
 
+/// A generation directory a live build holds: collection leaves it alone while this
+/// lives, whoever collects (a sync publishing meanwhile, a repair, `mopd verify` from
+/// another process). It is an `flock(2)` on the directory, which the kernel drops with
+/// the process, so what a killed daemon left half-built is collected at the next start.
+/// Keep it until the generation is published: from then on it is current.
+#[derive(Debug)]
+pub struct Claim {
+    name: String,
+    _dir: File,
+}
+
+impl Claim {
+    /// The generation's name (its directory under `gens/`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
 /// A generation being built on a thread of its own (see [`Pool::start_generation`]).
 #[derive(Debug)]
 pub struct Building {
-    name: String,
+    claim: Claim,
     thread: std::thread::JoinHandle<Result<std::time::Duration, PoolError>>,
 }
 
 impl Building {
     /// The generation's name (its directory under `gens/` exists from the start).
     pub fn name(&self) -> &str {
-        &self.name
+        self.claim.name()
     }
 
-    /// Waits for the build to end; returns the generation's name and the CPU time the
+    /// Waits for the build to end; returns the generation's claim and the CPU time the
     /// build's thread took. Drop the feed first: a build still waiting for an object
     /// fails when the feed closes, and then removes what it had written.
-    pub fn finish(self) -> Result<(String, std::time::Duration), PoolError> {
+    pub fn finish(self) -> Result<(Claim, std::time::Duration), PoolError> {
         match self.thread.join() {
-            Ok(Ok(cpu)) => Ok((self.name, cpu)),
+            Ok(Ok(cpu)) => Ok((self.claim, cpu)),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(PoolError::Io {
-                path: self.name,
+                path: self.claim.name,
                 source: io::Error::other("the generation build panicked"),
             }),
         }
@@ -172,7 +191,7 @@ impl Pool {
     ) -> Result<String, PoolError> {
         let (building, feed) = self.start_generation(manifest, Vec::new(), model)?;
         drop(feed);
-        Ok(building.finish()?.0)
+        Ok(building.finish()?.0.name)
     }
 
     /// Starts building a generation for a full manifest (cards sorted by id) beside the
@@ -197,7 +216,8 @@ impl Pool {
                 ),
             });
         }
-        let name = self.reserve_name(&manifest.epoch, manifest.revision)?;
+        let claim = self.claim(&manifest.epoch, manifest.revision)?;
+        let name = claim.name().to_owned();
         let tree = self.paths().generation(&name).tree();
         make_dir(&tree)?;
         let (tx, arrivals) = tokio::sync::mpsc::unbounded_channel();
@@ -232,19 +252,27 @@ impl Pool {
                 built
             })
             .map_err(io_err(self.paths().gens().as_path()))?;
-        Ok((Building { name, thread }, feed))
+        Ok((Building { claim, thread }, feed))
     }
 
-    /// Makes the directory of a new generation of this version: its name is never one
-    /// already used (it may be current, pinned, a leftover that collection will remove,
-    /// or another build's), since making the directory is what claims it.
-    fn reserve_name(&self, epoch: &str, revision: u64) -> Result<String, PoolError> {
+    /// Makes and claims the directory of a new generation of this version: its name is
+    /// never one already used (it may be current, pinned, a leftover that collection
+    /// will remove, or another build's), since making the directory is what reserves it.
+    /// The pool's shared lock is held meanwhile, so that no collection (which takes the
+    /// exclusive one) comes between making the directory and claiming it.
+    fn claim(&self, epoch: &str, revision: u64) -> Result<Claim, PoolError> {
         use std::os::unix::fs::DirBuilderExt;
+        let _no_collection = self.lock(false)?;
         let mut name = self.fresh_name(epoch, revision);
         loop {
             let dir = self.paths().generation(&name.to_string());
             match fs::DirBuilder::new().mode(0o750).create(dir.dir()) {
-                Ok(()) => return Ok(name.to_string()),
+                Ok(()) => {
+                    let held = File::open(dir.dir()).map_err(io_err(dir.dir()))?;
+                    held.lock().map_err(io_err(dir.dir()))?;
+                    let name = name.to_string();
+                    return Ok(Claim { name, _dir: held });
+                }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => name = name.next(),
                 Err(e) => return Err(io_err(dir.dir())(e)),
             }
@@ -435,7 +463,7 @@ mod tests {
             rt.block_on(feed.hand_over(arrived)).unwrap();
         }
         drop(feed);
-        let (streamed, _) = building.finish().unwrap();
+        let streamed = building.finish().unwrap().0.name;
         let index = |name: &str| {
             fs::read(pool.paths().generation(name).index().join("postings.mop")).unwrap()
         };

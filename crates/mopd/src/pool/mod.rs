@@ -22,7 +22,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::Path;
 
 pub use collect::GcReport;
-pub use generations::{Arrived, Building, Feed, Generation};
+pub use generations::{Arrived, Building, Claim, Feed, Generation};
 pub use objects::ObjectWriter;
 
 use crate::paths::{GenerationName, Paths, PoolPaths};

@@ -457,9 +457,6 @@ impl Syncer {
         let building_from = manifest.clone();
         let (building, feed) =
             blocking(move || pool.start_generation(building_from, arriving, model)).await?;
-        // Kept while it is built, so that a collection meanwhile (a repair, the scrubber)
-        // leaves it alone.
-        let _kept = Keep::new(&self.state, &self.ws, building.name());
         let fetched = match missing {
             [] => Ok(0),
             _ => fetch::fetch(client, &self.pool, &self.ws, missing, &feed).await,
@@ -469,13 +466,16 @@ impl Syncer {
         drop(feed);
         let fetch_ms = started.elapsed().as_millis() as u64;
         let pool = self.pool.clone();
-        let kept = self.state.kept(&self.ws);
+        let (state, ws) = (self.state.clone(), self.ws.clone());
         let finished = blocking(move || {
-            let (name, build_cpu) = building.finish()?;
+            // The claim keeps collection off the generation until it is current.
+            let (claim, build_cpu) = building.finish()?;
+            let name = claim.name().to_owned();
             let built = started.elapsed();
             pool.publish(&name)?;
+            drop(claim);
             let flushed = started.elapsed();
-            let report = pool.collect(&kept, Some((&name, &manifest)))?;
+            let report = pool.collect(&state.pinned(&ws), Some((&name, &manifest)))?;
             let usage = report.bytes.unwrap_or_else(|| pool.usage());
             Ok((name, usage, built, flushed, started.elapsed(), build_cpu))
         });
@@ -544,30 +544,6 @@ struct Built {
     collect_ms: u64,
     /// CPU time of the build's thread (it indexes every card while the fetch goes on).
     build_cpu_ms: u64,
-}
-
-/// A generation noted as being built for as long as this lives.
-struct Keep<'a> {
-    state: &'a State,
-    ws: &'a str,
-    name: String,
-}
-
-impl<'a> Keep<'a> {
-    fn new(state: &'a State, ws: &'a str, name: &str) -> Keep<'a> {
-        state.building(ws, name, true);
-        Keep {
-            state,
-            ws,
-            name: name.to_owned(),
-        }
-    }
-}
-
-impl Drop for Keep<'_> {
-    fn drop(&mut self) {
-        self.state.building(self.ws, &self.name, false);
-    }
 }
 
 /// Notes a generation in the status: its name and the version and size of its manifest.

@@ -684,9 +684,10 @@ fn kill_9_during_syncs_always_leaves_a_complete_generation() {
         if std::fs::read_dir(d.pool(WS).join("gens")).unwrap().count() > 1 {
             killed_mid_build += 1;
         }
-        // After the restart, `current` is complete and every file verifies.
-        d.spawn();
+        // What the killed daemon left: `current` is complete (checked with no daemon
+        // running, so nothing moves meanwhile), and after the restart every file verifies.
         check_current(&d.pool(WS));
+        d.spawn();
         let out = run(&mut d.cli(&["verify"]));
         assert!(
             out.status.success(),

@@ -49,8 +49,10 @@ pub fn check_current_files(pool: &Path) -> (String, PathBuf, Manifest) {
 ///
 /// A running daemon may publish a newer generation meanwhile and remove this one at
 /// once (nothing pins it: the test reads it behind the daemon's back). A check that
-/// fails after `current` moved on and the checked generation was removed is therefore
-/// made again on the new one; any other failure is a real one.
+/// failed on a missing file (or in `more`) after `current` moved on and the checked
+/// generation was removed is therefore made again on the new one; any other failure (a
+/// file that does not hash to its entry, a failure while `current` stays put) is a real
+/// one. Check before starting a daemon to leave no room for either.
 pub fn check_current_with(
     pool: &Path,
     more: impl Fn(&Path, &Manifest) -> Result<(), String>,
@@ -60,20 +62,21 @@ pub fn check_current_with(
     loop {
         let link = std::fs::read_link(&current).expect("current link");
         let dir = pool.join(&link);
-        let checked = check_generation(&dir).and_then(|m| more(&dir, &m).map(|()| m));
+        let checked =
+            check_generation(&dir).and_then(|m| more(&dir, &m).map(|()| m).map_err(|w| (true, w)));
         match checked {
             Ok(manifest) => {
                 let name = link.file_name().unwrap().to_string_lossy().into_owned();
                 return (name, dir, manifest);
             }
-            Err(why) if moved < 20 && superseded(&current, &link, &dir) => {
+            Err((true, why)) if moved < 20 && superseded(&current, &link, &dir) => {
                 moved += 1;
                 eprintln!(
                     "current moved on and {} was removed while it was checked ({why}); checking the new one",
                     dir.display()
                 );
             }
-            Err(why) => panic!("{why}"),
+            Err((_, why)) => panic!("{why}"),
         }
     }
 }
@@ -95,21 +98,24 @@ fn superseded(current: &Path, link: &Path, dir: &Path) -> bool {
 }
 
 /// Checks that every card file of the generation in `dir` hashes to its manifest entry.
-fn check_generation(dir: &Path) -> Result<Manifest, String> {
+/// A failure says why, and whether it was a missing file.
+fn check_generation(dir: &Path) -> Result<Manifest, (bool, String)> {
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|e| {
+            let missing = e.kind() == std::io::ErrorKind::NotFound;
+            (missing, format!("{}: {e}", path.display()))
+        })
+    };
     let path = dir.join("manifest.json");
-    let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let manifest: Manifest =
-        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    let manifest: Manifest = serde_json::from_slice(&read(&path)?)
+        .map_err(|e| (false, format!("{}: {e}", path.display())))?;
     for e in &manifest.cards {
         let file = dir
             .join("tree")
             .join(mop_cards::card_path(e.summary.card_type, &e.summary.id));
-        let bytes = std::fs::read(&file).map_err(|err| format!("{}: {err}", file.display()))?;
-        if mop_cards::sha256_hex(&bytes) != e.sha256 {
-            return Err(format!(
-                "{}: content does not hash to its manifest entry",
-                file.display()
-            ));
+        if mop_cards::sha256_hex(&read(&file)?) != e.sha256 {
+            let why = "content does not hash to its manifest entry";
+            return Err((false, format!("{}: {why}", file.display())));
         }
     }
     Ok(manifest)

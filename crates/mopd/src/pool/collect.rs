@@ -43,11 +43,19 @@ impl Pool {
             let entry = entry.map_err(io_err(&gens))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             let p = entry.path();
-            if Some(&name) == current.as_ref() || pinned.contains(&name) || claimed(&p)? {
+            if Some(&name) == current.as_ref() || pinned.contains(&name) {
                 keep.push(name);
-            } else {
-                fs::remove_dir_all(&p).map_err(io_err(&p))?;
-                report.generations += 1;
+                continue;
+            }
+            match held(&p)? {
+                Held::Claimed => keep.push(name),
+                // A failed build removed it (under its claim, without the pool's lock).
+                Held::Gone => {}
+                Held::Free { dir: true } => {
+                    fs::remove_dir_all(&p).map_err(io_err(&p))?;
+                    report.generations += 1;
+                }
+                Held::Free { dir: false } => fs::remove_file(&p).map_err(io_err(&p))?,
             }
         }
         // Each referenced object with its size, and the kept generations' own files.
@@ -62,7 +70,8 @@ impl Pool {
                         from_disk = g.manifest;
                         &from_disk
                     }
-                    // A kept generation we cannot read: keep every object to be safe.
+                    // A kept generation we cannot read (or a claimed one whose build has
+                    // not written its manifest yet): keep every object to be safe.
                     Err(_) => return Ok(report),
                 },
             };
@@ -151,13 +160,45 @@ impl Pool {
     }
 }
 
-/// Whether a live build holds the generation directory `dir` (its [`super::Claim`]).
-fn claimed(dir: &std::path::Path) -> Result<bool, PoolError> {
-    let held = fs::File::open(dir).map_err(io_err(dir))?;
-    match held.try_lock() {
-        Ok(()) => Ok(false),
-        Err(fs::TryLockError::WouldBlock) => Ok(true),
-        Err(fs::TryLockError::Error(e)) => Err(io_err(dir)(e)),
+/// What holds an entry of `gens/`.
+enum Held {
+    /// A live build (its [`super::Claim`]).
+    Claimed,
+    /// Nothing: a leftover; `dir` is false for anything but a directory (a stray file,
+    /// a symlink), which is never followed.
+    Free { dir: bool },
+    /// It is no longer there.
+    Gone,
+}
+
+/// Whether a live build holds the entry of `gens/` at `path`.
+fn held(path: &std::path::Path) -> Result<Held, PoolError> {
+    use nix::errno::Errno;
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_NOFOLLOW;
+    let opened = fs::OpenOptions::new()
+        .read(true)
+        // Never blocks on a FIFO planted there.
+        .custom_flags((flags | nix::fcntl::OFlag::O_NONBLOCK).bits())
+        .open(path);
+    let dir = match opened {
+        Ok(dir) => dir,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Held::Gone),
+        // ENOTDIR, or ELOOP for a symlink (O_NOFOLLOW).
+        Err(e)
+            if matches!(
+                e.raw_os_error().map(Errno::from_raw),
+                Some(Errno::ENOTDIR | Errno::ELOOP)
+            ) =>
+        {
+            return Ok(Held::Free { dir: false });
+        }
+        Err(e) => return Err(io_err(path)(e)),
+    };
+    match dir.try_lock() {
+        Ok(()) => Ok(Held::Free { dir: true }),
+        Err(fs::TryLockError::WouldBlock) => Ok(Held::Claimed),
+        Err(fs::TryLockError::Error(e)) => Err(io_err(path)(e)),
     }
 }
 
@@ -231,6 +272,17 @@ mod tests {
             fs::create_dir_all(leftover.tree()).unwrap();
             assert_eq!(report.generations, 1);
         }
+        // Strays are removed without being followed or opened: a symlink to another
+        // generation, a FIFO (which would block an open for reading).
+        let gens = pool.paths().gens();
+        std::os::unix::fs::symlink(&name, gens.join("link")).unwrap();
+        nix::unistd::mkfifo(&gens.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        pool.collect(&BTreeSet::new(), None).unwrap();
+        assert!(!gens.join("fifo").exists() && fs::symlink_metadata(gens.join("link")).is_err());
+        assert!(
+            pool.paths().generation(&name).dir().exists(),
+            "not followed"
+        );
         let bytes = fs::read(pool.object_path(&last)).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
@@ -245,7 +297,8 @@ mod tests {
         pool.publish(claim.name()).unwrap();
         drop(claim);
         assert!(pool.verify(&BTreeSet::new()).unwrap().is_clean());
-        // Published, it is kept as current; the leftover goes.
+        // Published, it is kept as current; a leftover goes.
+        fs::create_dir_all(leftover.tree()).unwrap();
         let report = other.collect(&BTreeSet::new(), None).unwrap();
         assert_eq!(report.generations, 1);
         assert_eq!(pool.current_name(), Some(name));

@@ -161,6 +161,10 @@ pub struct Syncer {
     /// The (generation, model hash or "") whose index was last found usable, so a poll
     /// reads no file to know (see [`Syncer::refresh_index`]).
     index_checked: Arc<Mutex<Option<(String, String)>>>,
+    /// Held from reading the current generation to publishing the next one (a poll, a
+    /// repair), so that a repair of the generation a poll is replacing cannot publish
+    /// after it and bring the older cards back.
+    publishing: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// See [`Syncer::try_sync`].
@@ -188,6 +192,7 @@ impl Syncer {
             behind: Arc::default(),
             answered: Arc::default(),
             index_checked: Arc::default(),
+            publishing: Arc::default(),
         }
     }
 
@@ -268,6 +273,7 @@ impl Syncer {
     }
 
     async fn try_sync(&self) -> Result<(SyncResult, Option<u16>), Failure> {
+        let _publishing = self.publishing.lock().await;
         let pool = self.pool.clone();
         if blocking(move || pool.ensure_layout()).await? {
             // With no `current` left, the held version is none: everything is fetched again.
@@ -513,6 +519,7 @@ impl Syncer {
         if report.is_clean() || !repair {
             return Ok((report, None));
         }
+        let _publishing = self.publishing.lock().await;
         let pool = self.pool.clone();
         let Some(current) = blocking(move || pool.current()).await? else {
             return Ok((report, None));

@@ -74,9 +74,14 @@ impl Workspaces {
     /// when it left the config.
     pub async fn stop(&self, ws: &str, remove_pool: bool) {
         let handle = self.handles.lock().remove(ws);
+        let mut _publishing = None;
         if let Some(h) = handle {
             let _ = h.stop.send(true);
             let _ = h.task.await;
+            if remove_pool {
+                // A repair under way ends before its pool goes.
+                _publishing = Some(h.syncer.publishing.clone().lock_owned().await);
+            }
         }
         self.state.set_status(ws, None);
         if remove_pool {

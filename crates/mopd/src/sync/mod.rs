@@ -164,7 +164,7 @@ pub struct Syncer {
     /// Held from reading the current generation to publishing the next one (a poll, a
     /// repair), so that a repair of the generation a poll is replacing cannot publish
     /// after it and bring the older cards back.
-    publishing: Arc<tokio::sync::Mutex<()>>,
+    pub publishing: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// See [`Syncer::try_sync`].
@@ -243,8 +243,12 @@ impl Syncer {
         });
     }
 
-    /// One poll. Records the outcome in the status and returns it.
-    pub async fn sync_once(&self) -> Result<SyncResult, Failure> {
+    /// One poll, while the caller holds this workspace's [`Syncer::publishing`] lock.
+    /// Records the outcome in the status and returns it.
+    pub async fn sync_once(
+        &self,
+        _publishing: &tokio::sync::MutexGuard<'_, ()>,
+    ) -> Result<SyncResult, Failure> {
         *self.answered.lock() = (None, false);
         let outcome = self.try_sync().await;
         let now = Timestamp::now();
@@ -273,7 +277,6 @@ impl Syncer {
     }
 
     async fn try_sync(&self) -> Result<(SyncResult, Option<u16>), Failure> {
-        let _publishing = self.publishing.lock().await;
         let pool = self.pool.clone();
         if blocking(move || pool.ensure_layout()).await? {
             // With no `current` left, the held version is none: everything is fetched again.
@@ -666,7 +669,13 @@ pub async fn run(
     }
     let mut waiting: Vec<Trigger> = Vec::new();
     loop {
-        let result = syncer.sync_once().await;
+        // A repair of this workspace may hold it for a while: stopping does not wait.
+        let publishing = tokio::select! {
+            held = syncer.publishing.lock() => held,
+            _ = stop.changed() => return,
+        };
+        let result = syncer.sync_once(&publishing).await;
+        drop(publishing);
         let _ = ready.send(true);
         for t in waiting.drain(..) {
             let _ = t.send(result.clone());

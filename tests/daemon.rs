@@ -31,15 +31,14 @@ fn check_current(pool: &Path) -> Manifest {
     let (_, _, manifest) = mop_tests::check_current_with(pool, |dir, manifest| {
         let index = mop_search::SearchIndex::open(&dir.join("index"))
             .map_err(|e| format!("index of {}: {e}", dir.display()))?;
-        match index.num_docs() == manifest.cards.len() as u64 {
-            true => Ok(()),
-            false => Err(format!(
-                "index of {}: {} documents for {} cards",
-                dir.display(),
-                index.num_docs(),
-                manifest.cards.len()
-            )),
+        let (docs, cards) = (index.num_docs(), manifest.cards.len() as u64);
+        if docs != cards {
+            return Err(format!(
+                "index of {}: {docs} documents for {cards} cards",
+                dir.display()
+            ));
         }
+        Ok(())
     });
     manifest
 }

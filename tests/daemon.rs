@@ -908,13 +908,10 @@ fn an_epoch_that_is_not_a_uuid_names_no_path() {
     let fake = fake_manifest_server(answer(&bad_epoch));
     d.write_config(&fake, DaemonOptions::default());
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !d.log().contains("configuration reloaded") {
-        assert!(std::time::Instant::now() < deadline, "{}", d.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    d.wait_log("configuration reloaded");
     let out = d.sync(WS);
     assert!(out.contains("failed"), "{out}");
-    assert!(d.log().contains("is not a UUID"), "{}", d.log());
+    d.wait_log("is not a UUID");
     assert!(
         std::fs::read_dir(escape.path()).unwrap().next().is_none(),
         "nothing was created outside the pool"

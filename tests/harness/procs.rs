@@ -577,6 +577,21 @@ impl Daemon {
         self.log.lock().unwrap().clone()
     }
 
+    /// Waits up to ten seconds for the log to contain `needle` (a thread reads the
+    /// daemon's stderr, so a line written before an answer may reach it after), and
+    /// panics with the log if it does not.
+    pub fn wait_log(&self, needle: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !self.log().contains(needle) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {needle:?} in the log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The process id.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)

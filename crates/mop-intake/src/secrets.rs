@@ -1,0 +1,597 @@
+//! Credential screening: does a text carry a credential, of what kind, and where?
+//!
+//! The rules are data. Most come from gitleaks v8.30.1 (`rules/gitleaks-v8.30.1.json`,
+//! as the crates.io package keyspoor 0.1.4 ships them for Rust's regex engine; `rules/NOTICE`
+//! has the provenance and licences): cloud keys, VCS, chat and payment tokens, private key
+//! blocks, JWTs, generic `key = value` assignments with an entropy floor. mop adds the
+//! kinds gitleaks has no rule for (`rules/mop.toml`): a password in a URL, and a
+//! high-entropy value assigned to a password or secret key in any syntax.
+//!
+//! A rule is run as gitleaks runs it on a string: only when one of its keywords is in the
+//! text (any case); each match's secret is its capture group (the rule's, else the first
+//! non-empty one, else the whole match); a rule with an entropy floor needs a secret whose
+//! Shannon entropy is above it (and, for the generic rules, a digit); an allowlist group
+//! that matches the secret, the match or its line excuses it. Rules bound to a file name
+//! (four of gitleaks', for `.php`, `.tf`, `.yaml` and `nuget.config` files) are not run:
+//! cards have no file names. On top of the data, a generic finding whose secret is an
+//! identifier everybody writes down (a UUID, a sha256 or git object id, base64 of plain
+//! text, a version) is dropped.
+//!
+//! A [`Finding`] names the rule (the kind of credential) and where the secret starts
+//! (field, line and column, 1-based, columns in characters). Never the value: nothing
+//! here returns or logs it.
+
+use std::sync::OnceLock;
+
+use aho_corasick::AhoCorasick;
+use regex::bytes::{Regex, RegexBuilder};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+/// The gitleaks rules, as data.
+const GITLEAKS: &str = include_str!("../rules/gitleaks-v8.30.1.json");
+/// mop's own rules, as data.
+const MOP_RULES: &str = include_str!("../rules/mop.toml");
+
+/// Where the rules come from, as `--help`, logs and README name it.
+pub const RULES_SOURCE: &str = "gitleaks v8.30.1 (commit 83d9cd68, via keyspoor 0.1.4) and mop's own rules";
+
+/// A credential found in a text: its kind and where it starts. Never its value.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Finding {
+    /// The field the text was (`title`, `body`, …).
+    pub field: String,
+    /// Line in the field, from 1.
+    pub line: u32,
+    /// Column in that line, in characters, from 1.
+    pub column: u32,
+    /// The kind: the id of the rule that found it (`aws-access-token`, `private-key`,
+    /// `github-pat`, `url-password`, …).
+    pub kind: String,
+}
+
+#[derive(Deserialize)]
+struct RuleFile {
+    #[serde(default)]
+    version: u32,
+    rules: Vec<RuleSpec>,
+}
+
+#[derive(Deserialize)]
+struct RuleSpec {
+    id: String,
+    pattern: String,
+    #[serde(default)]
+    secret_group: Option<usize>,
+    #[serde(default)]
+    keywords: Vec<String>,
+    #[serde(default)]
+    min_entropy: f64,
+    #[serde(default)]
+    path: Option<String>,
+    #[serde(default)]
+    allowlist: Vec<GroupSpec>,
+}
+
+#[derive(Deserialize)]
+struct GroupSpec {
+    #[serde(default)]
+    condition: Option<String>,
+    #[serde(default)]
+    target: Option<String>,
+    #[serde(default)]
+    regexes: Vec<String>,
+    #[serde(default)]
+    paths: Vec<String>,
+    #[serde(default)]
+    stopwords: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Secret,
+    Match,
+    Line,
+}
+
+struct Group {
+    all: bool,
+    target: Target,
+    regexes: Vec<Regex>,
+    /// Lower case.
+    stopwords: Vec<String>,
+    /// The group names file paths: a text has none, so that category never matches.
+    has_paths: bool,
+}
+
+impl Group {
+    fn excuses(&self, secret: &[u8], whole: &[u8], line: &[u8]) -> bool {
+        let target = match self.target {
+            Target::Secret => secret,
+            Target::Match => whole,
+            Target::Line => line,
+        };
+        let mut results = Vec::with_capacity(3);
+        if !self.regexes.is_empty() {
+            results.push(self.regexes.iter().any(|r| r.is_match(target)));
+        }
+        if !self.stopwords.is_empty() {
+            let lower = secret.to_ascii_lowercase();
+            results.push(
+                self.stopwords
+                    .iter()
+                    .any(|w| memchr_find(&lower, w.as_bytes())),
+            );
+        }
+        if self.has_paths {
+            results.push(false);
+        }
+        if self.all {
+            !results.is_empty() && results.iter().all(|r| *r)
+        } else {
+            results.iter().any(|r| *r)
+        }
+    }
+}
+
+fn memchr_find(hay: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
+}
+
+struct Rule {
+    id: String,
+    re: Regex,
+    secret_group: Option<usize>,
+    min_entropy: f64,
+    /// A rule for any `name = value` rather than one provider's format: its secrets need a
+    /// digit and pass the identifier filter.
+    generic: bool,
+    allow: Vec<Group>,
+}
+
+/// The compiled rule set.
+pub struct Screen {
+    rules: Vec<Rule>,
+    keywords: AhoCorasick,
+    /// For each keyword pattern, the rules it wakes.
+    keyword_rules: Vec<Vec<usize>>,
+    /// Rules with no keyword: always run.
+    always: Vec<usize>,
+    fingerprint: String,
+}
+
+/// Why a rule file cannot be used (a build with broken rule data; tests catch it).
+#[derive(Debug, thiserror::Error)]
+pub enum RulesError {
+    /// The file does not parse.
+    #[error("rule file {file}: {message}")]
+    File {
+        /// Which file.
+        file: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// A pattern does not compile.
+    #[error("rule {id} in {file}: {message}")]
+    Pattern {
+        /// Which file.
+        file: &'static str,
+        /// The rule.
+        id: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn compile(pattern: &str, file: &'static str, id: &str) -> Result<Regex, RulesError> {
+    // ASCII classes, as gitleaks' RE2 patterns mean them for credentials; Unicode-wide \w
+    // would make three of them too large to compile.
+    RegexBuilder::new(pattern)
+        .unicode(false)
+        .size_limit(64 << 20)
+        .build()
+        .map_err(|e| RulesError::Pattern {
+            file,
+            id: id.to_owned(),
+            message: e.to_string(),
+        })
+}
+
+impl Screen {
+    /// The built-in rule set, compiled once (about 230 patterns; the first call takes a
+    /// moment, so servers call it at start).
+    pub fn builtin() -> &'static Screen {
+        static SCREEN: OnceLock<Screen> = OnceLock::new();
+        SCREEN.get_or_init(|| Screen::from_data().expect("the built-in credential rules compile"))
+    }
+
+    fn from_data() -> Result<Screen, RulesError> {
+        let gitleaks: RuleFile = serde_json::from_str(GITLEAKS).map_err(|e| RulesError::File {
+            file: "gitleaks-v8.30.1.json",
+            message: e.to_string(),
+        })?;
+        let own: RuleFile = toml::from_str(MOP_RULES).map_err(|e| RulesError::File {
+            file: "mop.toml",
+            message: e.to_string(),
+        })?;
+        let mut rules = Vec::new();
+        let mut keyword_list: Vec<String> = Vec::new();
+        let mut keyword_rules: Vec<Vec<usize>> = Vec::new();
+        let mut always = Vec::new();
+        for (file, spec) in gitleaks
+            .rules
+            .into_iter()
+            .map(|r| ("gitleaks-v8.30.1.json", r))
+            .chain(own.rules.into_iter().map(|r| ("mop.toml", r)))
+        {
+            if spec.path.is_some() {
+                continue;
+            }
+            let allow = spec
+                .allowlist
+                .iter()
+                .map(|g| {
+                    Ok(Group {
+                        all: g.condition.as_deref() == Some("and"),
+                        target: match g.target.as_deref() {
+                            Some("match") => Target::Match,
+                            Some("line") => Target::Line,
+                            _ => Target::Secret,
+                        },
+                        regexes: g
+                            .regexes
+                            .iter()
+                            .map(|r| compile(r, file, &spec.id))
+                            .collect::<Result<_, _>>()?,
+                        stopwords: g.stopwords.iter().map(|w| w.to_ascii_lowercase()).collect(),
+                        has_paths: !g.paths.is_empty(),
+                    })
+                })
+                .collect::<Result<Vec<_>, RulesError>>()?;
+            let index = rules.len();
+            rules.push(Rule {
+                generic: spec.id.starts_with("generic") || spec.id == "credential-assignment",
+                re: compile(&spec.pattern, file, &spec.id)?,
+                id: spec.id,
+                secret_group: spec.secret_group.filter(|g| *g > 0),
+                min_entropy: spec.min_entropy,
+                allow,
+            });
+            if spec.keywords.is_empty() {
+                always.push(index);
+            }
+            for k in spec.keywords {
+                let k = k.to_ascii_lowercase();
+                match keyword_list.iter().position(|x| *x == k) {
+                    Some(i) => keyword_rules[i].push(index),
+                    None => {
+                        keyword_list.push(k);
+                        keyword_rules.push(vec![index]);
+                    }
+                }
+            }
+        }
+        let keywords = AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .build(&keyword_list)
+            .map_err(|e| RulesError::File {
+                file: "keywords",
+                message: e.to_string(),
+            })?;
+        let mut h = Sha256::new();
+        h.update(GITLEAKS.as_bytes());
+        h.update(MOP_RULES.as_bytes());
+        h.update(own.version.to_le_bytes());
+        h.update(gitleaks.version.to_le_bytes());
+        let fingerprint = format!("{:x}", h.finalize())[..16].to_owned();
+        Ok(Screen {
+            rules,
+            keywords,
+            keyword_rules,
+            always,
+            fingerprint,
+        })
+    }
+
+    /// How many rules run.
+    pub fn rules(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// A short hash of the rule data: results stored with another one are made again.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
+    /// The credentials in `text`, the value of `field`, in order of position; one finding
+    /// per position (a provider's rule wins over a generic one).
+    pub fn scan(&self, field: &str, text: &str) -> Vec<Finding> {
+        let bytes = text.as_bytes();
+        let mut woken = vec![false; self.rules.len()];
+        for i in &self.always {
+            woken[*i] = true;
+        }
+        for m in self.keywords.find_overlapping_iter(bytes) {
+            for r in &self.keyword_rules[m.pattern().as_usize()] {
+                woken[*r] = true;
+            }
+        }
+        // (start of the secret, generic?, rule)
+        let mut hits: Vec<(usize, bool, usize)> = Vec::new();
+        for (index, rule) in self.rules.iter().enumerate() {
+            if !woken[index] {
+                continue;
+            }
+            for caps in rule.re.captures_iter(bytes) {
+                let whole = caps.get(0).expect("group 0 is the match");
+                let secret = match rule.secret_group {
+                    Some(g) => caps.get(g),
+                    None => caps.iter().skip(1).flatten().find(|m| !m.is_empty()),
+                }
+                .unwrap_or(whole);
+                if self.excused(rule, bytes, secret.as_bytes(), whole.as_bytes(), whole.start()) {
+                    continue;
+                }
+                hits.push((secret.start(), rule.generic, index));
+            }
+        }
+        hits.sort();
+        let mut out: Vec<Finding> = Vec::new();
+        let mut last_start = None;
+        for (start, _, index) in hits {
+            if last_start == Some(start) {
+                continue;
+            }
+            last_start = Some(start);
+            let (line, column) = position(text, start);
+            out.push(Finding {
+                field: field.to_owned(),
+                line,
+                column,
+                kind: self.rules[index].id.clone(),
+            });
+        }
+        out
+    }
+
+    fn excused(&self, rule: &Rule, text: &[u8], secret: &[u8], whole: &[u8], at: usize) -> bool {
+        if rule.min_entropy > 0.0 && entropy(secret) <= rule.min_entropy {
+            return true;
+        }
+        if rule.generic && !secret.iter().any(u8::is_ascii_digit) {
+            return true;
+        }
+        let line = line_around(text, at);
+        if rule.allow.iter().any(|g| g.excuses(secret, whole, line)) {
+            return true;
+        }
+        rule.generic && is_plain_identifier(secret)
+    }
+
+    /// The credentials in a card's fields: each `(field, text)` scanned on its own.
+    pub fn scan_fields<'a>(&self, fields: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<Finding> {
+        fields
+            .into_iter()
+            .flat_map(|(field, text)| self.scan(field, text))
+            .collect()
+    }
+
+    /// The credentials in an OKF card file, each placed in the card's terms: a
+    /// frontmatter line is the field its key names (`title`, `description`, …, line 1),
+    /// the body is `body` with lines counted from its first.
+    pub fn scan_card_file(&self, raw: &str) -> Vec<Finding> {
+        let body_start = body_line(raw);
+        let lines: Vec<&str> = raw.lines().collect();
+        self.scan("card", raw)
+            .into_iter()
+            .map(|f| match body_start {
+                Some(b) if f.line >= b => Finding {
+                    field: "body".into(),
+                    line: f.line - b + 1,
+                    ..f
+                },
+                _ => {
+                    let key = frontmatter_key(&lines, f.line);
+                    Finding {
+                        field: key.unwrap_or_else(|| "frontmatter".into()),
+                        ..f
+                    }
+                }
+            })
+            .collect()
+    }
+}
+
+/// The 1-based line of a card file's body (after the closing `---`), if it has one.
+fn body_line(raw: &str) -> Option<u32> {
+    let mut lines = raw.lines().enumerate();
+    let (_, first) = lines.next()?;
+    if first.trim_end() != "---" {
+        return None;
+    }
+    lines
+        .find(|(_, l)| l.trim_end() == "---")
+        .map(|(i, _)| i as u32 + 2)
+}
+
+/// The top-level frontmatter key a line belongs to (the nearest unindented `key:` at or
+/// above it).
+fn frontmatter_key(lines: &[&str], line: u32) -> Option<String> {
+    lines[..(line as usize).min(lines.len())]
+        .iter()
+        .rev()
+        .find_map(|l| {
+            let (key, _) = l.split_once(':')?;
+            (!key.starts_with([' ', '\t', '-', '#']) && !key.is_empty())
+                .then(|| key.trim().to_owned())
+        })
+}
+
+/// 1-based line and character column of byte `at`.
+fn position(text: &str, at: usize) -> (u32, u32) {
+    let before = &text.as_bytes()[..at];
+    let line_start = before.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    let line = before.iter().filter(|b| **b == b'\n').count() + 1;
+    let column = String::from_utf8_lossy(&before[line_start..]).chars().count() + 1;
+    (line as u32, column as u32)
+}
+
+fn line_around(text: &[u8], at: usize) -> &[u8] {
+    let start = text[..at].iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    let end = text[at..]
+        .iter()
+        .position(|b| *b == b'\n')
+        .map_or(text.len(), |i| at + i);
+    &text[start..end]
+}
+
+/// Shannon entropy in bits per byte, as gitleaks computes it.
+fn entropy(s: &[u8]) -> f64 {
+    if s.is_empty() {
+        return 0.0;
+    }
+    let mut counts = [0u32; 256];
+    for b in s {
+        counts[*b as usize] += 1;
+    }
+    let n = s.len() as f64;
+    counts
+        .iter()
+        .filter(|c| **c > 0)
+        .map(|c| {
+            let p = f64::from(*c) / n;
+            -p * p.log2()
+        })
+        .sum()
+}
+
+/// Identifiers people write down that only look random: a UUID, a hex digest of a hash
+/// (sha1/git object id, sha256), base64 of plain text, a version.
+fn is_plain_identifier(s: &[u8]) -> bool {
+    let Ok(s) = std::str::from_utf8(s) else {
+        return false;
+    };
+    let hex = |n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if hex(40) || hex(64) || is_uuid(s) {
+        return true;
+    }
+    if s.bytes().all(|b| b.is_ascii_digit() || b == b'.' || b == b'-')
+        || regex_version(s)
+    {
+        return true;
+    }
+    base64_of_text(s)
+}
+
+fn is_uuid(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 36
+        && b.iter().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => *c == b'-',
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
+/// `v1.2.3`, `1.0.219-rc.1`: digits and dots after an optional `v`, with at least two dots.
+fn regex_version(s: &str) -> bool {
+    let core = s.strip_prefix('v').unwrap_or(s);
+    let core = core.split(['-', '+']).next().unwrap_or(core);
+    core.matches('.').count() >= 2 && core.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+}
+
+/// Base64 (standard or URL alphabet) whose bytes are UTF-8 text with spaces: a note, not
+/// a key.
+fn base64_of_text(s: &str) -> bool {
+    use base64::Engine;
+    let trimmed = s.trim_end_matches('=');
+    if trimmed.len() < 16 {
+        return false;
+    }
+    let engines = [
+        base64::engine::general_purpose::STANDARD_NO_PAD,
+        base64::engine::general_purpose::URL_SAFE_NO_PAD,
+    ];
+    engines.iter().any(|e| {
+        e.decode(trimmed).ok().is_some_and(|bytes| {
+            std::str::from_utf8(&bytes).is_ok_and(|t| {
+                let printable = t
+                    .chars()
+                    .filter(|c| c.is_alphanumeric() || c.is_whitespace() || c.is_ascii_punctuation())
+                    .count();
+                t.contains(' ') && printable * 10 >= t.chars().count() * 9
+            })
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rule_compiles_and_the_data_is_what_readme_names() {
+        let s = Screen::builtin();
+        // 221 gitleaks rules less the 4 bound to file names, and mop's 2.
+        assert_eq!(s.rules(), 219);
+        let sha = format!("{:x}", Sha256::digest(GITLEAKS.as_bytes()));
+        assert_eq!(
+            sha,
+            "5c5323a02c4f00f70fc5e48d219ad6728778a83d011e303579eb6e6d9d07ee1b",
+            "rules/gitleaks-v8.30.1.json changed: update RULES_SOURCE, rules/NOTICE and README"
+        );
+    }
+
+    #[test]
+    fn a_finding_names_kind_and_place_never_the_value() {
+        let s = Screen::builtin();
+        let key = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
+        let text = format!("Use the bot.\n  token {key} here\n");
+        let found = s.scan("body", &text);
+        assert_eq!(
+            found,
+            vec![Finding {
+                field: "body".into(),
+                line: 2,
+                column: 9,
+                kind: "github-pat".into()
+            }]
+        );
+        assert!(!format!("{found:?}").contains(key));
+    }
+
+    #[test]
+    fn card_files_place_findings_in_fields() {
+        let s = Screen::builtin();
+        let raw = "---\nid: 00000000-0000-4000-8000-000000000001\ntype: fact\ntitle: key AKIAZ7QRLWXN3BJ4VTDC\n---\nline one\npostgres://app:s3cr3tPassw0rd@db.internal/prod\n";
+        let mut found = s.scan_card_file(raw);
+        found.sort();
+        let places: Vec<(&str, u32, &str)> = found
+            .iter()
+            .map(|f| (f.field.as_str(), f.line, f.kind.as_str()))
+            .collect();
+        assert_eq!(
+            places,
+            [("body", 2, "url-password"), ("title", 4, "aws-access-token")]
+        );
+    }
+
+    #[test]
+    fn identifiers_that_look_random_pass() {
+        let s = Screen::builtin();
+        for text in [
+            "card 1528fa6d-2786-4c33-9e4e-a2e4e84ca7d7 and token_id = 1528fa6d-2786-4c33-9e4e-a2e4e84ca7d7",
+            "cache key: 0f5a1f6f3c6a9e2b7c1d4e8f0a3b6c9d2e5f8a1b4c7d0e3f6a9b2c5d8e1f4a7b",
+            "token: 3b18e512dba79e4c8300dd08aeb37f8e728b8dad",
+            "secret_note: cmVtZW1iZXIgdG8gd2F0ZXIgdGhlIHBsYW50cyBvbiBmcmlkYXk=",
+            "api_version: 1.0.219-rc.1",
+        ] {
+            assert_eq!(s.scan("body", text), vec![], "{text}");
+        }
+    }
+
+    #[test]
+    fn entropy_of_uniform_text() {
+        assert_eq!(entropy(b"aaaa"), 0.0);
+        assert!((entropy(b"abcd") - 2.0).abs() < 1e-9);
+    }
+}

@@ -2,6 +2,7 @@
 //! workspace under `config/examples/cards`) and build a real generation from it — the
 //! catalog and a real search index in a temporary directory.
 
+pub mod credentials;
 pub mod eval;
 pub mod faults;
 pub mod postgres;

@@ -40,10 +40,10 @@ pub const MIN_WORDS: u32 = 4;
 const STOPWORDS: &[&str] = &[
     "a", "also", "an", "and", "are", "as", "at", "be", "been", "being", "by", "can", "could",
     "did", "do", "does", "for", "from", "had", "has", "have", "he", "here", "i", "if", "in",
-    "into", "is", "it", "its", "just", "may", "me", "might", "my", "of", "on", "onto", "or",
-    "our", "she", "should", "so", "than", "that", "the", "their", "them", "then", "there",
-    "these", "they", "this", "those", "to", "very", "was", "we", "were", "when", "which",
-    "will", "with", "would", "you", "your",
+    "into", "is", "it", "its", "just", "may", "me", "might", "my", "of", "on", "onto", "or", "our",
+    "she", "should", "so", "than", "that", "the", "their", "them", "then", "there", "these",
+    "they", "this", "those", "to", "very", "was", "we", "were", "when", "which", "will", "with",
+    "would", "you", "your",
 ];
 
 /// The thresholds of the rule (the server's `[intake]` configuration).
@@ -279,7 +279,10 @@ impl Lesson {
 
     /// The signature as stored: little-endian `u32`s.
     pub fn signature_bytes(&self) -> Vec<u8> {
-        self.signature.iter().flat_map(|v| v.to_le_bytes()).collect()
+        self.signature
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect()
     }
 
     /// A stored lesson back; `None` when the signature has the wrong length.
@@ -321,17 +324,17 @@ mod tests {
         let a = Lesson::of("Raise undo retention", "Set UNDO_RETENTION to 10800.");
         let b = Lesson::of("raise undo retention.", "set undo_retention to 10800");
         assert_eq!(a.exact, b.exact);
-        assert_eq!(
-            a.same_as(&b, &Thresholds::default()),
-            Some(Sameness::Exact)
-        );
+        assert_eq!(a.same_as(&b, &Thresholds::default()), Some(Sameness::Exact));
     }
 
     #[test]
     fn signatures_are_stable_across_builds() {
         // Stored fingerprints outlive the binary that made them: these values must never
         // change without a new VERSION.
-        let l = Lesson::of("ORA-01555 snapshot too old", "Raise UNDO_RETENTION to 10800.");
+        let l = Lesson::of(
+            "ORA-01555 snapshot too old",
+            "Raise UNDO_RETENTION to 10800.",
+        );
         assert_eq!(l.words, 9);
         assert_eq!(&l.signature[..3], &[104_447_092, 14_981_012, 96_959_149]);
         let back = Lesson::from_stored(l.exact.clone(), &l.signature_bytes(), l.words).unwrap();
@@ -354,7 +357,11 @@ mod tests {
             "Nightly ETL: ORA-01555",
             "Grow the undo tablespace and raise UNDO_RETENTION to 10800 before the run.",
         );
-        assert!(a.same_as(&reworded, &t).is_some(), "J = {}", a.jaccard(&reworded));
+        assert!(
+            a.same_as(&reworded, &t).is_some(),
+            "J = {}",
+            a.jaccard(&reworded)
+        );
     }
 
     #[test]

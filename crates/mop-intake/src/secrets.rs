@@ -34,7 +34,8 @@ const GITLEAKS: &str = include_str!("../rules/gitleaks-v8.30.1.json");
 const MOP_RULES: &str = include_str!("../rules/mop.toml");
 
 /// Where the rules come from, as `--help`, logs and README name it.
-pub const RULES_SOURCE: &str = "gitleaks v8.30.1 (commit 83d9cd68, via keyspoor 0.1.4) and mop's own rules";
+pub const RULES_SOURCE: &str =
+    "gitleaks v8.30.1 (commit 83d9cd68, via keyspoor 0.1.4) and mop's own rules";
 
 /// A credential found in a text: its kind and where it starts. Never its value.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -146,6 +147,9 @@ struct Rule {
     /// A rule for any `name = value` rather than one provider's format: its secrets need a
     /// digit and pass the identifier filter.
     generic: bool,
+    /// Which rule names a position several find, lowest first: a provider's format, then
+    /// mop's own, then gitleaks' generic ones.
+    rank: u8,
     allow: Vec<Group>,
 }
 
@@ -251,6 +255,11 @@ impl Screen {
             let index = rules.len();
             rules.push(Rule {
                 generic: spec.id.starts_with("generic") || spec.id == "credential-assignment",
+                rank: if spec.id.starts_with("generic") {
+                    2
+                } else {
+                    u8::from(file == "mop.toml")
+                },
                 re: compile(&spec.pattern, file, &spec.id)?,
                 id: spec.id,
                 secret_group: spec.secret_group.filter(|g| *g > 0),
@@ -316,8 +325,8 @@ impl Screen {
                 woken[*r] = true;
             }
         }
-        // (start of the secret, generic?, rule)
-        let mut hits: Vec<(usize, bool, usize)> = Vec::new();
+        // (start of the secret, rank, rule)
+        let mut hits: Vec<(usize, u8, usize)> = Vec::new();
         for (index, rule) in self.rules.iter().enumerate() {
             if !woken[index] {
                 continue;
@@ -329,10 +338,16 @@ impl Screen {
                     None => caps.iter().skip(1).flatten().find(|m| !m.is_empty()),
                 }
                 .unwrap_or(whole);
-                if self.excused(rule, bytes, secret.as_bytes(), whole.as_bytes(), whole.start()) {
+                if self.excused(
+                    rule,
+                    bytes,
+                    secret.as_bytes(),
+                    whole.as_bytes(),
+                    whole.start(),
+                ) {
                     continue;
                 }
-                hits.push((secret.start(), rule.generic, index));
+                hits.push((secret.start(), rule.rank, index));
             }
         }
         hits.sort();
@@ -369,7 +384,10 @@ impl Screen {
     }
 
     /// The credentials in a card's fields: each `(field, text)` scanned on its own.
-    pub fn scan_fields<'a>(&self, fields: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<Finding> {
+    pub fn scan_fields<'a>(
+        &self,
+        fields: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Vec<Finding> {
         fields
             .into_iter()
             .flat_map(|(field, text)| self.scan(field, text))
@@ -430,14 +448,23 @@ fn frontmatter_key(lines: &[&str], line: u32) -> Option<String> {
 /// 1-based line and character column of byte `at`.
 fn position(text: &str, at: usize) -> (u32, u32) {
     let before = &text.as_bytes()[..at];
-    let line_start = before.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    let line_start = before
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |i| i + 1);
     let line = before.iter().filter(|b| **b == b'\n').count() + 1;
-    let column = String::from_utf8_lossy(&before[line_start..]).chars().count() + 1;
+    let column = String::from_utf8_lossy(&before[line_start..])
+        .chars()
+        .count()
+        + 1;
     (line as u32, column as u32)
 }
 
 fn line_around(text: &[u8], at: usize) -> &[u8] {
-    let start = text[..at].iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    let start = text[..at]
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |i| i + 1);
     let end = text[at..]
         .iter()
         .position(|b| *b == b'\n')
@@ -475,7 +502,8 @@ fn is_plain_identifier(s: &[u8]) -> bool {
     if hex(40) || hex(64) || is_uuid(s) {
         return true;
     }
-    if s.bytes().all(|b| b.is_ascii_digit() || b == b'.' || b == b'-')
+    if s.bytes()
+        .all(|b| b.is_ascii_digit() || b == b'.' || b == b'-')
         || regex_version(s)
     {
         return true;
@@ -516,7 +544,9 @@ fn base64_of_text(s: &str) -> bool {
             std::str::from_utf8(&bytes).is_ok_and(|t| {
                 let printable = t
                     .chars()
-                    .filter(|c| c.is_alphanumeric() || c.is_whitespace() || c.is_ascii_punctuation())
+                    .filter(|c| {
+                        c.is_alphanumeric() || c.is_whitespace() || c.is_ascii_punctuation()
+                    })
                     .count();
                 t.contains(' ') && printable * 10 >= t.chars().count() * 9
             })
@@ -535,8 +565,7 @@ mod tests {
         assert_eq!(s.rules(), 219);
         let sha = format!("{:x}", Sha256::digest(GITLEAKS.as_bytes()));
         assert_eq!(
-            sha,
-            "5c5323a02c4f00f70fc5e48d219ad6728778a83d011e303579eb6e6d9d07ee1b",
+            sha, "5c5323a02c4f00f70fc5e48d219ad6728778a83d011e303579eb6e6d9d07ee1b",
             "rules/gitleaks-v8.30.1.json changed: update RULES_SOURCE, rules/NOTICE and README"
         );
     }
@@ -571,7 +600,10 @@ mod tests {
             .collect();
         assert_eq!(
             places,
-            [("body", 2, "url-password"), ("title", 4, "aws-access-token")]
+            [
+                ("body", 2, "url-password"),
+                ("title", 4, "aws-access-token")
+            ]
         );
     }
 

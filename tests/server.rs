@@ -273,7 +273,7 @@ fn every_kind_of_change_bumps_the_revision_once() {
     let card = m
         .cards
         .iter()
-        .find(|c| c.summary.id == stored(&v).id)
+        .find(|c| Some(c.summary.id) == stored(&v).id)
         .unwrap();
     assert_eq!(card.occurrence, 2);
 
@@ -380,6 +380,7 @@ fn store_dedup_outcomes_and_the_author_only_rule() {
     assert_eq!(s, StatusCode::CREATED, "{v}");
     let first = stored(&v);
     assert_eq!(first.outcome, StoreOutcome::Created);
+    let first_id = first.id.expect("a created card");
     let (_, v) = node.store_in(
         "t-2",
         Some("alice"),
@@ -395,13 +396,19 @@ fn store_dedup_outcomes_and_the_author_only_rule() {
             revision: first.revision,
             audience: "unverified: only tasks of user alice see it, until a curator verifies it"
                 .into(),
+            verified: Some(false),
+            note: format!(
+                "Card {first_id}, which your tasks stored before, says the same; a curator has not verified it yet. Read it with `mop memory get {first_id}` and store only what is new."
+            ),
+            store_id: None,
+            previously_rejected: None,
         }
     );
     let (_, v) = node.store(Some("alice"), None, title, "Pause when lag passes 30 s.");
     assert_eq!(stored(&v).outcome, StoreOutcome::Extended);
     assert_eq!(stored(&v).id, first.id);
     let text = admin
-        .get(&format!("/v1/workspaces/{WS}/cards/{}", first.id))
+        .get(&format!("/v1/workspaces/{WS}/cards/{first_id}"))
         .text()
         .unwrap();
     assert!(
@@ -416,7 +423,7 @@ fn store_dedup_outcomes_and_the_author_only_rule() {
     assert_eq!(bobs.outcome, StoreOutcome::Created);
     assert_ne!(bobs.id, first.id);
     let (_, m) = node.manifest(WS);
-    let entry = m.cards.iter().find(|c| c.summary.id == first.id).unwrap();
+    let entry = m.cards.iter().find(|c| c.summary.id == first_id).unwrap();
     assert_eq!(entry.summary.restricted_to_author(), Some("alice"));
     assert_eq!(
         entry
@@ -432,12 +439,12 @@ fn store_dedup_outcomes_and_the_author_only_rule() {
     // Once verified, an equal store reinforces it, and new text never rewrites it.
     assert!(
         admin
-            .post(&format!("/v1/workspaces/{WS}/cards/{}/verify", first.id))
+            .post(&format!("/v1/workspaces/{WS}/cards/{first_id}/verify"))
             .status()
             .is_success()
     );
     let verified_text = admin
-        .get(&format!("/v1/workspaces/{WS}/cards/{}", first.id))
+        .get(&format!("/v1/workspaces/{WS}/cards/{first_id}"))
         .text()
         .unwrap();
     let (_, v) = node.store_in(
@@ -455,7 +462,7 @@ fn store_dedup_outcomes_and_the_author_only_rule() {
     assert_eq!(stored(&v).outcome, StoreOutcome::Created);
     assert_eq!(
         admin
-            .get(&format!("/v1/workspaces/{WS}/cards/{}", first.id))
+            .get(&format!("/v1/workspaces/{WS}/cards/{first_id}"))
             .text()
             .unwrap(),
         verified_text
@@ -698,7 +705,7 @@ fn audit_rows_for_every_mutation() {
         );
     }
     let (_, v) = node.store(Some("alice"), None, "A note", "Text.");
-    let id = stored(&v).id;
+    let id = stored(&v).id.expect("a stored card");
     node.store_in("t-2", Some("alice"), None, "A note", "Text.");
     node.store(Some("alice"), None, "A note", "More text.");
     assert!(
@@ -859,7 +866,7 @@ fn import_reports_each_rejected_file_and_imports_the_rest() {
 fn restart_keeps_everything() {
     let (mut server, admin, node) = setup("");
     let (_, v) = node.store(Some("alice"), None, "Kept", "Across restarts.");
-    let id = stored(&v).id;
+    let id = stored(&v).id.expect("a stored card");
     let (etag, before) = node.manifest(WS);
     server.restart();
     let node = Api::new(&server, &node.token);

@@ -105,7 +105,7 @@ fn open(engine: Engine) -> (Db, Store) {
     let db = Db::fresh(engine);
     let store = db.store();
     store
-        .import(WS, vec![card(A, "Alpha"), card(B, "Beta")], "test")
+        .import(WS, vec![card(A, "Alpha"), card(B, "Beta")], "test", &[])
         .unwrap();
     (db, store)
 }
@@ -178,6 +178,7 @@ fn two_servers_on_one_database_give_the_same_revisions_and_etags(engine: Engine)
                 &card(A, &format!("Alpha {n}")).1,
                 "test",
                 Expect::Any,
+                false,
             )
             .unwrap();
         assert!(change.revision > last, "{} after {last}", change.revision);
@@ -207,18 +208,24 @@ fn agent_stores_are_deduplicated_and_audited_in_their_transaction(engine: Engine
     let cards = || db.count("SELECT COUNT(*) FROM cards");
     let (h0, c0) = (history(), cards());
     let first = store
-        .store_memory(WS, &agent_store("t1", "Lock  wait"), "token:n", LIMITS)
+        .store_memory(
+            WS,
+            &agent_store("t1", "Lock  wait"),
+            "token:n",
+            LIMITS,
+            None,
+        )
         .unwrap();
     assert_eq!(first.outcome, mop_proto::sync::StoreOutcome::Created);
     assert_eq!((history(), cards()), (h0 + 1, c0 + 1));
     // The same title, folded, from another task: the same card, reinforced.
     let again = store
-        .store_memory(WS, &agent_store("t2", "lock wait"), "token:n", LIMITS)
+        .store_memory(WS, &agent_store("t2", "lock wait"), "token:n", LIMITS, None)
         .unwrap();
     assert_eq!(again.id, first.id);
     assert_eq!(cards(), c0 + 1, "no second card");
     let actions: Vec<String> = store
-        .history(WS, &first.id)
+        .history(WS, first.id.as_ref().unwrap())
         .unwrap()
         .into_iter()
         .map(|h| h.action)
@@ -228,14 +235,14 @@ fn agent_stores_are_deduplicated_and_audited_in_their_transaction(engine: Engine
     // A task over its limit is refused, and the refusal leaves no row at all: the count,
     // the card and the audit row are one transaction. Control: its first stores landed.
     store
-        .store_memory(WS, &agent_store("t3", "One"), "token:n", LIMITS)
+        .store_memory(WS, &agent_store("t3", "One"), "token:n", LIMITS, None)
         .unwrap();
     store
-        .store_memory(WS, &agent_store("t3", "Two"), "token:n", LIMITS)
+        .store_memory(WS, &agent_store("t3", "Two"), "token:n", LIMITS, None)
         .unwrap();
     let (h2, c2) = (history(), cards());
     assert_eq!((h2, c2), (h1 + 2, c0 + 3));
-    let refused = store.store_memory(WS, &agent_store("t3", "Three"), "token:n", LIMITS);
+    let refused = store.store_memory(WS, &agent_store("t3", "Three"), "token:n", LIMITS, None);
     assert!(matches!(refused, Err(StoreError::Limit(_))), "{refused:?}");
     assert_eq!((history(), cards()), (h2, c2));
 }
@@ -294,25 +301,32 @@ fn tokens_are_created_looked_up_and_revoked(engine: Engine) {
 fn the_review_queue_lists_unverified_cards_until_verified(engine: Engine) {
     let (_db, store) = open(engine);
     let one = store
-        .store_memory(WS, &agent_store("t1", "First"), "token:n", LIMITS)
+        .store_memory(WS, &agent_store("t1", "First"), "token:n", LIMITS, None)
         .unwrap();
     let two = store
-        .store_memory(WS, &agent_store("t2", "Second"), "token:n", LIMITS)
+        .store_memory(WS, &agent_store("t2", "Second"), "token:n", LIMITS, None)
         .unwrap();
     let (counts, page) = store.review_queue(WS, None, None).unwrap();
     let ids: Vec<CardId> = page.iter().map(|(c, _)| c.summary.id).collect();
     assert_eq!(
         ids,
-        [one.id, two.id],
+        [one.id.unwrap(), two.id.unwrap()],
         "oldest first; imported cards are verified"
     );
     assert_eq!((counts.by_type.get("fact"), counts.under_1d), (Some(&2), 2));
     store
-        .verify(WS, &one.id, None, "token:c", Expect::Any)
+        .verify(
+            WS,
+            one.id.as_ref().unwrap(),
+            None,
+            "token:c",
+            Expect::Any,
+            false,
+        )
         .unwrap();
     let (_, page) = store.review_queue(WS, None, None).unwrap();
     assert_eq!(page.len(), 1);
-    assert_eq!(page[0].0.summary.id, two.id);
+    assert_eq!(page[0].0.summary.id, two.id.unwrap());
     assert!(page[0].1.contains("title: Second"), "with its text");
 }
 
@@ -320,7 +334,7 @@ fn a_hard_delete_leaves_no_content(engine: Engine) {
     let (db, store) = open(engine);
     let a = CardId::parse(A).unwrap();
     let sha = sha256_hex(&card(A, "Alpha").1);
-    store.hard_delete(WS, &a, "test").unwrap();
+    store.hard_delete(WS, &a, "test", None).unwrap();
     assert!(matches!(
         store.card_text(WS, &a),
         Err(StoreError::NotFound(_))
@@ -377,7 +391,7 @@ fn released_objects_live_for_the_retention_window(engine: Engine) {
     let b = CardId::parse(B).unwrap();
     let old_sha = sha256_hex(&card(B, "Beta").1);
     store
-        .update_card(WS, &b, &card(B, "Beta two").1, "test", Expect::Any)
+        .update_card(WS, &b, &card(B, "Beta two").1, "test", Expect::Any, false)
         .unwrap();
     assert!(
         store.object(WS, &old_sha).unwrap().is_some(),
@@ -402,7 +416,7 @@ fn deltas_fall_back_to_full_once_their_history_is_forgotten(engine: Engine) {
         .unwrap()
         .manifest
         .revision;
-    store.hard_delete(WS, &a, "test").unwrap();
+    store.hard_delete(WS, &a, "test", None).unwrap();
     let delta = store
         .manifest(WS, ManifestKind::Delta(old))
         .unwrap()
@@ -465,15 +479,21 @@ fn stored_times_compare_correctly_as_strings(engine: Engine) {
     let limits = mop_server::store::StoreLimits {
         stores_per_task: 50,
     };
-    let first = store.store_memory(WS, &req("t0"), "test", limits).unwrap();
+    let first = store
+        .store_memory(WS, &req("t0"), "test", limits, None)
+        .unwrap();
     for n in 1..4 {
         store
-            .store_memory(WS, &req(&format!("t{n}")), "test", limits)
+            .store_memory(WS, &req(&format!("t{n}")), "test", limits, None)
             .unwrap();
     }
     store.publish_counters(None).unwrap();
     let m = store.manifest(WS, ManifestKind::Full).unwrap().manifest;
-    let e = m.cards.iter().find(|c| c.summary.id == first.id).unwrap();
+    let e = m
+        .cards
+        .iter()
+        .find(|c| Some(c.summary.id) == first.id)
+        .unwrap();
     assert_eq!(e.occurrence, 4);
     assert!(e.last_seen.unwrap() >= e.summary.created_at.unwrap());
 }
@@ -491,6 +511,7 @@ fn a_delta_over_its_limit_gives_way_to_the_full_manifest(engine: Engine) {
                 .map(|id| card(id, &format!("Card {id}")))
                 .collect(),
             "test",
+            &[],
         )
         .unwrap();
     let base = store
@@ -501,7 +522,14 @@ fn a_delta_over_its_limit_gives_way_to_the_full_manifest(engine: Engine) {
     let edit = |id: &str, n: u32| {
         let (_, text) = card(id, &format!("Card {id} edit {n}"));
         store
-            .update_card(WS, &CardId::parse(id).unwrap(), &text, "test", Expect::Any)
+            .update_card(
+                WS,
+                &CardId::parse(id).unwrap(),
+                &text,
+                "test",
+                Expect::Any,
+                false,
+            )
             .unwrap();
     };
     for id in &ids[..40] {
@@ -539,6 +567,7 @@ fn a_change_sent_with_an_old_version_is_refused_and_changes_nothing(engine: Engi
             &card(B, "Beta two").1,
             "test",
             Expect::IfMatch(&seen),
+            false,
         )
         .unwrap();
     assert!(first.changed);
@@ -550,6 +579,7 @@ fn a_change_sent_with_an_old_version_is_refused_and_changes_nothing(engine: Engi
         &card(B, "Beta three").1,
         "test",
         Expect::IfMatch(&seen),
+        false,
     );
     match late {
         Err(StoreError::Precondition { current, .. }) => {
@@ -716,7 +746,7 @@ fn a_verified_card_is_not_merged_where_fewer_tasks_see_it(engine: Engine) {
         .unwrap()
         .replace("title: Beta\n", "title: Beta\nscope:\n  asset_id: db-1\n");
     store
-        .update_card(WS, &b, bound.as_bytes(), "t", Expect::Any)
+        .update_card(WS, &b, bound.as_bytes(), "t", Expect::Any, false)
         .unwrap();
     let err = store.merge(WS, &a, &b, "t", Expect::Any).unwrap_err();
     assert!(err.to_string().contains("narrower scope"), "{err}");

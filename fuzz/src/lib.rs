@@ -404,9 +404,13 @@ mod fake {
             Box::pin(async {
                 Ok(StoreResponse {
                     outcome: StoreOutcome::Created,
-                    id: card().id,
+                    id: Some(card().id),
                     revision: 2,
                     audience: HOSTILE.into(),
+                    verified: None,
+                    note: HOSTILE.into(),
+                    store_id: None,
+                    previously_rejected: None,
                 })
             })
         }

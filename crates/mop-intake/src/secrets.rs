@@ -53,8 +53,6 @@ pub struct Finding {
 
 #[derive(Deserialize)]
 struct RuleFile {
-    #[serde(default)]
-    version: u32,
     rules: Vec<RuleSpec>,
 }
 
@@ -161,7 +159,18 @@ pub struct Screen {
     keyword_rules: Vec<Vec<usize>>,
     /// Rules with no keyword: always run.
     always: Vec<usize>,
-    fingerprint: String,
+}
+
+/// A short hash of the rule data (without compiling it): results stored under another
+/// one were made by other rules and are made again.
+pub fn rules_fingerprint() -> &'static str {
+    static FINGERPRINT: OnceLock<String> = OnceLock::new();
+    FINGERPRINT.get_or_init(|| {
+        let mut h = Sha256::new();
+        h.update(GITLEAKS.as_bytes());
+        h.update(MOP_RULES.as_bytes());
+        format!("{:x}", h.finalize())[..16].to_owned()
+    })
 }
 
 /// Why a rule file cannot be used (a build with broken rule data; tests catch it).
@@ -287,29 +296,17 @@ impl Screen {
                 file: "keywords",
                 message: e.to_string(),
             })?;
-        let mut h = Sha256::new();
-        h.update(GITLEAKS.as_bytes());
-        h.update(MOP_RULES.as_bytes());
-        h.update(own.version.to_le_bytes());
-        h.update(gitleaks.version.to_le_bytes());
-        let fingerprint = format!("{:x}", h.finalize())[..16].to_owned();
         Ok(Screen {
             rules,
             keywords,
             keyword_rules,
             always,
-            fingerprint,
         })
     }
 
     /// How many rules run.
     pub fn rules(&self) -> usize {
         self.rules.len()
-    }
-
-    /// A short hash of the rule data: results stored with another one are made again.
-    pub fn fingerprint(&self) -> &str {
-        &self.fingerprint
     }
 
     /// The credentials in `text`, the value of `field`, in order of position; one finding

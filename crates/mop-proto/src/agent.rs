@@ -77,6 +77,39 @@ pub struct AgentStoreRequest {
 /// The answer to a store, as the agent sees it.
 pub type AgentStoreResponse = StoreResponse;
 
+/// Where a store stands (`GET /v1/stores/{store_id}` on an agent socket; the task's own
+/// stores only).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreStatus {
+    /// The store's id.
+    pub store_id: String,
+    /// `queued` (waiting on this host for the server), `stored` (the server took it:
+    /// see `outcome`), `refused` (the server would not take it: see `code` and
+    /// `message`), or `dropped` (queued longer than the host keeps stores).
+    pub state: String,
+    /// What the server did, once stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<crate::sync::StoreOutcome>,
+    /// The card, once stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<CardId>,
+    /// When it was queued.
+    pub queued_at: jiff::Timestamp,
+    /// When it was sent or given up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_at: Option<jiff::Timestamp>,
+    /// Tries so far.
+    pub attempts: u32,
+    /// A refusal's HTTP status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// A refusal's error code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// What happened and what to do, in a sentence.
+    pub message: String,
+}
+
 /// A task's agent socket, as seen from inside its sandbox.
 #[derive(Debug, Clone)]
 pub struct Agent {
@@ -140,5 +173,11 @@ impl Agent {
     pub async fn store(&self, req: &AgentStoreRequest) -> Result<AgentStoreResponse, ControlError> {
         let body = serde_json::to_vec(req).expect("requests serialize");
         self.call("POST", "/v1/store", Some(body)).await
+    }
+
+    /// Where one of this task's stores stands (by the `store_id` its answer gave).
+    pub async fn store_status(&self, store_id: &str) -> Result<StoreStatus, ControlError> {
+        self.call("GET", &format!("/v1/stores/{store_id}"), None)
+            .await
     }
 }

@@ -8,6 +8,8 @@
 
 use jiff::Timestamp;
 use mop_cards::{CardId, CardSummary, CardType};
+
+pub use crate::sync::{CredentialFinding, RejectionNote};
 use serde::{Deserialize, Serialize};
 
 /// A card's version tag: a strong entity tag over its stored bytes and whether it is
@@ -87,6 +89,65 @@ pub struct CardInfo {
     pub provenance: Option<CardProvenance>,
     /// Deliveries and retrievals.
     pub usage: Usage,
+    /// Credentials found in its text (kind and place, never the value): such a card should
+    /// be deleted for good or edited, not verified.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<CredentialFinding>,
+    /// The other cards stored as the same lesson (by tasks that could not see each
+    /// other's), with this one: a curator reviews them as one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplicate_group: Option<DuplicateGroup>,
+    /// A curator rejected this lesson before (the tombstone it matches). Filled where a
+    /// curator decides: the review queue and a card's details.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previously_rejected: Option<RejectionNote>,
+}
+
+/// Cards stored as one lesson.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DuplicateGroup {
+    /// The group's id (its first card).
+    pub id: String,
+    /// Every card in it, oldest first (this one included).
+    pub members: Vec<CardId>,
+}
+
+/// A rejection tombstone as curators list it (`GET …/rejections`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejection {
+    /// Its id (what `lift` takes).
+    pub id: String,
+    /// The card that was rejected (purged after the archive retention; the tombstone
+    /// stays).
+    pub card_id: CardId,
+    /// The curator's reason.
+    pub reason: String,
+    /// Who rejected it (the actor) and their name, when the token has one.
+    pub actor: String,
+    /// The token's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor_name: Option<String>,
+    /// When (RFC 3339).
+    pub at: String,
+    /// When it was lifted, and by whom; a lifted tombstone refuses nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifted_at: Option<String>,
+    /// Who lifted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifted_by: Option<String>,
+}
+
+/// A card that carries credentials (`GET …/credentials`): id and findings only, never
+/// its title or text (which may hold the credential).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CredentialCard {
+    /// The card.
+    pub id: CardId,
+    /// Set while archived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archived_at: Option<String>,
+    /// Kinds and places.
+    pub findings: Vec<CredentialFinding>,
 }
 
 /// Filters of `GET /v1/workspaces/{ws}/cards` and `GET /v1/workspaces/{ws}/search` (a

@@ -140,7 +140,9 @@ pub struct GetEvent {
 pub struct StoreEvent {
     /// When.
     pub at: Timestamp,
-    /// `created`, `reinforced`, `extended`, `unchanged`, or `refused` (with the status).
+    /// `created`, `reinforced`, `extended`, `unchanged`, `queued` (the host keeps it until
+    /// the server takes it; replaced by what the server answered then), `refused` (with
+    /// the status and code), `failed`, or `dropped` (queued past `spool.max_age_secs`).
     pub outcome: String,
     /// The card it created, reinforced or extended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -148,6 +150,14 @@ pub struct StoreEvent {
     /// The HTTP status of a refusal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
+    /// The store's id (its idempotency key), as `mop memory store-status` and `mopd
+    /// status` name it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_id: Option<String>,
+    /// A refusal's error code (`credential`, `rejected`, `store_quota`, …): the kind,
+    /// never the text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
 }
 
 impl Activity {

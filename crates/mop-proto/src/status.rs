@@ -33,6 +33,56 @@ pub struct StatusReport {
     /// Task receipts waiting to be reported (absent from older daemons' reports).
     #[serde(default)]
     pub receipts: ReceiptsInfo,
+    /// Agents' stores kept on this host until the server takes them (absent from older
+    /// daemons' reports).
+    #[serde(default)]
+    pub stores: SpoolInfo,
+}
+
+/// The host's queue of stores the server could not take yet.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpoolInfo {
+    /// Stores waiting.
+    pub queued: usize,
+    /// Their bytes on disk.
+    pub bytes: u64,
+    /// When the oldest waiting one was queued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_queued_at: Option<Timestamp>,
+    /// Its age, in seconds.
+    #[serde(default)]
+    pub oldest_age_secs: u64,
+    /// Stores sent from the queue since the daemon started.
+    #[serde(default)]
+    pub sent: u64,
+    /// Stores dropped unsent since the daemon started (older than `spool.max_age_secs`).
+    #[serde(default)]
+    pub dropped: u64,
+    /// Why the last replay failed, until one succeeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Stores the server refused when they were replayed (newest first, at most 20 of
+    /// those still kept on the host).
+    #[serde(default)]
+    pub refused: Vec<RefusedStore>,
+}
+
+/// A queued store the server refused on replay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedStore {
+    /// The store's id.
+    pub store_id: String,
+    /// Its workspace.
+    pub workspace: String,
+    /// Its task.
+    pub task_id: String,
+    /// The HTTP status.
+    pub status: u16,
+    /// The error code (`credential`, `rejected`, `store_quota`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// When.
+    pub at: Timestamp,
 }
 
 /// How task receipts are being reported to the server.

@@ -127,19 +127,81 @@ pub struct StoreRequest {
     pub card: NewCard,
 }
 
+/// The header a store's idempotency key travels in: a daemon sends the same key with
+/// every attempt of one store (a direct one that timed out, every replay of a queued one),
+/// and the server answers a key it has seen with its first answer.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// The error codes (`{"error": code, …}`) a refused store can carry; the daemon classifies
+/// refusals by these, never by their message.
+pub mod store_errors {
+    /// The card carries a credential (422); the answer lists the findings.
+    pub const CREDENTIAL: &str = "credential";
+    /// A curator rejected this lesson before (422); the answer says when and why.
+    pub const REJECTED: &str = "rejected";
+    /// The task made the most stores one task may make (429, no `Retry-After`).
+    pub const QUOTA: &str = "store_quota";
+    /// The node token is over its store rate (429 with `Retry-After`): send it again later.
+    pub const RATE: &str = "too_many_requests";
+    /// The request breaks a rule (422).
+    pub const INVALID: &str = "invalid";
+    /// The task may not store (403).
+    pub const FORBIDDEN: &str = "forbidden";
+}
+
+/// A credential found in a card: its kind (the screening rule that found it) and where it
+/// starts. Never the value.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct CredentialFinding {
+    /// The kind: `aws-access-token`, `private-key`, `github-pat`, `url-password`, …
+    pub kind: String,
+    /// The field: `title`, `description`, `body`, `labels`, … (in a card file, the
+    /// frontmatter key or `body`).
+    pub field: String,
+    /// Line in the field, from 1.
+    pub line: u32,
+    /// Column in the line, in characters, from 1.
+    pub column: u32,
+}
+
+impl fmt::Display for CredentialFinding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} in {} (line {}, column {})",
+            self.kind, self.field, self.line, self.column
+        )
+    }
+}
+
+/// A curator's rejection of a lesson, as a later store that repeats it is told.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RejectionNote {
+    /// The tombstone.
+    pub id: String,
+    /// When (RFC 3339).
+    pub at: String,
+    /// The curator's reason.
+    pub reason: String,
+}
+
 /// What a store did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StoreOutcome {
     /// A new unverified card.
     Created,
-    /// An equal card the task could see: its counters went up, nothing else changed.
+    /// The same lesson as a card the task can see: its counters went up, nothing else
+    /// changed.
     Reinforced,
     /// The author's own unverified card with the same title got the new specifics.
     Extended,
-    /// An equal card this task already reinforced: a task counts once per card, so
-    /// nothing changed.
+    /// The same lesson as a card this task already reinforced or stored: a task counts
+    /// once per card, so nothing changed.
     Unchanged,
+    /// The card server could not take it now; the host daemon keeps it on disk and sends
+    /// it when the server is back (follow it by `store_id`).
+    Queued,
 }
 
 impl StoreOutcome {
@@ -150,6 +212,7 @@ impl StoreOutcome {
             StoreOutcome::Reinforced => "reinforced",
             StoreOutcome::Extended => "extended",
             StoreOutcome::Unchanged => "unchanged",
+            StoreOutcome::Queued => "queued",
         }
     }
 
@@ -157,10 +220,15 @@ impl StoreOutcome {
     pub fn meaning(self) -> &'static str {
         match self {
             StoreOutcome::Created => "created a new unverified card",
-            StoreOutcome::Reinforced => "reinforced an equal card (counters only)",
+            StoreOutcome::Reinforced => {
+                "the same lesson as a card this task can see; that card was reinforced (counters only)"
+            }
             StoreOutcome::Extended => "extended your unverified card with the new text",
             StoreOutcome::Unchanged => {
-                "this task already reinforced an equal card; a task counts once per card, nothing changed"
+                "this task already stored or reinforced the same lesson; a task counts once per card, nothing changed"
+            }
+            StoreOutcome::Queued => {
+                "the card server cannot take it now; this host keeps it on disk and sends it when the server is back"
             }
         }
     }
@@ -171,15 +239,59 @@ impl StoreOutcome {
 pub struct StoreResponse {
     /// What happened.
     pub outcome: StoreOutcome,
-    /// The card created, reinforced or extended.
-    pub id: CardId,
+    /// The card created, reinforced or extended (none while queued).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<CardId>,
     /// The workspace revision after the store (a reinforcement shows in the manifest only
-    /// when counters are next published).
+    /// when counters are next published; 0 while queued).
+    #[serde(default)]
     pub revision: u64,
     /// Who will see the card, in one sentence (an unverified card reaches only its
     /// author's tasks until a curator verifies it).
     #[serde(default)]
     pub audience: String,
+    /// For a reinforcement: whether a person verified the card it reinforced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified: Option<bool>,
+    /// What to do next, in a sentence or two (how to read the card that already covers
+    /// the lesson, how to follow a queued store).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub note: String,
+    /// The store's id (its idempotency key): what the receipt, `mopd status` and
+    /// `mop memory store-status` follow it by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_id: Option<String>,
+    /// Set when the lesson matches one a curator rejected and the server is configured to
+    /// queue such stores (marked) rather than refuse them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previously_rejected: Option<RejectionNote>,
+}
+
+impl StoreResponse {
+    /// The answer as `mop memory store` and the MCP tool print it: the outcome and card,
+    /// then who sees it and what to do next, a line each.
+    pub fn summary(&self) -> String {
+        let mut out = format!("{}: {}", self.outcome.word(), self.outcome.meaning());
+        if let Some(id) = &self.id {
+            out.push_str(&format!(" ({id})"));
+        }
+        if let Some(store_id) = &self.store_id {
+            out.push_str(&format!("\nstore id: {store_id}"));
+        }
+        if !self.audience.is_empty() {
+            out.push_str(&format!("\nwho sees it: {}", self.audience));
+        }
+        if let Some(r) = &self.previously_rejected {
+            out.push_str(&format!(
+                "\npreviously rejected: a curator rejected this lesson on {}: {}",
+                r.at, r.reason
+            ));
+        }
+        if !self.note.is_empty() {
+            out.push_str(&format!("\n{}", self.note));
+        }
+        out
+    }
 }
 
 /// `POST /v1/workspaces/{ws}/objects/batch`: the objects a daemon wants.

@@ -26,6 +26,43 @@ pub struct ServerConfig {
     pub console: ConsoleConfig,
     /// `[metrics]`.
     pub metrics: MetricsConfig,
+    /// `[intake]`.
+    pub intake: Intake,
+}
+
+/// `[intake]`: what may enter memory (agent stores, admin writes, imports).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Intake {
+    /// What a store of a lesson a curator rejected gets: `refuse` (the agent is told the
+    /// date and the reason) or `queue` (created, marked "previously rejected" for review).
+    pub on_rejected: crate::store::OnRejected,
+    /// Days a store's first answer is kept under its idempotency key: a daemon replaying a
+    /// store within them gets that answer, never a second card. Keep it above mopd's
+    /// `spool.max_age_secs`.
+    pub store_answer_days: u64,
+    /// `[intake.same_lesson]`: when two cards say the same thing.
+    pub same_lesson: mop_intake::lesson::Thresholds,
+}
+
+impl Default for Intake {
+    fn default() -> Self {
+        Intake {
+            on_rejected: crate::store::OnRejected::Refuse,
+            store_answer_days: 30,
+            same_lesson: mop_intake::lesson::Thresholds::default(),
+        }
+    }
+}
+
+impl Intake {
+    /// The store's settings from this section.
+    pub fn policy(&self) -> crate::store::IntakePolicy {
+        crate::store::IntakePolicy {
+            same_lesson: self.same_lesson,
+            on_rejected: self.on_rejected,
+        }
+    }
 }
 
 /// `[metrics]`: Prometheus metrics at `/metrics`.
@@ -265,6 +302,13 @@ impl ServerConfig {
         if self.console.idle_secs == 0 {
             return Err("console.idle_secs must be at least 1".into());
         }
+        if self.intake.store_answer_days == 0 {
+            return Err("intake.store_answer_days must be at least 1".into());
+        }
+        self.intake
+            .same_lesson
+            .check()
+            .map_err(|e| format!("intake.same_lesson.{e}"))?;
         if let Some(url) = &self.server.database_url
             && !matches!(
                 crate::store::Database::parse(url),

@@ -55,12 +55,31 @@ enum Command {
         command: TokenCommand,
     },
     /// Import an OKF card directory into a workspace; bad files are reported and skipped.
+    /// A card that carries a credential (a key, token, private key, password) is one of
+    /// them, named with the credential's kind and place, never its value.
     Import {
         /// Directory of cards at <pillar>/<id>.md.
         dir: PathBuf,
         /// Workspace to import into (created if missing).
         #[arg(long)]
         workspace: String,
+        /// Import this card although it carries credentials (a deliberate override, kept
+        /// in its history with the kinds); repeat or separate ids with commas.
+        #[arg(long = "allow-credentials", value_name = "ID", value_delimiter = ',')]
+        allow_credentials: Vec<mop_cards::CardId>,
+        #[command(flatten)]
+        at: Location,
+    },
+    /// List every card of a workspace whose text carries a credential: id, kind and place
+    /// (field, line, column), never the value or the title. Delete such cards for good
+    /// with `mop-curate delete` (or the console), or edit the credential out.
+    Credentials {
+        /// Workspace to look in.
+        #[arg(long)]
+        workspace: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         at: Location,
     },
@@ -310,7 +329,45 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 println!("revoked token {id}");
             }
         },
-        Command::Import { dir, workspace, at } => {
+        Command::Credentials {
+            workspace,
+            json,
+            at,
+        } => {
+            let cards = open(&at)?.credential_cards(&workspace)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&cards)?);
+            } else if cards.is_empty() {
+                println!(
+                    "no card of {workspace} carries a credential (rules: {})",
+                    mop_intake::secrets::RULES_SOURCE
+                );
+            } else {
+                for c in &cards {
+                    let archived = if c.archived_at.is_some() {
+                        " (archived)"
+                    } else {
+                        ""
+                    };
+                    for f in &c.findings {
+                        println!(
+                            "{}{archived}  {}  {} line {} column {}",
+                            c.id, f.kind, f.field, f.line, f.column
+                        );
+                    }
+                }
+                println!(
+                    "{} card(s) carry credentials; delete each for good (mop-curate delete ID --reason …) or edit the credential out",
+                    cards.len()
+                );
+            }
+        }
+        Command::Import {
+            dir,
+            workspace,
+            allow_credentials,
+            at,
+        } => {
             if !mop_cards::is_slug(&workspace) {
                 bail!(
                     "--workspace {workspace:?} must be a lowercase slug matching [a-z0-9][a-z0-9._-]{{0,63}}"
@@ -323,7 +380,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 }
             })?;
             let total = files.len() + skipped.len();
-            let mut report = store.import(&workspace, files, "cli:import")?;
+            let mut report = store.import(&workspace, files, "cli:import", &allow_credentials)?;
             for s in skipped {
                 report.rejected.push(mop_server::store::Rejected {
                     path: s.path,

@@ -62,9 +62,14 @@ async fn serve_with(
 ) -> anyhow::Result<()> {
     let db = config.database();
     let shown = db.shown();
-    let store = tokio::task::spawn_blocking(move || Store::connect(&db))
-        .await?
-        .with_context(|| format!("cannot open database {shown}"))?;
+    let policy = config.intake.policy();
+    let store = tokio::task::spawn_blocking(move || {
+        // The credential rules compile once, here, rather than on the first store.
+        mop_intake::secrets::Screen::builtin();
+        Store::connect(&db).map(|s| s.with_intake(policy))
+    })
+    .await?
+    .with_context(|| format!("cannot open database {shown}"))?;
     let store = Arc::new(store);
     let state = Arc::new(AppState::new(store.clone(), config.clone())?);
     let tls = match (&config.server.tls_cert, &config.server.tls_key) {
@@ -257,8 +262,10 @@ async fn garbage_collector(state: Arc<AppState>, stop: watch::Receiver<bool>) {
         let state = state.clone();
         async move {
             let r = state.config.retention.clone();
+            let answer_days = state.config.intake.store_answer_days;
             let s = state.clone();
             let result = tokio::task::spawn_blocking(move || {
+                s.store.forget_store_answers(answer_days * 86_400)?;
                 s.store.collect_garbage(
                     r.archive_days * 86_400,
                     r.object_secs,

@@ -241,7 +241,11 @@ enum MemoryCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Propose a new card (stored unverified until a person reviews it).
+    /// Propose a new card (stored unverified until a person reviews it). The answer is
+    /// one of: created, reinforced (the same lesson as a card this task can see), extended,
+    /// unchanged, or queued (the server is away; this host keeps it and sends it later:
+    /// follow it with `store-status`). A card carrying a credential, or a lesson a curator
+    /// rejected, is refused with the reason.
     Store {
         /// fact, preference, human_correction, error_resolution, pitfall, playbook or reference_doc.
         #[arg(long = "type")]
@@ -273,6 +277,15 @@ enum MemoryCommand {
         /// Read the card text from stdin.
         #[arg(long)]
         content_stdin: bool,
+    },
+    /// Where a queued store stands: still queued, stored (and as what), refused (and why)
+    /// or dropped.
+    StoreStatus {
+        /// The store id a `queued` answer gave.
+        store_id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -603,6 +616,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 MemoryCommand::Get { id, save } => rt.block_on(memory::get(&id, save))?,
                 MemoryCommand::List { json } => rt.block_on(memory::list(json))?,
+                MemoryCommand::StoreStatus { store_id, json } => {
+                    rt.block_on(memory::store_status(&store_id, json))?
+                }
                 MemoryCommand::Store {
                     card_type,
                     title,

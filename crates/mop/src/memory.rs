@@ -227,10 +227,31 @@ pub async fn store(a: StoreArgs, user: Option<String>, asset: Option<String>) ->
         .store(&req)
         .await
         .map_err(|e| anyhow::anyhow!("store refused: {}", failed(&agent, e)))?;
-    println!("{}: {} ({})", r.outcome.word(), r.outcome.meaning(), r.id);
-    if !r.audience.is_empty() {
-        println!("who sees it: {}", r.audience);
+    println!("{}", r.summary());
+    Ok(())
+}
+
+/// `mop memory store-status`.
+pub async fn store_status(store_id: &str, json: bool) -> Result<()> {
+    let agent = agent()?;
+    let s = agent
+        .store_status(store_id)
+        .await
+        .map_err(|e| anyhow::anyhow!("store {store_id}: {}", failed(&agent, e)))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(());
     }
+    println!("{}: {}", s.state, s.message);
+    if let Some(id) = s.id {
+        println!("card: {id}");
+    }
+    println!(
+        "queued at {}, {} tr{}",
+        s.queued_at,
+        s.attempts,
+        if s.attempts == 1 { "y" } else { "ies" }
+    );
     Ok(())
 }
 

@@ -8,7 +8,9 @@
 //!
 //! With several server URLs (replicas of one database), a request that cannot connect,
 //! times out or gets a 5xx is sent to the next URL; the one that answered is tried first
-//! next time. Backing off between rounds is the sync loop's business.
+//! next time. Backing off between rounds is the sync loop's business. Every request is
+//! safe to send again: reads are, receipts are counted once, and a store carries an
+//! idempotency key, so the server answers a repeat with its first answer.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -36,8 +38,13 @@ pub enum ClientError {
     Status {
         /// HTTP status.
         status: u16,
+        /// The server's error code (`{"error": code}`), when it sent one: what refusals
+        /// are classified by.
+        code: Option<String>,
         /// The server's message.
         message: String,
+        /// `Retry-After`, in seconds, when sent.
+        retry_after: Option<u64>,
     },
     /// The answer is not what the protocol promises.
     #[error("bad response: {0}")]
@@ -48,6 +55,21 @@ impl ClientError {
     /// True when the server was not reached (use the offline re-check interval).
     pub fn is_offline(&self) -> bool {
         matches!(self, ClientError::Unreachable(_))
+    }
+
+    /// True when the same request may succeed later: the server was not reached, answered
+    /// something unreadable, failed (5xx, a database restarting), or asked to slow down
+    /// (429 with the rate code, 408). A refusal by the rules (4xx) is final.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ClientError::Unreachable(_) | ClientError::BadResponse(_) => true,
+            ClientError::Status { status, code, .. } => {
+                *status >= 500
+                    || *status == 408
+                    || (*status == 429
+                        && code.as_deref() != Some(mop_proto::sync::store_errors::QUOTA))
+            }
+        }
     }
 }
 
@@ -91,17 +113,6 @@ pub struct ServerClient {
     /// The longest a whole manifest answer may take, body included: a server (or a proxy)
     /// that trickles a byte now and then must not hold a sync forever.
     manifest_deadline: Duration,
-}
-
-/// Whether a request may be sent again to another server after an unclear failure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Retry {
-    /// Reads, and writes the server applies once however often they come (receipts):
-    /// past connection failures, timeouts and 5xx answers.
-    Safe,
-    /// A store: only when it never left (a connection failure), since one that reached a
-    /// server may have been applied there.
-    IfNotSent,
 }
 
 /// Most bytes of an error answer read for its message.
@@ -179,7 +190,6 @@ impl ServerClient {
     /// Other answers (a 4xx among them) are the caller's to read.
     async fn send(
         &self,
-        retry: Retry,
         build: impl Fn(&str) -> reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, ClientError> {
         let start = self.current.load(Ordering::Relaxed);
@@ -189,16 +199,13 @@ impl ServerClient {
             let base = &self.bases[i];
             let more = step + 1 < self.bases.len();
             match build(base).bearer_auth(&self.token).send().await {
-                Ok(r) if r.status().is_server_error() && more && retry == Retry::Safe => {
+                Ok(r) if r.status().is_server_error() && more => {
                     tracing::warn!(server = %base, status = r.status().as_u16(), "server answered with an error; trying the next one");
                     last = Some(Self::error_status(r).await);
                 }
                 Ok(r) => {
                     self.current.store(i, Ordering::Relaxed);
                     return Ok(r);
-                }
-                Err(e) if retry == Retry::IfNotSent && !e.is_connect() => {
-                    return Err(transport(e));
                 }
                 Err(e) => {
                     let e = transport(e);
@@ -214,6 +221,10 @@ impl ServerClient {
 
     async fn error_status(response: reqwest::Response) -> ClientError {
         let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get(header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok()?.trim().parse().ok());
         // A few seconds and 64 KiB at most: an error page is read for its message only.
         let body = tokio::time::timeout(
             Duration::from_secs(5),
@@ -224,11 +235,20 @@ impl ServerClient {
             Ok(Ok(b)) => String::from_utf8_lossy(&b).into_owned(),
             _ => String::new(),
         };
-        let message = serde_json::from_str::<serde_json::Value>(&text)
-            .ok()
+        let json = serde_json::from_str::<serde_json::Value>(&text).ok();
+        let code = json
+            .as_ref()
+            .and_then(|v| v["error"].as_str().map(str::to_owned));
+        let message = json
+            .as_ref()
             .and_then(|v| v["message"].as_str().map(str::to_owned))
             .unwrap_or_else(|| text.chars().take(200).collect());
-        ClientError::Status { status, message }
+        ClientError::Status {
+            status,
+            code,
+            message,
+            retry_after,
+        }
     }
 
     /// Asks for the manifest: conditional on `current` (304 when unchanged) and as a delta
@@ -240,7 +260,7 @@ impl ServerClient {
     ) -> Result<ManifestFetch, ClientError> {
         let since = current.map_or_else(String::new, |v| format!("?since={v}"));
         let response = self
-            .send(Retry::Safe, |base| {
+            .send(|base| {
                 let req = self
                     .http
                     .get(format!("{base}/v1/workspaces/{ws}/manifest{since}"))
@@ -297,9 +317,16 @@ impl ServerClient {
         Ok(ManifestFetch::Manifest(Box::new(manifest)))
     }
 
-    /// Forwards a store from a task.
-    pub async fn store(&self, ws: &str, req: &StoreRequest) -> Result<StoreResponse, ClientError> {
-        self.post_json(ws, "memories", req, "store", Retry::IfNotSent)
+    /// Forwards a store from a task, with its idempotency key: however often it is sent
+    /// (again after a timeout, to another replica, replayed from the queue), the server
+    /// applies it once and answers every repeat with its first answer.
+    pub async fn store(
+        &self,
+        ws: &str,
+        req: &StoreRequest,
+        key: &str,
+    ) -> Result<StoreResponse, ClientError> {
+        self.post_json(ws, "memories", req, "store", Some(key))
             .await
     }
 
@@ -309,7 +336,7 @@ impl ServerClient {
         ws: &str,
         batch: &ReceiptBatch,
     ) -> Result<ReceiptBatchResponse, ClientError> {
-        self.post_json(ws, "receipts", batch, "receipts", Retry::Safe)
+        self.post_json(ws, "receipts", batch, "receipts", None)
             .await
     }
 
@@ -320,13 +347,18 @@ impl ServerClient {
         endpoint: &str,
         body: &impl serde::Serialize,
         what: &str,
-        retry: Retry,
+        key: Option<&str>,
     ) -> Result<T, ClientError> {
         let response = self
-            .send(retry, |base| {
-                self.http
+            .send(|base| {
+                let req = self
+                    .http
                     .post(format!("{base}/v1/workspaces/{ws}/{endpoint}"))
-                    .json(body)
+                    .json(body);
+                match key {
+                    Some(k) => req.header(mop_proto::sync::IDEMPOTENCY_KEY, k),
+                    None => req,
+                }
             })
             .await?;
         if !response.status().is_success() {
@@ -340,7 +372,7 @@ impl ServerClient {
     /// One object's body, to be read as it arrives.
     pub async fn object(&self, ws: &str, sha256: &str) -> Result<Body, ClientError> {
         let response = self
-            .send(Retry::Safe, |base| {
+            .send(|base| {
                 self.http
                     .get(format!("{base}/v1/workspaces/{ws}/objects/{sha256}"))
             })
@@ -355,7 +387,7 @@ impl ServerClient {
     pub async fn object_batch(&self, ws: &str, sha256: Vec<String>) -> Result<Body, ClientError> {
         let request = ObjectBatchRequest { sha256 };
         let response = self
-            .send(Retry::Safe, |base| {
+            .send(|base| {
                 self.http
                     .post(format!("{base}/v1/workspaces/{ws}/objects/batch"))
                     .json(&request)
@@ -415,7 +447,12 @@ mod tests {
 
     /// A server that reads a request and then says nothing (a request that timed out after
     /// reaching it), and one that counts the connections it gets.
-    async fn silent_and_counting() -> (String, String, Arc<AtomicUsize>) {
+    async fn silent_and_counting() -> (
+        String,
+        String,
+        Arc<AtomicUsize>,
+        Arc<std::sync::Mutex<Vec<String>>>,
+    ) {
         let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let silent_url = format!("http://{}", silent.local_addr().unwrap());
         tokio::spawn(async move {
@@ -431,14 +468,22 @@ mod tests {
         let counting = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let counting_url = format!("http://{}", counting.local_addr().unwrap());
         let count = Arc::new(AtomicUsize::new(0));
-        let c = count.clone();
+        let keys = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (c, k) = (count.clone(), keys.clone());
         tokio::spawn(async move {
             loop {
                 let (mut s, _) = counting.accept().await.unwrap();
                 c.fetch_add(1, Ordering::SeqCst);
+                let k = k.clone();
                 tokio::spawn(async move {
                     let mut buf = vec![0u8; 65536];
-                    let _ = s.read(&mut buf).await;
+                    let n = s.read(&mut buf).await.unwrap_or(0);
+                    let head = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
+                    if let Some(line) = head.lines().find(|l| l.starts_with("idempotency-key:")) {
+                        k.lock()
+                            .unwrap()
+                            .push(line["idempotency-key:".len()..].trim().to_owned());
+                    }
                     let body = br#"{"accepted":0,"duplicates":0,"too_old":0}"#;
                     let head = format!(
                         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
@@ -449,12 +494,12 @@ mod tests {
                 });
             }
         });
-        (silent_url, counting_url, count)
+        (silent_url, counting_url, count, keys)
     }
 
     #[tokio::test]
-    async fn a_store_that_reached_a_server_is_not_sent_to_another() {
-        let (silent, counting, count) = silent_and_counting().await;
+    async fn a_store_that_timed_out_goes_on_to_the_next_replica_with_its_key() {
+        let (silent, counting, count, keys) = silent_and_counting().await;
         let client =
             ServerClient::new(&[silent, counting], "t".into(), Duration::from_millis(500)).unwrap();
         let store: StoreRequest = serde_json::from_value(serde_json::json!({
@@ -462,19 +507,29 @@ mod tests {
             "card": {"type": "fact", "title": "x", "body": "y\n"}
         }))
         .unwrap();
-        let err = client.store("acme", &store).await.unwrap_err();
-        assert!(err.is_offline(), "a timeout: {err}");
+        // The first replica took the request and said nothing: the store may have been
+        // applied there. Sent on with the same key, the server applies it once.
+        let answer = client.store("acme", &store, "k-1").await;
+        assert!(
+            answer.is_err(),
+            "the counting server's answer is not a store answer"
+        );
         assert_eq!(
             count.load(Ordering::SeqCst),
-            0,
-            "the store was not sent again"
+            1,
+            "sent on to the next replica"
         );
-        // The control: receipts (counted once by the server however often they come) do
-        // go on to the next replica.
+        assert_eq!(
+            keys.lock().unwrap().as_slice(),
+            ["k-1"],
+            "with its idempotency key"
+        );
+        // The control: receipts carry no key.
         let batch: ReceiptBatch =
             serde_json::from_value(serde_json::json!({"receipts": []})).unwrap();
         client.report_receipts("acme", &batch).await.unwrap();
-        assert_eq!(count.load(Ordering::SeqCst), 1);
+        assert_eq!(count.load(Ordering::SeqCst), 2);
+        assert_eq!(keys.lock().unwrap().len(), 1);
     }
 
     #[tokio::test]

@@ -41,6 +41,46 @@ pub struct MopdConfig {
     /// `[metrics]`.
     #[serde(default)]
     pub metrics: MetricsSection,
+    /// `[spool]`: agents' stores kept on the host while the server cannot take them.
+    #[serde(default)]
+    pub spool: SpoolSection,
+}
+
+/// `[spool]`: how many of the agents' stores the host keeps, and how long, while the card
+/// server cannot take them.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SpoolSection {
+    /// Most stores one task may have waiting.
+    pub max_per_task: usize,
+    /// Most bytes one task's waiting stores may take.
+    pub max_bytes_per_task: u64,
+    /// Most stores waiting on this host.
+    pub max_stores: usize,
+    /// Most bytes the waiting stores may take on this host.
+    pub max_bytes: u64,
+    /// A store waiting longer than this many seconds is dropped, with a log line and a
+    /// counter (keep it below the server's `intake.store_answer_days`).
+    pub max_age_secs: u64,
+    /// Longest wait between two tries while the server cannot take stores (the wait
+    /// doubles from one second up to this).
+    pub retry_max_secs: u64,
+    /// Days what became of a queued store is kept for `mop memory store-status`.
+    pub keep_done_days: u64,
+}
+
+impl Default for SpoolSection {
+    fn default() -> Self {
+        SpoolSection {
+            max_per_task: 50,
+            max_bytes_per_task: 4 * 1024 * 1024,
+            max_stores: 2000,
+            max_bytes: 64 * 1024 * 1024,
+            max_age_secs: 7 * 86_400,
+            retry_max_secs: 60,
+            keep_done_days: 7,
+        }
+    }
 }
 
 /// `[receipts]`: what the host keeps of each task's receipt and how often it reports them.
@@ -373,6 +413,13 @@ impl MopdConfig {
             ),
             ("sockets.idle_timeout_secs", self.sockets.idle_timeout_secs),
             ("sockets.body_timeout_secs", self.sockets.body_timeout_secs),
+            ("spool.max_per_task", self.spool.max_per_task as u64),
+            ("spool.max_bytes_per_task", self.spool.max_bytes_per_task),
+            ("spool.max_stores", self.spool.max_stores as u64),
+            ("spool.max_bytes", self.spool.max_bytes),
+            ("spool.max_age_secs", self.spool.max_age_secs),
+            ("spool.retry_max_secs", self.spool.retry_max_secs),
+            ("spool.keep_done_days", self.spool.keep_done_days),
         ] {
             if v == 0 {
                 return Err(format!("{key} must be at least 1"));

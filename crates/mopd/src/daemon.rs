@@ -115,7 +115,13 @@ pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
             state.paths().receipts().display()
         )
     })?);
-    let tasks = Arc::new(Tasks::new(state.clone(), receipts.clone()));
+    let spool = Arc::new(crate::spool::Spool::open(state.paths()).with_context(|| {
+        format!(
+            "cannot read the queue of stores under {}",
+            state.paths().spool_queue().display()
+        )
+    })?);
+    let tasks = Arc::new(Tasks::new(state.clone(), receipts.clone(), spool.clone()));
     let agents = AgentServer::new(tasks.clone());
     // Leases first: their generations must be pinned before any pool is collected.
     tasks.recover(&agents);
@@ -136,6 +142,12 @@ pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
     let warmer = tokio::spawn(crate::tasks::warmer(tasks.clone(), stop_rx.clone()));
     let reporter = tokio::spawn(crate::receipts::reporter(
         state.clone(),
+        receipts.clone(),
+        stop_rx.clone(),
+    ));
+    let replayer = tokio::spawn(crate::spool::replayer(
+        state.clone(),
+        spool,
         receipts.clone(),
         stop_rx.clone(),
     ));
@@ -190,6 +202,7 @@ pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
     let _ = reaper.await;
     let _ = warmer.await;
     let _ = reporter.await;
+    let _ = replayer.await;
     let _ = flusher.await;
     let _ = notifier.await;
     let _ = scrubber.await;

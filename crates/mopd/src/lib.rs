@@ -12,6 +12,8 @@
 //!   ranker's model, shared by builds and loaded generations.
 //! - [`receipts`]: what each task was delivered and what its agent did, kept on the host
 //!   and reported to the server.
+//! - [`spool`]: agents' stores the server cannot take now, kept on disk and sent exactly
+//!   once (by idempotency key) when it can.
 //! - [`sockets`]: the control socket and each task's agent socket over one checked
 //!   listener.
 //! - [`status`]: the status report, assembled, judged and rendered; [`metrics`]: the
@@ -30,6 +32,7 @@ pub mod paths;
 pub mod pool;
 pub mod receipts;
 pub mod sockets;
+pub mod spool;
 pub mod state;
 pub mod status;
 pub mod sync;

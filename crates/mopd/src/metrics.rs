@@ -1,6 +1,7 @@
 //! The daemon's Prometheus metrics (OpenMetrics text), served by `sockets::metrics` only
 //! when `[metrics]` names a loopback port or a Unix socket: syncs by result and failures by kind per workspace,
-//! generation build time, pool bytes per workspace, live tasks, and prepare latency.
+//! generation build time, pool bytes per workspace, live tasks, prepare latency, and the
+//! queue of agents' stores waiting for the server.
 //!
 //! Workspace names are labels (they are in the config, not secrets); no task id, user,
 //! card or query ever is.
@@ -25,6 +26,11 @@ struct WorkspaceLabels {
     workspace: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
 /// The daemon's metrics.
 #[derive(Debug)]
 pub struct Metrics {
@@ -34,6 +40,10 @@ pub struct Metrics {
     build: Histogram,
     prepare: Histogram,
     live_tasks: Gauge,
+    store_replays: Family<ResultLabels, Counter>,
+    queued_stores: Gauge,
+    queued_bytes: Gauge,
+    oldest_queued: Gauge,
 }
 
 impl Default for Metrics {
@@ -72,6 +82,30 @@ impl Metrics {
         );
         let live_tasks = Gauge::default();
         registry.register("live_tasks", "Tasks with a live view", live_tasks.clone());
+        let store_replays = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "store_replays",
+            "Tries to send a queued store, by result: the server's outcome (created, reinforced, …), refused, retry (the server could not take it yet) or dropped (past spool.max_age_secs)",
+            store_replays.clone(),
+        );
+        let queued_stores = Gauge::default();
+        registry.register(
+            "queued_stores",
+            "Agents' stores waiting on this host for the card server",
+            queued_stores.clone(),
+        );
+        let queued_bytes = Gauge::default();
+        registry.register(
+            "queued_store_bytes",
+            "Bytes the waiting stores take on disk",
+            queued_bytes.clone(),
+        );
+        let oldest_queued = Gauge::default();
+        registry.register(
+            "oldest_queued_store_seconds",
+            "Age of the oldest waiting store (0 when none waits)",
+            oldest_queued.clone(),
+        );
         Metrics {
             registry,
             syncs,
@@ -79,7 +113,20 @@ impl Metrics {
             build,
             prepare,
             live_tasks,
+            store_replays,
+            queued_stores,
+            queued_bytes,
+            oldest_queued,
         }
+    }
+
+    /// Counts a try to send a queued store.
+    pub fn store_replay(&self, result: &str) {
+        self.store_replays
+            .get_or_create(&ResultLabels {
+                result: result.into(),
+            })
+            .inc();
     }
 
     /// Counts a poll: `not_modified`, `modified`, or a failure's kind (`unreachable`, …).
@@ -111,9 +158,12 @@ impl Metrics {
         self.prepare.observe(took.as_secs_f64());
     }
 
-    /// The text exposition, with the live tasks counted now.
-    pub fn encode(&self, live_tasks: usize) -> String {
+    /// The text exposition, with the live tasks and the store queue counted now.
+    pub fn encode(&self, live_tasks: usize, queue: &mop_proto::status::SpoolInfo) -> String {
         self.live_tasks.set(live_tasks as i64);
+        self.queued_stores.set(queue.queued as i64);
+        self.queued_bytes.set(queue.bytes as i64);
+        self.oldest_queued.set(queue.oldest_age_secs as i64);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");

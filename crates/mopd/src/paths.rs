@@ -10,6 +10,8 @@
 //! <state_dir>/workspaces/<ws>/status.json     a workspace's last sync status
 //! <state_dir>/receipts/{live,pending,sent,refused}/  task receipts (the receipts module)
 //! <state_dir>/receipts/key                    the key of the query hashes in receipts
+//! <state_dir>/spool/queue/<seq>-<store>.json   a store waiting for the server (the spool)
+//! <state_dir>/spool/done/<store>.json         what became of a queued store (no text)
 //! <runtime_dir>/mopd.sock                     the control socket
 //! <runtime_dir>/t/<task>/agent.sock           a task's agent socket
 //! ```
@@ -123,6 +125,27 @@ impl Paths {
     /// The key the query hashes of this host's receipts are made with.
     pub fn receipt_key(&self) -> PathBuf {
         self.receipts().join("key")
+    }
+
+    /// The stores waiting for the server, one file each.
+    pub fn spool_queue(&self) -> PathBuf {
+        self.state.join("spool").join("queue")
+    }
+
+    /// A waiting store's file: its place in the queue, then its id.
+    pub fn spool_entry(&self, seq: u64, store_id: &str) -> PathBuf {
+        self.spool_queue()
+            .join(format!("{seq:020}-{store_id}.json"))
+    }
+
+    /// What became of queued stores, one file each.
+    pub fn spool_done(&self) -> PathBuf {
+        self.state.join("spool").join("done")
+    }
+
+    /// What became of one queued store.
+    pub fn spool_done_entry(&self, store_id: &str) -> PathBuf {
+        self.spool_done().join(format!("{store_id}.json"))
     }
 
     /// A workspace's state directory.

@@ -22,7 +22,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use mop_proto::receipts::{Activity, MAX_BATCH, MAX_BATCH_BYTES, Receipt, ReceiptBatch};
+use mop_proto::receipts::{
+    Activity, MAX_BATCH, MAX_BATCH_BYTES, Receipt, ReceiptBatch, StoreEvent,
+};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
@@ -218,6 +220,58 @@ impl Receipts {
         }
     }
 
+    /// Updates the event of a queued store (by its id) in the receipt of task `task_id`
+    /// prepared at `prepared_at`, wherever that receipt is now: running, waiting to be
+    /// reported, or already kept.
+    pub fn resolve_store(
+        &self,
+        task_id: &str,
+        prepared_at: Timestamp,
+        store_id: &str,
+        update: impl Fn(&mut StoreEvent),
+    ) {
+        let apply = |a: &mut Activity| -> bool {
+            let mut found = false;
+            for e in a
+                .stores
+                .iter_mut()
+                .filter(|e| e.store_id.as_deref() == Some(store_id))
+            {
+                update(e);
+                found = true;
+            }
+            found
+        };
+        if let Some(entry) = self.entry(task_id) {
+            let mut entry = entry.lock();
+            if !entry.ended && entry.local.receipt.prepared_at == prepared_at {
+                if apply(&mut entry.local.receipt.activity) {
+                    entry.dirty = true;
+                }
+                return;
+            }
+        }
+        for kind in [
+            ReceiptKind::Pending,
+            ReceiptKind::Sent,
+            ReceiptKind::Refused,
+        ] {
+            let path = self.paths.receipt(kind, task_id, micros(prepared_at));
+            let Some(mut local) = read_json(&path) else {
+                continue;
+            };
+            if apply(&mut local.receipt.activity) {
+                if let Err(e) = write_json(&path, &local) {
+                    tracing::warn!(task = task_id, path = %path.display(), error = %e, "cannot record what became of a queued store in the receipt");
+                }
+                if kind == ReceiptKind::Pending {
+                    self.ended.notify_one();
+                }
+            }
+            return;
+        }
+    }
+
     /// Writes the running receipts that changed since they were last written.
     pub fn flush(&self) {
         let entries: Vec<Arc<Mutex<Live>>> = self.live.lock().values().cloned().collect();
@@ -323,6 +377,15 @@ impl Receipts {
         read_json(&newest?.1)
     }
 
+    /// Receipts waiting to be reported, oldest first; one with a store still queued on
+    /// this host waits until that store is sent (so the server counts what it became).
+    fn reportable(&self) -> Vec<(PathBuf, Receipt)> {
+        self.pending()
+            .into_iter()
+            .filter(|(_, r)| !r.activity.stores.iter().any(|e| e.outcome == "queued"))
+            .collect()
+    }
+
     /// Receipts waiting to be reported, oldest first.
     fn pending(&self) -> Vec<(PathBuf, Receipt)> {
         let mut files: Vec<PathBuf> =
@@ -416,7 +479,7 @@ impl Receipts {
     /// returned.
     async fn report_once(&self, state: &State) -> Result<usize, ClientError> {
         let mut by_ws: BTreeMap<String, Vec<(PathBuf, Receipt)>> = BTreeMap::new();
-        for (path, r) in self.pending() {
+        for (path, r) in self.reportable() {
             by_ws
                 .entry(r.workspace.clone())
                 .or_default()

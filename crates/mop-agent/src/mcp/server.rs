@@ -293,13 +293,10 @@ impl MemoryServer {
             },
         };
         match self.memory.store(req).await {
-            Ok(r) => {
-                let mut text = format!("{}: {} ({})", r.outcome.word(), r.outcome.meaning(), r.id);
-                if !r.audience.is_empty() {
-                    text.push_str(&format!("\nWho sees it: {}", r.audience));
-                }
-                Ok(ok(text, serde_json::to_value(&r).expect("serializes")))
-            }
+            Ok(r) => Ok(ok(
+                r.summary(),
+                serde_json::to_value(&r).expect("serializes"),
+            )),
             Err(e) => Ok(refused("memory_store", e)),
         }
     }
@@ -464,8 +461,12 @@ mod tests {
             self.stored.lock().unwrap().push(req);
             Box::pin(async {
                 Ok(StoreResponse {
+                    store_id: None,
+                    verified: None,
+                    note: String::new(),
+                    previously_rejected: None,
                     outcome: StoreOutcome::Created,
-                    id: CardId::parse(ID).unwrap(),
+                    id: Some(CardId::parse(ID).unwrap()),
                     revision: 9,
                     audience: "only your own tasks until a curator verifies it".into(),
                 })

@@ -61,17 +61,29 @@ fn changed(state: &AppState, ws: &str, change: &CardChange, what: &str, caller: 
     }
 }
 
+/// `?allow_credentials=true` on a create, update or verify: the curator keeps credentials
+/// in this one card deliberately (audited with their kinds). Without it such a card is
+/// refused with 422 naming each credential's kind and place.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WriteQuery {
+    #[serde(default)]
+    pub allow_credentials: bool,
+}
+
 pub(crate) async fn create(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(ws): Path<String>,
+    Query(q): Query<WriteQuery>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<CardChange>), ApiError> {
     admin_on(&state, &caller, &ws, None)?;
     let raw = read_body(&state, &headers, body).await?;
     let (store, actor, ws2) = (state.store.clone(), caller.actor(), ws.clone());
-    let change = blocking(move || store.create_card(&ws2, &raw, &actor)).await?;
+    let change =
+        blocking(move || store.create_card(&ws2, &raw, &actor, q.allow_credentials)).await?;
     changed(&state, &ws, &change, "create", &caller);
     Ok((StatusCode::CREATED, Json(change)))
 }
@@ -104,13 +116,16 @@ pub(crate) async fn update(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path((ws, id)): Path<(String, String)>,
+    Query(q): Query<WriteQuery>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<CardChange>, ApiError> {
     let id = admin_on(&state, &caller, &ws, Some(&id))?.expect("id given");
     let tag = if_match(&headers)?;
     let raw = read_body(&state, &headers, body).await?;
-    Ok(Json(update_text(&state, &caller, &ws, id, raw, tag).await?))
+    Ok(Json(
+        update_text(&state, &caller, &ws, id, raw, tag, q.allow_credentials).await?,
+    ))
 }
 
 /// Replaces a card's text, conditional on the version `tag` when given (the caller checked
@@ -122,9 +137,13 @@ pub(crate) async fn update_text(
     id: CardId,
     raw: bytes::Bytes,
     tag: Option<String>,
+    allow_credentials: bool,
 ) -> Result<CardChange, ApiError> {
     let (store, actor, ws2) = (state.store.clone(), caller.actor(), ws.to_owned());
-    let change = blocking(move || store.update_card(&ws2, &id, &raw, &actor, expect(&tag))).await?;
+    let change = blocking(move || {
+        store.update_card(&ws2, &id, &raw, &actor, expect(&tag), allow_credentials)
+    })
+    .await?;
     changed(state, ws, &change, "update", caller);
     Ok(change)
 }
@@ -132,8 +151,9 @@ pub(crate) async fn update_text(
 /// What a `POST …/cards/{id}/{action}` does.
 pub(crate) enum Action {
     State(CardState),
-    /// Verify, replacing the text first when a body (OKF text) is sent.
-    Verify(Option<bytes::Bytes>),
+    /// Verify, replacing the text first when a body (OKF text) is sent; true when the
+    /// curator allows credentials in it.
+    Verify(Option<bytes::Bytes>, bool),
     Reject(String),
     Merge(CardId),
 }
@@ -142,6 +162,7 @@ pub(crate) async fn state(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path((ws, id, action)): Path<(String, String, String)>,
+    Query(q): Query<WriteQuery>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<CardChange>, ApiError> {
@@ -153,7 +174,7 @@ pub(crate) async fn state(
         "enable" => Action::State(CardState::Enable),
         "archive" => Action::State(CardState::Archive),
         "unarchive" => Action::State(CardState::Unarchive),
-        "verify" => Action::Verify((!body.is_empty()).then_some(body)),
+        "verify" => Action::Verify((!body.is_empty()).then_some(body), q.allow_credentials),
         "supersede" => Action::State(CardState::Supersede(json::<SupersedeRequest>(&body)?.by)),
         "reject" => Action::Reject(json::<RejectRequest>(&body)?.reason),
         "merge" => Action::Merge(json::<MergeRequest>(&body)?.into),
@@ -184,7 +205,9 @@ pub(crate) async fn act(
         let expect = expect(&tag);
         match what {
             Action::State(s) => store.set_state(&ws2, &id, s, &actor, expect),
-            Action::Verify(edited) => store.verify(&ws2, &id, edited.as_deref(), &actor, expect),
+            Action::Verify(edited, allow) => {
+                store.verify(&ws2, &id, edited.as_deref(), &actor, expect, allow)
+            }
             Action::Reject(reason) => store.reject(&ws2, &id, &reason, &actor, expect),
             Action::Merge(into) => store.merge(&ws2, &id, &into, &actor, expect),
         }
@@ -224,17 +247,38 @@ pub(crate) async fn workspace_history(
     ))
 }
 
+/// `?reason=…` on a hard delete: why, for the audit row.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DeleteQuery {
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
 pub(crate) async fn hard_delete(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path((ws, id)): Path<(String, String)>,
+    Query(q): Query<DeleteQuery>,
 ) -> Result<Json<CardChange>, ApiError> {
     let id = admin_on(&state, &caller, &ws, Some(&id))?.expect("id given");
-    let (store, actor, ws2) = (state.store.clone(), caller.actor(), ws.clone());
-    let change = blocking(move || store.hard_delete(&ws2, &id, &actor)).await?;
-    state.search.forget(Some(&ws));
-    changed(&state, &ws, &change, "hard_delete", &caller);
-    Ok(Json(change))
+    Ok(Json(delete_card(&state, &caller, &ws, id, q.reason).await?))
+}
+
+/// Deletes a card and its content for good (the caller checked role and scope): what the
+/// API, `mop-curate delete` and the console's delete share.
+pub(crate) async fn delete_card(
+    state: &AppState,
+    caller: &Caller,
+    ws: &str,
+    id: CardId,
+    reason: Option<String>,
+) -> Result<CardChange, ApiError> {
+    let (store, actor, ws2) = (state.store.clone(), caller.actor(), ws.to_owned());
+    let change = blocking(move || store.hard_delete(&ws2, &id, &actor, reason.as_deref())).await?;
+    state.search.forget(Some(ws));
+    changed(state, ws, &change, "hard_delete", caller);
+    Ok(change)
 }
 
 pub(crate) async fn publish_counters(

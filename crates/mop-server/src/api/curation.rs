@@ -9,8 +9,8 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use mop_cards::Trust;
 use mop_proto::curation::{
-    CardDetails, CardPage, DEFAULT_PAGE, ListQuery, MAX_PAGE, Nearest, PageQuery, ReviewItem,
-    ReviewQueue, SearchHit, SearchResults, StaleQuery, StaleReport,
+    CardDetails, CardPage, CredentialCard, DEFAULT_PAGE, ListQuery, MAX_PAGE, Nearest, PageQuery,
+    Rejection, ReviewItem, ReviewQueue, SearchHit, SearchResults, StaleQuery, StaleReport,
 };
 
 use super::admin::admin_on;
@@ -167,4 +167,51 @@ pub(crate) async fn stale(
     let chain = q.chain.unwrap_or(STALE_CHAIN);
     let store = state.store.clone();
     Ok(Json(blocking(move || store.stale(&ws, days, chain)).await?))
+}
+
+/// `GET /v1/workspaces/{ws}/credentials`: every card (archived ones too) whose text
+/// carries a credential, by id, with each finding's kind and place; never a title or text.
+pub(crate) async fn credentials(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(ws): Path<String>,
+) -> Result<Json<Vec<CredentialCard>>, ApiError> {
+    admin_on(&state, &caller, &ws, None)?;
+    let store = state.store.clone();
+    Ok(Json(blocking(move || store.credential_cards(&ws)).await?))
+}
+
+/// `GET /v1/workspaces/{ws}/rejections`: the rejection tombstones, newest first.
+pub(crate) async fn rejections(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(ws): Path<String>,
+) -> Result<Json<Vec<Rejection>>, ApiError> {
+    admin_on(&state, &caller, &ws, None)?;
+    let store = state.store.clone();
+    Ok(Json(blocking(move || store.rejections(&ws)).await?))
+}
+
+/// `POST /v1/workspaces/{ws}/rejections/{id}/lift`: later stores of that lesson are no
+/// longer refused (audited in the rejected card's history).
+pub(crate) async fn lift(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path((ws, id)): Path<(String, String)>,
+) -> Result<Json<Rejection>, ApiError> {
+    admin_on(&state, &caller, &ws, None)?;
+    Ok(Json(lift_rejection(&state, &caller, &ws, id).await?))
+}
+
+/// Lifts a tombstone (the caller checked role and scope): the API's and the console's.
+pub(crate) async fn lift_rejection(
+    state: &AppState,
+    caller: &Caller,
+    ws: &str,
+    id: String,
+) -> Result<Rejection, ApiError> {
+    let (store, actor, ws2) = (state.store.clone(), caller.actor(), ws.to_owned());
+    let lifted = blocking(move || store.lift_rejection(&ws2, &id, &actor)).await?;
+    tracing::info!(workspace = %ws, rejection = %lifted.id, token = %caller.0.id, "rejection lifted");
+    Ok(lifted)
 }

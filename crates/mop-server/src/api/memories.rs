@@ -1,5 +1,7 @@
 //! `POST /v1/workspaces/{ws}/memories`: a store from an agent task, forwarded by its host
-//! daemon with the task's provenance.
+//! daemon with the task's provenance and, when it may send the store again, an
+//! idempotency key (`Idempotency-Key`): a key seen before gets its first answer, before
+//! the token's store budget is spent, so a replay never counts twice.
 
 use std::sync::Arc;
 
@@ -7,7 +9,7 @@ use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use mop_proto::sync::{StoreOutcome, StoreRequest, StoreResponse};
+use mop_proto::sync::{IDEMPOTENCY_KEY, StoreOutcome, StoreRequest, StoreResponse};
 
 use super::{ApiError, Caller, blocking, json, read_body};
 use crate::state::AppState;
@@ -23,11 +25,30 @@ pub(crate) async fn store(
     caller.workspace(&state, &ws)?;
     let body = read_body(&state, &headers, body).await?;
     let req: StoreRequest = json(&body)?;
+    let key = match headers.get(IDEMPOTENCY_KEY) {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| {
+                    ApiError::bad_request("the Idempotency-Key header must be visible ASCII")
+                })?
+                .to_owned(),
+        ),
+    };
+    let actor = caller.actor();
+    if let Some(k) = key.clone() {
+        let (store, ws2, actor2) = (state.store.clone(), ws.clone(), actor.clone());
+        if let Some(first) = blocking(move || store.first_store_answer(&ws2, &actor2, &k)).await? {
+            tracing::info!(workspace = %ws, token = %caller.0.id, outcome = first.outcome.word(), "store repeated: its first answer again");
+            state.metrics.store("repeated");
+            return Ok((StatusCode::OK, Json(first)));
+        }
+    }
     if let Err(retry_after) = state.take_store_budget(&caller.0.id) {
         tracing::warn!(workspace = %ws, token = %caller.0.id, "store refused: token over its store rate");
         return Err(ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
-            "too_many_requests",
+            mop_proto::sync::store_errors::RATE,
             format!(
                 "this token made more than {} stores in the last minute (limits.stores_per_token_per_minute); \
                  nothing was stored; try again in {retry_after} s",
@@ -37,14 +58,25 @@ pub(crate) async fn store(
         .retry_after(retry_after));
     }
     let store = state.store.clone();
-    let actor = caller.actor();
     let ws2 = ws.clone();
     let limits = StoreLimits {
         stores_per_task: state.config.limits.stores_per_task,
     };
-    let response = blocking(move || store.store_memory(&ws2, &req, &actor, limits)).await?;
+    let key2 = key.clone();
+    let result =
+        blocking(move || store.store_memory(&ws2, &req, &actor, limits, key2.as_deref())).await;
+    let mut response = match result {
+        Ok(r) => r,
+        Err(e) => {
+            // Counts and kinds only: never the card's text or the credential.
+            tracing::info!(workspace = %ws, token = %caller.0.id, code = e.code(), "store refused");
+            state.metrics.store(e.code());
+            return Err(e);
+        }
+    };
+    response.store_id = key;
     state.note_revision(&ws, response.revision);
-    tracing::info!(workspace = %ws, card = %response.id, outcome = ?response.outcome,
+    tracing::info!(workspace = %ws, card = ?response.id, outcome = response.outcome.word(),
         token = %caller.0.id, revision = response.revision, "memory stored");
     state.metrics.store(response.outcome.word());
     let status = match response.outcome {

@@ -25,6 +25,7 @@ use serde::de::DeserializeOwned;
 
 use crate::state::AppState;
 use crate::store::{Role, StoreError, TokenInfo, token_hash};
+use mop_proto::sync::store_errors;
 
 /// Builds the router.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -48,6 +49,15 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/workspaces/{ws}/review", get(curation::review))
         .route("/v1/workspaces/{ws}/search", get(curation::search))
         .route("/v1/workspaces/{ws}/stale", get(curation::stale))
+        .route(
+            "/v1/workspaces/{ws}/credentials",
+            get(curation::credentials),
+        )
+        .route("/v1/workspaces/{ws}/rejections", get(curation::rejections))
+        .route(
+            "/v1/workspaces/{ws}/rejections/{id}/lift",
+            post(curation::lift),
+        )
         .route(
             "/v1/workspaces/{ws}/cards/{id}/details",
             get(curation::details),
@@ -139,6 +149,8 @@ pub struct ApiError {
     code: &'static str,
     message: String,
     retry_after: Option<u64>,
+    /// More fields of the JSON body (a refused store's findings or rejection).
+    extra: Option<(&'static str, serde_json::Value)>,
 }
 
 impl ApiError {
@@ -149,7 +161,14 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after: None,
+            extra: None,
         }
+    }
+
+    /// Adds a field to the JSON body.
+    pub fn with(mut self, key: &'static str, value: serde_json::Value) -> Self {
+        self.extra = Some((key, value));
+        self
     }
 
     /// Adds a `Retry-After` header (seconds).
@@ -200,7 +219,10 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({ "error": self.code, "message": self.message });
+        let mut body = serde_json::json!({ "error": self.code, "message": self.message });
+        if let Some((key, value)) = self.extra {
+            body[key] = value;
+        }
         let mut response = (self.status, axum::Json(body)).into_response();
         if let Some(secs) = self.retry_after {
             response
@@ -219,7 +241,27 @@ impl From<StoreError> for ApiError {
             StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
             StoreError::Forbidden(m) => ApiError::new(StatusCode::FORBIDDEN, "forbidden", m),
             StoreError::Limit(m) => {
-                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_requests", m)
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, store_errors::QUOTA, m)
+            }
+            StoreError::Credential { what, findings } => {
+                let json = serde_json::json!(findings);
+                let message = StoreError::Credential { what, findings }.to_string();
+                ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    store_errors::CREDENTIAL,
+                    message,
+                )
+                .with("findings", json)
+            }
+            StoreError::Rejected { note } => {
+                let json = serde_json::json!(note);
+                let message = StoreError::Rejected { note }.to_string();
+                ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    store_errors::REJECTED,
+                    message,
+                )
+                .with("rejection", json)
             }
             e @ StoreError::Unavailable { .. } => ApiError::database_down(
                 &e,

@@ -19,7 +19,8 @@ use super::auth::{Ctx, Posted};
 use super::layout::{ago, api_error, badges, csrf, error_page, page, pager, respond};
 use super::markdown::{self, shown};
 use super::queue::flash;
-use crate::api::admin::{Action, act as api_act, update_text};
+use crate::api::admin::{Action, act as api_act, delete_card, update_text};
+use crate::api::curation::lift_rejection;
 use crate::api::{ApiError, blocking};
 use crate::store::CardState;
 
@@ -112,6 +113,36 @@ fn facts(card: &CardInfo) -> Markup {
     }
 }
 
+/// What a curator must know before acting: credentials in the text, a rejected lesson
+/// coming back, the other cards stored as the same lesson.
+fn warnings(ctx: &Ctx, base: &str, ws: &str, card: &CardInfo) -> Markup {
+    html! {
+        @if !card.credentials.is_empty() {
+            div.notice.danger role="alert" {
+                p { strong { "This card carries " (card.credentials.len()) " credential(s)." }
+                    " Verifying it would send them to every task of the workspace. Delete the card for good (below), or edit the credential out." }
+                ul { @for f in &card.credentials { li { code { (f.kind) } " in " (f.field) ", line " (f.line) ", column " (f.column) } } }
+            }
+        }
+        @if let Some(r) = &card.previously_rejected {
+            div.notice.danger role="alert" {
+                p { strong { "Previously rejected." } " A curator rejected this lesson on " (r.at) ": " (shown(&r.reason)) }
+                (action_form(ctx, base, "lift", &card.etag, "Lift that rejection", html! {
+                    input type="hidden" name="rejection" value=(r.id);
+                }))
+            }
+        }
+        @if let Some(g) = card.duplicate_group.as_ref().filter(|g| g.members.len() > 1) {
+            div.notice {
+                p { "Tasks stored this lesson " (g.members.len()) " times (they could not see each other's cards):" }
+                ul { @for m in &g.members {
+                    li { @if *m == card.summary.id { code { (m) } " (this card)" } @else { a href={ "/console/w/" (ws) "/cards/" (m) } { code { (m) } } } }
+                } }
+            }
+        }
+    }
+}
+
 fn action_form(
     ctx: &Ctx,
     base: &str,
@@ -140,7 +171,13 @@ fn actions(ctx: &Ctx, base: &str, card: &CardInfo) -> Markup {
             a.button href={ (base) "/edit" } { "Edit" }
             a.button href={ (base) "/history" } { "History" }
             @if s.is_unverified() && card.archived_at.is_none() {
-                (action_form(ctx, base, "verify", e, "Verify", none.clone()))
+                @if card.credentials.is_empty() {
+                    (action_form(ctx, base, "verify", e, "Verify", none.clone()))
+                } @else {
+                    (action_form(ctx, base, "verify", e, "Verify anyway", html! {
+                        label { input type="checkbox" name="allow_credentials" value="yes" required; " keep its credentials (audited)" }
+                    }))
+                }
                 (action_form(ctx, base, "reject", e, "Reject", html! {
                     input type="text" name="reason" required maxlength="500" placeholder="why" aria-label="Reason to reject";
                 }))
@@ -158,6 +195,10 @@ fn actions(ctx: &Ctx, base: &str, card: &CardInfo) -> Markup {
             } @else {
                 (action_form(ctx, base, "unarchive", e, "Unarchive", none.clone()))
             }
+            (action_form(ctx, base, "delete", e, "Delete for good", html! {
+                input type="text" name="reason" required maxlength="500" placeholder="why (kept in the audit)" aria-label="Reason to delete";
+                label { input type="checkbox" name="confirm" value="yes" required; " its text, objects and history text go; this cannot be undone" }
+            }))
         }
     }
 }
@@ -178,6 +219,7 @@ pub(super) async fn show(
         article.card {
             h1 { (shown(&d.card.summary.title)) }
             p.meta { (badges(&d.card)) }
+            (warnings(&ctx, &base, &ws, &d.card))
             (actions(&ctx, &base, &d.card))
             div.body.markdown { (rendered.markup()) }
             details.raw open[read_raw] {
@@ -287,7 +329,17 @@ fn history_page(ctx: &Ctx, ws: &str, id: CardId, d: &CardDetails, offset: usize)
     respond(StatusCode::OK, page(Some(ctx), Some(ws), "History", body))
 }
 
-fn editor(ctx: &Ctx, ws: &str, base: &str, text: &str, etag: &str, unverified: bool) -> Markup {
+/// The card editor. `offer_override`: the last save was refused for credentials, so the
+/// curator may keep them deliberately (audited).
+fn editor(
+    ctx: &Ctx,
+    ws: &str,
+    base: &str,
+    text: &str,
+    etag: &str,
+    unverified: bool,
+    offer_override: bool,
+) -> Markup {
     html! {
         form.editor method="post" action={ (base) "/edit" } data-preview={ "/console/w/" (ws) "/preview" } {
             (csrf(ctx))
@@ -301,6 +353,9 @@ fn editor(ctx: &Ctx, ws: &str, base: &str, text: &str, etag: &str, unverified: b
                     span { "Preview" }
                     div #preview .markdown aria-live="polite" { (markdown::render(body_of(text)).markup()) }
                 }
+            }
+            @if offer_override {
+                label.override { input type="checkbox" name="allow_credentials" value="yes"; " Keep the credentials in this card anyway (the audit records their kinds)" }
             }
             div.actions {
                 button type="submit" name="then" value="save" { "Save" }
@@ -321,7 +376,7 @@ pub(super) async fn edit_page(
     let base = format!("/console/w/{ws}/cards/{id}");
     let body = html! {
         h1 { "Edit " a href=(base) { (shown(&d.card.summary.title)) } }
-        (editor(&ctx, &ws, &base, &d.text, &d.card.etag, d.card.summary.is_unverified()))
+        (editor(&ctx, &ws, &base, &d.text, &d.card.etag, d.card.summary.is_unverified(), false))
     };
     Ok(respond(
         StatusCode::OK,
@@ -334,6 +389,7 @@ pub(super) struct SaveForm {
     text: String,
     etag: String,
     then: Option<String>,
+    allow_credentials: Option<String>,
 }
 
 /// `POST /console/w/{ws}/cards/{id}/edit`.
@@ -347,6 +403,7 @@ pub(super) async fn save(
     // A browser sends a textarea's lines with CRLF; cards are written with LF.
     let text = form.text.replace("\r\n", "\n");
     let verify = form.then.as_deref() == Some("verify");
+    let allow = form.allow_credentials.as_deref() == Some("yes");
     let tag = Some(form.etag.clone());
     let raw = bytes::Bytes::from(text.clone().into_bytes());
     let result = if verify {
@@ -355,13 +412,13 @@ pub(super) async fn save(
             &ctx.caller,
             &ws,
             id,
-            Action::Verify(Some(raw)),
+            Action::Verify(Some(raw), allow),
             tag,
             "verify",
         )
         .await
     } else {
-        update_text(&console.app, &ctx.caller, &ws, id, raw, tag).await
+        update_text(&console.app, &ctx.caller, &ws, id, raw, tag, allow).await
     };
     let base = format!("/console/w/{ws}/cards/{id}");
     match result {
@@ -381,10 +438,11 @@ pub(super) async fn save(
         {
             // "Save and verify" is offered again to whoever chose it (the card was unverified).
             let unverified = verify;
+            let credentials = e.code() == mop_proto::sync::store_errors::CREDENTIAL;
             let body = html! {
                 h1 { "Edit " a href=(base) { "card " (id) } }
                 p.notice role="alert" { "Not saved: " (e.message()) ". Your text is below; correct it and save again." }
-                (editor(&ctx, &ws, &base, &text, &form.etag, unverified))
+                (editor(&ctx, &ws, &base, &text, &form.etag, unverified, credentials))
             };
             Err(respond(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -443,7 +501,7 @@ async fn changed_meanwhile(
         @if let Some(yours) = yours {
             h2 { "Your text" }
             p { "Still here. Saving it now replaces the current version shown above." }
-            (editor(ctx, ws, &base, yours, &d.card.etag, d.card.summary.is_unverified()))
+            (editor(ctx, ws, &base, yours, &d.card.etag, d.card.summary.is_unverified(), false))
         } @else {
             p { a.button href=(base) { "Open the current version" } }
         }
@@ -461,6 +519,9 @@ pub(super) struct ActForm {
     reason: Option<String>,
     into: Option<String>,
     by: Option<String>,
+    allow_credentials: Option<String>,
+    confirm: Option<String>,
+    rejection: Option<String>,
 }
 
 /// `POST /console/w/{ws}/cards/{id}/do/{action}`.
@@ -481,8 +542,45 @@ pub(super) async fn act(
             )
         })
     };
+    // Deleting for good and lifting a rejection are not version-bound card actions.
+    match action.as_str() {
+        "delete" => {
+            let reason = form.reason.clone().unwrap_or_default();
+            if form.confirm.as_deref() != Some("yes") || reason.trim().is_empty() {
+                return Err(api_error(
+                    &ctx,
+                    Some(&ws),
+                    ApiError::bad_request(
+                        "to delete a card for good, give a reason and tick the confirmation",
+                    ),
+                ));
+            }
+            return match delete_card(&console.app, &ctx.caller, &ws, id, Some(reason)).await {
+                Ok(_) => {
+                    console
+                        .sessions
+                        .set_flash(&ctx.session.key, "delete", &id.to_string());
+                    Ok(Redirect::to(&format!("/console/w/{ws}")).into_response())
+                }
+                Err(e) => Err(api_error(&ctx, Some(&ws), e)),
+            };
+        }
+        "lift" => {
+            let rejection = form.rejection.clone().unwrap_or_default();
+            return match lift_rejection(&console.app, &ctx.caller, &ws, rejection).await {
+                Ok(_) => {
+                    console
+                        .sessions
+                        .set_flash(&ctx.session.key, "lift", &id.to_string());
+                    Ok(Redirect::to(&format!("/console/w/{ws}/cards/{id}")).into_response())
+                }
+                Err(e) => Err(api_error(&ctx, Some(&ws), e)),
+            };
+        }
+        _ => {}
+    }
     let what = match action.as_str() {
-        "verify" => Action::Verify(None),
+        "verify" => Action::Verify(None, form.allow_credentials.as_deref() == Some("yes")),
         "reject" => Action::Reject(form.reason.clone().unwrap_or_default()),
         "merge" => Action::Merge(other("merge into", form.into.as_deref())?),
         "supersede" => Action::State(CardState::Supersede(other(

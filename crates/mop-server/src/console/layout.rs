@@ -118,6 +118,13 @@ pub fn badges(card: &CardInfo) -> Markup {
         @if card.archived_at.is_some() { span.badge.off { "archived" } }
         @if !s.enabled { span.badge.off { "disabled" } }
         @if s.superseded_by.is_some() { span.badge.off { "superseded" } }
+        @if !card.credentials.is_empty() {
+            span.badge.danger title="Its text carries a credential: delete it for good, or edit the credential out" { "credential" }
+        }
+        @if card.previously_rejected.is_some() { span.badge.danger { "previously rejected" } }
+        @if let Some(g) = &card.duplicate_group {
+            @if g.members.len() > 1 { span.badge.type title="Tasks stored this lesson several times" { "duplicates: " (g.members.len()) } }
+        }
     }
 }
 

@@ -60,6 +60,8 @@ pub(super) fn flash(console: &Console, ctx: &Ctx, ws: &str) -> Option<Markup> {
         "archive" => "archived",
         "unarchive" => "unarchived",
         "save" => "saved",
+        "delete" => "deleted for good (its text, objects and history text are gone)",
+        "lift" => "no longer refused as previously rejected (the rejection is lifted)",
         _ => return None,
     };
     let id = CardId::parse(&card).ok()?;

@@ -190,6 +190,7 @@ pub(crate) fn write_card(
     {
         release_if_unused(tx, ws, &prev)?;
     }
+    super::intake::record(tx, ws, card, raw, &sha)?;
     Ok(sha)
 }
 
@@ -298,6 +299,30 @@ fn not_found(ws: &str, id: &CardId) -> StoreError {
     StoreError::NotFound(format!("card {id} not found in workspace {ws}"))
 }
 
+/// Screens an admin write of card `id` (its file `raw`): refused when it carries a
+/// credential, unless the curator allowed this card deliberately; then the audit detail
+/// names the kinds allowed (never the values).
+pub(crate) fn screen_admin(raw: &[u8], id: &CardId, allow: &[CardId]) -> Result<Option<String>> {
+    let findings = super::intake::screen_card_file(raw);
+    if findings.is_empty() {
+        return Ok(None);
+    }
+    if allow.contains(id) {
+        let mut kinds: Vec<&str> = findings.iter().map(|f| f.kind.as_str()).collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        return Ok(Some(format!(
+            "credentials allowed by the curator: {} ({} finding(s))",
+            kinds.join(", "),
+            findings.len()
+        )));
+    }
+    Err(StoreError::Credential {
+        what: format!("card {id}"),
+        findings,
+    })
+}
+
 fn invalid_card(e: mop_cards::CardError) -> StoreError {
     StoreError::Invalid(format!("card is not valid OKF: {e}"))
 }
@@ -305,14 +330,17 @@ fn invalid_card(e: mop_cards::CardError) -> StoreError {
 impl Store {
     /// Imports card files (paths relative to the import directory). Each bad file is
     /// reported and skipped; the rest go in together in one transaction and one revision.
+    /// A card that carries a credential is reported and skipped, unless its id is in
+    /// `allow_credentials` (a curator's deliberate override, audited).
     pub fn import(
         &self,
         ws: &str,
         files: Vec<(String, Vec<u8>)>,
         actor: &str,
+        allow_credentials: &[CardId],
     ) -> Result<ImportReport> {
         let mut report = ImportReport::default();
-        let mut valid: Vec<(Card, Vec<u8>)> = Vec::new();
+        let mut valid: Vec<(Card, Vec<u8>, Option<String>)> = Vec::new();
         let mut seen: HashMap<CardId, String> = HashMap::new();
         for (path, bytes) in files {
             let card = match parse_card(&bytes) {
@@ -340,18 +368,31 @@ impl Store {
                 });
                 continue;
             }
+            let allowed = match screen_admin(&bytes, &card.summary.id, allow_credentials) {
+                Ok(allowed) => allowed,
+                Err(e) => {
+                    report.rejected.push(Rejected {
+                        reason: format!(
+                            "{e}; or import it with --allow-credentials {} if it must keep them",
+                            card.summary.id
+                        ),
+                        path,
+                    });
+                    continue;
+                }
+            };
             seen.insert(card.summary.id, path);
-            valid.push((card, bytes));
+            valid.push((card, bytes, allowed));
         }
         self.write(|tx| {
             let e = self.err("import");
             ensure_workspace(tx, ws).map_err(&e)?;
             let mut changes = Vec::new();
-            for (card, bytes) in &valid {
+            for (card, bytes, allowed) in &valid {
                 match load_row(tx, ws, &card.summary.id).map_err(&e)? {
                     Some(row) if row.sha256 == sha256_hex(bytes) => report.unchanged += 1,
-                    Some(row) => changes.push((card, bytes, Some(row.sha256))),
-                    None => changes.push((card, bytes, None)),
+                    Some(row) => changes.push((card, bytes, allowed, Some(row.sha256))),
+                    None => changes.push((card, bytes, allowed, None)),
                 }
             }
             report.revision = if changes.is_empty() {
@@ -359,7 +400,7 @@ impl Store {
             } else {
                 bump(tx, ws).map_err(&e)?
             };
-            for (card, bytes, before) in changes {
+            for (card, bytes, allowed, before) in changes {
                 let last_seen = card.counters.last_seen.map(stamp);
                 let sha = write_card(
                     tx,
@@ -389,7 +430,7 @@ impl Store {
                     before.as_deref(),
                     Some(&sha),
                     Some(bytes),
-                    None,
+                    allowed.as_deref(),
                 )
                 .map_err(&e)?;
                 if before.is_some() {
@@ -442,10 +483,26 @@ impl Store {
         })
     }
 
-    /// Creates a card from OKF text (admin). The id comes from the text.
-    pub fn create_card(&self, ws: &str, raw: &[u8], actor: &str) -> Result<CardChange> {
+    /// Creates a card from OKF text (admin). The id comes from the text. A card that
+    /// carries a credential is refused unless `allow_credentials` (audited).
+    pub fn create_card(
+        &self,
+        ws: &str,
+        raw: &[u8],
+        actor: &str,
+        allow_credentials: bool,
+    ) -> Result<CardChange> {
         let card = parse_card(raw).map_err(invalid_card)?;
         let id = card.summary.id;
+        let allowed = screen_admin(
+            raw,
+            &id,
+            if allow_credentials {
+                std::slice::from_ref(&id)
+            } else {
+                &[]
+            },
+        )?;
         self.write(|tx| {
             let e = self.err("create card");
             if load_row(tx, ws, &id).map_err(&e)?.is_some() {
@@ -478,14 +535,15 @@ impl Store {
                 None,
                 Some(&sha),
                 Some(raw),
-                None,
+                allowed.as_deref(),
             )
             .map_err(&e)?;
             Ok(change(id, rev, Some(sha), false, true))
         })
     }
 
-    /// Replaces a card's text (admin). Server counters are kept.
+    /// Replaces a card's text (admin). Server counters are kept. Text that carries a
+    /// credential is refused unless `allow_credentials` (audited).
     pub fn update_card(
         &self,
         ws: &str,
@@ -493,6 +551,7 @@ impl Store {
         raw: &[u8],
         actor: &str,
         expect: Expect<'_>,
+        allow_credentials: bool,
     ) -> Result<CardChange> {
         let card = parse_card(raw).map_err(invalid_card)?;
         if card.summary.id != *id {
@@ -501,7 +560,23 @@ impl Store {
                 card.summary.id
             )));
         }
-        self.replace_text(ws, &card, raw, actor, expect, ("update", None))
+        let allowed = screen_admin(
+            raw,
+            id,
+            if allow_credentials {
+                std::slice::from_ref(id)
+            } else {
+                &[]
+            },
+        )?;
+        self.replace_text(
+            ws,
+            &card,
+            raw,
+            actor,
+            expect,
+            ("update", allowed.as_deref()),
+        )
     }
 
     /// Writes `card` (its text `raw`) over the stored card of the same id, keeping the
@@ -729,10 +804,25 @@ impl Store {
         })
     }
 
-    /// Removes a card and its content at once, for personal data: the object is deleted
-    /// (no retention) unless another card shares it, and the card's history is redacted,
-    /// keeping hashes.
-    pub fn hard_delete(&self, ws: &str, id: &CardId, actor: &str) -> Result<CardChange> {
+    /// Removes a card and its content at once, for personal data or a credential: the
+    /// object is deleted (no retention) unless another card shares it, and the card's
+    /// history is redacted, keeping hashes. `reason` goes into the audit row.
+    pub fn hard_delete(
+        &self,
+        ws: &str,
+        id: &CardId,
+        actor: &str,
+        reason: Option<&str>,
+    ) -> Result<CardChange> {
+        let reason = match reason.map(str::trim) {
+            None | Some("") => None,
+            Some(r) if r.chars().count() > 500 || r.chars().any(char::is_control) => {
+                return Err(StoreError::Invalid(
+                    "reason must be at most 500 characters on one line".into(),
+                ));
+            }
+            Some(r) => Some(r),
+        };
         self.write(|tx| {
             let e = self.err("hard delete");
             let row = load_row(tx, ws, id)
@@ -772,7 +862,10 @@ impl Store {
                 Some(&row.sha256),
                 None,
                 None,
-                Some(&format!("purged {} object version(s)", versions.len().max(1))),
+                Some(&match reason {
+                    Some(r) => format!("purged {} object version(s); reason={r}", versions.len().max(1)),
+                    None => format!("purged {} object version(s)", versions.len().max(1)),
+                }),
             )
             .map_err(&e)?;
             Ok(change(*id, rev, None, false, true))
@@ -868,6 +961,7 @@ fn remove_card(tx: &Tx<'_>, ws: &str, id: &CardId, sha: &str, rev: u64) -> db::R
         params![ws, id_s],
     )?;
     super::usage::forget_card(tx, ws, &id_s)?;
+    super::intake::forget(tx, ws, &id_s)?;
     Ok(())
 }
 

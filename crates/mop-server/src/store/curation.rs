@@ -13,7 +13,7 @@ use mop_proto::curation::{
     MAX_PAGE, ReviewCounts, StaleCard, StaleReport, card_etag,
 };
 
-use super::cards::{CardState, Expect, audit, current_revision, load_row};
+use super::cards::{CardState, Expect, audit, current_revision, load_row, screen_admin};
 use super::{Result, Store, StoreError};
 
 /// Longest reason a rejection may give.
@@ -119,6 +119,8 @@ impl Store {
     fn full_cards(&self, tx: &Tx<'_>, ws: &str) -> Result<Vec<Full>> {
         let e = self.err("read cards");
         let mut usage = self.usage_map(tx, ws)?;
+        let mut credentials = super::intake::credentials_by_card(tx, ws).map_err(&e)?;
+        let mut groups = super::intake::groups_by_card(tx, ws).map_err(&e)?;
         let mut reinforced: HashMap<String, u64> = HashMap::new();
         let mut origins: HashMap<String, (String, String)> = HashMap::new();
         {
@@ -201,6 +203,9 @@ impl Store {
                     reinforcements: reinforced.remove(&id).unwrap_or(0),
                     provenance,
                     usage: usage.remove(&id).unwrap_or_default(),
+                    credentials: credentials.remove(&id).unwrap_or_default(),
+                    duplicate_group: groups.remove(&id),
+                    previously_rejected: None,
                     summary,
                 },
                 created_at,
@@ -284,7 +289,7 @@ impl Store {
                 (&a.created_at, a.info.summary.id).cmp(&(&b.created_at, b.info.summary.id))
             });
             let counts = count_queue(&queue, Timestamp::now());
-            let page = queue
+            let mut page = queue
                 .into_iter()
                 .skip(offset)
                 .take(limit)
@@ -293,6 +298,11 @@ impl Store {
                     Ok((f.info, text))
                 })
                 .collect::<Result<Vec<_>>>()?;
+            self.mark_rejected(
+                tx,
+                ws,
+                &mut page.iter_mut().map(|(c, _)| c).collect::<Vec<_>>(),
+            )?;
             Ok((counts, page))
         })
     }
@@ -301,12 +311,13 @@ impl Store {
     /// (so the text is the version the tag names).
     pub fn card_details(&self, ws: &str, id: &CardId) -> Result<CardDetails> {
         self.read(|tx| {
-            let card = self
+            let mut card = self
                 .full_cards(tx, ws)?
                 .into_iter()
                 .find(|f| f.info.summary.id == *id)
                 .map(|f| f.info)
                 .ok_or_else(|| not_found(ws, id))?;
+            self.mark_rejected(tx, ws, &mut [&mut card])?;
             let text = self.text_of(tx, ws, id)?;
             let history = self.history_in(tx, ws, id)?;
             Ok(CardDetails {
@@ -361,7 +372,8 @@ impl Store {
     }
 
     /// Verifies a card, after replacing its text with `edited` when given (the edit must
-    /// keep the card's id). One audit row says both.
+    /// keep the card's id). One audit row says both. A card whose text carries a credential
+    /// is refused (a verify would send it to every task) unless `allow_credentials`.
     pub fn verify(
         &self,
         ws: &str,
@@ -369,9 +381,27 @@ impl Store {
         edited: Option<&[u8]>,
         actor: &str,
         expect: Expect<'_>,
+        allow_credentials: bool,
     ) -> Result<CardChange> {
+        let allow: &[CardId] = if allow_credentials {
+            std::slice::from_ref(id)
+        } else {
+            &[]
+        };
         let Some(raw) = edited else {
-            return self.set_state(ws, id, CardState::Verify, actor, expect);
+            let (current, _) = self.card_text(ws, id)?;
+            let allowed = screen_admin(&current, id, allow)?;
+            return self.write(|tx| {
+                self.set_state_in(
+                    tx,
+                    ws,
+                    id,
+                    CardState::Verify,
+                    actor,
+                    expect,
+                    allowed.as_deref(),
+                )
+            });
         };
         let mut card = parse_card(raw)
             .map_err(|e| StoreError::Invalid(format!("edited card is not valid OKF: {e}")))?;
@@ -383,18 +413,24 @@ impl Store {
         }
         card.summary.trust = Trust::Verified;
         let new_raw = render_card(&card).into_bytes();
+        let detail = match screen_admin(&new_raw, id, allow)? {
+            Some(allowed) => format!("with edits; {allowed}"),
+            None => "with edits".to_owned(),
+        };
         self.replace_text(
             ws,
             &card,
             &new_raw,
             actor,
             expect,
-            ("verify", Some("with edits")),
+            ("verify", Some(&detail)),
         )
     }
 
     /// Rejects a card: archives it (out of every task now, purged after the archive
-    /// retention) with the curator's reason in its history.
+    /// retention) with the curator's reason in its history, and keeps a tombstone of its
+    /// lesson (fingerprint, reason, curator; no text) that outlives the purge: a later store
+    /// of the same lesson is refused with the reason (or queued marked, as configured).
     pub fn reject(
         &self,
         ws: &str,
@@ -417,7 +453,13 @@ impl Store {
         }
         let detail = format!("reason={reason}");
         self.write(|tx| {
-            self.set_state_in(tx, ws, id, CardState::Reject, actor, expect, Some(&detail))
+            let change =
+                self.set_state_in(tx, ws, id, CardState::Reject, actor, expect, Some(&detail))?;
+            if change.changed {
+                super::intake::bury(tx, ws, id, reason, actor)
+                    .map_err(self.err("keep tombstone"))?;
+            }
+            Ok(change)
         })
     }
 

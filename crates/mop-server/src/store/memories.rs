@@ -1,18 +1,27 @@
-//! Stores from agent tasks (`POST /memories`), with save-time dedup.
+//! Stores from agent tasks (`POST /memories`): the one place that decides what an agent's
+//! card does to the workspace.
 //!
 //! The daemon asserts the task's provenance; the server records it, with the node token as
-//! actor, and refuses a card bound to any other user or asset. Dedup compares only with
-//! cards that task could see (the same hard exclusions as task selection):
-//! - an equal card (same type, title and body, ignoring case and spacing of the title and
-//!   spacing of the body) is *reinforced*: counters only, published in the next batch;
-//! - otherwise the author's own unverified card with the same type and title is *extended*
-//!   with the new text;
-//! - otherwise a new unverified card is *created*. Agent text never rewrites a verified card.
+//! actor, and refuses a card bound to any other user or asset. Then, in order:
+//! - a card that carries a credential is refused (kinds and places named, never values);
+//! - a store whose idempotency key was seen gets that store's first answer, and nothing
+//!   changes (a daemon replaying a queued store, or retrying one that timed out);
+//! - a lesson a curator rejected is refused with the reason (or created marked, as
+//!   `[intake] on_rejected` says);
+//! - the same lesson (`mop_intake::lesson`) as a card the task can see *reinforces* that
+//!   card: counters only, published in the next batch, once per task (a repeat answers
+//!   `unchanged`). A card merged away counts as the card it was merged into. The answer
+//!   says whether a person verified the card;
+//! - otherwise the author's own unverified card with the same type and title is
+//!   *extended* with the new text;
+//! - otherwise a new unverified card is *created*. When it repeats a card the task cannot
+//!   see (another author's unverified card), it joins that card's duplicate group for the
+//!   curators, and the answer reveals nothing of the other card.
 //!
-//! Stores are bounded: a task without a user is nobody's author and its stores are
-//! refused; each (node token, task) may store at most `limits.stores_per_task` times; and a
-//! task reinforces a card at most once (a repeat is answered `unchanged`). A refusal
-//! changes nothing. Every answer says who will see the card.
+//! Agent text never rewrites a verified card. Stores are bounded: a task without a user is
+//! nobody's author and its stores are refused; each (node token, task) may store at most
+//! `limits.stores_per_task` times. A refusal changes nothing. Every answer says who will
+//! see the card and what to do next.
 
 use super::db::{Tx, params};
 use jiff::Timestamp;
@@ -20,14 +29,15 @@ use mop_cards::{
     Card, CardId, CardSummary, Counters, Extra, Provenance, Trust, is_scope_id, is_task_id,
     parse_card, render_card,
 };
-use mop_proto::sync::{StoreOutcome, StoreRequest, StoreResponse};
+use mop_intake::lesson::Lesson;
+use mop_intake::secrets::Screen;
+use mop_proto::sync::{RejectionNote, StoreOutcome, StoreRequest, StoreResponse};
 
-use super::cards::{Kept, audit, current_revision, load_object, title_key, write_card};
+use super::cards::{
+    Kept, Row, audit, current_revision, load_object, load_row, title_key, write_card,
+};
+use super::intake::{self, OnRejected};
 use super::{Result, Store, StoreError, bump, db, ensure_workspace, stamp};
-
-fn body_key(body: &str) -> String {
-    body.split_whitespace().collect::<Vec<_>>().join(" ")
-}
 
 /// Records that a task (a node token's task id) contributed to a card: created, extended
 /// or reinforced it. False when it had already, so its repeat counts for nothing.
@@ -63,20 +73,105 @@ pub struct StoreLimits {
     pub stores_per_task: u64,
 }
 
+/// What to tell an agent whose store repeated card `id`.
+fn repeat_note(id: &CardId, verified: bool) -> String {
+    if verified {
+        format!(
+            "A verified card already covers this lesson: read it with `mop memory get {id}` (MCP: memory_get) and store only what it does not say."
+        )
+    } else {
+        format!(
+            "Card {id}, which your tasks stored before, says the same; a curator has not verified it yet. Read it with `mop memory get {id}` and store only what is new."
+        )
+    }
+}
+
+/// A live card the lesson matched: where a merged-away card leads, and how close it was.
+struct Match {
+    row: Row,
+    score: f32,
+}
+
 impl Store {
-    /// Stores a card from a task. `actor` is the node token's id.
+    /// The first answer to a store with idempotency key `key` from `actor`, if any (read
+    /// only: the API asks before it spends the token's store budget on a replay).
+    pub fn first_store_answer(
+        &self,
+        ws: &str,
+        actor: &str,
+        key: &str,
+    ) -> Result<Option<StoreResponse>> {
+        self.read(|tx| {
+            intake::first_answer(tx, ws, actor, key).map_err(self.err("read store answer"))
+        })
+    }
+
+    /// The live cards whose lesson is the same as `lesson`, best first; a card merged away
+    /// is replaced by the card it was merged into.
+    fn same_lesson_cards(&self, tx: &Tx<'_>, ws: &str, lesson: &Lesson) -> Result<Vec<Match>> {
+        let e = self.err("find the same lesson");
+        let t = &self.intake.same_lesson;
+        let mut out: Vec<Match> = Vec::new();
+        for (id, other) in intake::candidates(tx, ws, lesson).map_err(&e)? {
+            let Some(same) = lesson.same_as(&other, t) else {
+                continue;
+            };
+            let Some(mut row) = load_row(tx, ws, &id).map_err(&e)? else {
+                continue;
+            };
+            // A merge supersedes the merged card by its target: follow the chain.
+            for _ in 0..16 {
+                let Some(next) = row.summary.superseded_by else {
+                    break;
+                };
+                match load_row(tx, ws, &next).map_err(&e)? {
+                    Some(r) => row = r,
+                    None => break,
+                }
+            }
+            if !row.summary.is_live() || row.archived_at.is_some() {
+                continue;
+            }
+            match out.iter_mut().find(|m| m.row.summary.id == row.summary.id) {
+                Some(m) => m.score = m.score.max(same.score()),
+                None => out.push(Match {
+                    row,
+                    score: same.score(),
+                }),
+            }
+        }
+        // Verified cards first (what the agent should read), then the closest, then by id.
+        out.sort_by(|a, b| {
+            (a.row.summary.trust != Trust::Verified)
+                .cmp(&(b.row.summary.trust != Trust::Verified))
+                .then(b.score.total_cmp(&a.score))
+                .then(a.row.summary.id.cmp(&b.row.summary.id))
+        });
+        Ok(out)
+    }
+
+    /// Stores a card from a task. `actor` is the node token's id; `key` the store's
+    /// idempotency key, when the daemon sent one.
     pub fn store_memory(
         &self,
         ws: &str,
         req: &StoreRequest,
         actor: &str,
         limits: StoreLimits,
+        key: Option<&str>,
     ) -> Result<StoreResponse> {
         let p = &req.provenance;
         let c = &req.card;
         if !is_task_id(&p.task_id) {
             return Err(StoreError::Invalid(
                 "provenance.task_id must be 1 to 64 characters of [A-Za-z0-9._-] starting with a letter or digit".into(),
+            ));
+        }
+        if key.is_some_and(|k| {
+            k.is_empty() || k.len() > 128 || !k.bytes().all(|b| b.is_ascii_graphic())
+        }) {
+            return Err(StoreError::Invalid(
+                "the Idempotency-Key header must be 1 to 128 visible ASCII characters".into(),
             ));
         }
         for (key, value) in [
@@ -141,12 +236,36 @@ impl Store {
                 p.task_id
             )));
         }
-        let key = title_key(&c.title);
+        let (labels, codes, stacks) = (
+            c.labels.join(" "),
+            c.error_codes.join(" "),
+            c.stacks.join(" "),
+        );
+        let findings: Vec<_> = Screen::builtin()
+            .scan_fields([
+                ("title", c.title.as_str()),
+                ("description", c.description.as_deref().unwrap_or("")),
+                ("body", c.body.as_str()),
+                ("labels", labels.as_str()),
+                ("error_codes", codes.as_str()),
+                ("stacks", stacks.as_str()),
+            ])
+            .into_iter()
+            .map(intake::wire)
+            .collect();
+        intake::refuse_credentials(findings, "the card")?;
+        let lesson = Lesson::of(&c.title, &c.body);
+        let title = title_key(&c.title);
         let detail = format!("task={}", p.task_id);
 
         self.write(|tx| {
             let e = self.err("store memory");
             ensure_workspace(tx, ws).map_err(&e)?;
+            if let Some(k) = key
+                && let Some(first) = intake::first_answer(tx, ws, actor, k).map_err(&e)?
+            {
+                return Ok(first);
+            }
             // Count this store first; over the limit, the error rolls the whole
             // transaction back, so a refused store changes nothing.
             let stores: i64 = tx
@@ -166,116 +285,253 @@ impl Store {
                     limits.stores_per_task
                 )));
             }
-            // Live cards of the same type and title that this task could see.
-            let candidates: Vec<(CardSummary, String)> = {
-                let mut stmt = tx
-                    .prepare_cached(
-                        "SELECT summary, sha256 FROM cards
-                         WHERE workspace = ?1 AND card_type = ?2 AND title_key = ?3 AND live = 1 ORDER BY id",
-                    )
-                    .map_err(&e)?;
-                let rows = stmt
-                    .query_map(params![ws, c.card_type.as_str(), key], |r| {
-                        Ok((r.get::<String>(0)?, r.get::<String>(1)?))
-                    })
-                    .map_err(&e)?;
-                let mut out = Vec::new();
-                for row in rows {
-                    let (summary, sha) = row.map_err(&e)?;
-                    let summary: CardSummary = serde_json::from_str(&summary)
-                        .map_err(|err| StoreError::Invalid(format!("stored summary unreadable: {err}")))?;
-                    if summary.is_visible_to(p.user_id.as_deref(), p.asset_id.as_deref()) {
-                        out.push((summary, sha));
+            let stones = intake::tombstones(tx, ws).map_err(&e)?;
+            let mut previously_rejected: Option<RejectionNote> = None;
+            if let Some(stone) = intake::matching_tombstone(&stones, &lesson, &self.intake.same_lesson) {
+                match self.intake.on_rejected {
+                    OnRejected::Refuse => {
+                        return Err(StoreError::Rejected { note: stone.note.clone() });
                     }
+                    OnRejected::Queue => previously_rejected = Some(stone.note.clone()),
                 }
-                out
+            }
+            let answer = self.decide(tx, ws, actor, req, &new_card, &lesson, &title, &detail, now_ts, previously_rejected)?;
+            if let Some(k) = key {
+                intake::keep_answer(tx, ws, actor, k, &answer).map_err(&e)?;
+            }
+            Ok(answer)
+        })
+    }
+
+    /// Reinforce, extend or create (see the module's comment), inside the store's
+    /// transaction.
+    #[allow(clippy::too_many_arguments)]
+    fn decide(
+        &self,
+        tx: &Tx<'_>,
+        ws: &str,
+        actor: &str,
+        req: &StoreRequest,
+        new_card: &Card,
+        lesson: &Lesson,
+        title: &str,
+        detail: &str,
+        now_ts: Timestamp,
+        previously_rejected: Option<RejectionNote>,
+    ) -> Result<StoreResponse> {
+        let e = self.err("store memory");
+        let p = &req.provenance;
+        let c = &req.card;
+        let visible =
+            |s: &CardSummary| s.is_visible_to(p.user_id.as_deref(), p.asset_id.as_deref());
+        let matches = if previously_rejected.is_some() {
+            // A lesson a curator turned down is not more evidence for anything: it goes to
+            // the queue as itself.
+            Vec::new()
+        } else {
+            self.same_lesson_cards(tx, ws, lesson)?
+        };
+        if let Some(m) = matches.iter().find(|m| visible(&m.row.summary)) {
+            let s = &m.row.summary;
+            let verified = s.trust == Trust::Verified;
+            let revision = current_revision(tx, ws).map_err(&e)?;
+            let answer = |outcome| StoreResponse {
+                outcome,
+                id: Some(s.id),
+                revision,
+                audience: s.audience_sentence(),
+                verified: Some(verified),
+                note: repeat_note(&s.id, verified),
+                store_id: None,
+                previously_rejected: None,
             };
-
-            let new_body = body_key(&c.body);
-            let mut own_unverified = None;
-            for (summary, sha) in &candidates {
-                let raw = load_object(tx, ws, sha).map_err(&e)?;
-                let existing = parse_card(&raw)
-                    .map_err(|err| StoreError::Invalid(format!("stored card {} unreadable: {err}", summary.id)))?;
-                if body_key(&existing.body) == new_body {
-                    let audience = summary.audience_sentence();
-                    let revision = current_revision(tx, ws).map_err(&e)?;
-                    // One reinforcement per (task, card): a task repeating itself (or
-                    // repeating the card it stored) is not more evidence.
-                    if !note_contribution(tx, ws, actor, &p.task_id, &summary.id, now_ts).map_err(&e)? {
-                        return Ok(StoreResponse { outcome: StoreOutcome::Unchanged, id: summary.id, revision, audience });
-                    }
-                    // Reinforce: counters only, published with the next batch.
-                    tx.execute(
-                        "UPDATE cards SET pending_occurrence = pending_occurrence + 1, pending_last_seen = ?3
-                         WHERE workspace = ?1 AND id = ?2",
-                        params![ws, summary.id.to_string(), stamp(now_ts)],
-                    )
-                    .map_err(&e)?;
-                    tx.execute("UPDATE workspaces SET counters_dirty = 1 WHERE name = ?1", params![ws])
-                        .map_err(&e)?;
-                    audit(tx, ws, Some(&summary.id), revision, actor, "reinforce", Some(sha), Some(sha), None, Some(&detail))
-                        .map_err(&e)?;
-                    return Ok(StoreResponse { outcome: StoreOutcome::Reinforced, id: summary.id, revision, audience });
-                }
-                let author = summary.restricted_to_author();
-                if own_unverified.is_none() && author.is_some() && author == p.user_id.as_deref() {
-                    own_unverified = Some((existing, sha.clone()));
-                }
+            // One reinforcement per (task, card): a task repeating itself (or repeating the
+            // card it stored) is not more evidence.
+            if !note_contribution(tx, ws, actor, &p.task_id, &s.id, now_ts).map_err(&e)? {
+                return Ok(answer(StoreOutcome::Unchanged));
             }
+            tx.execute(
+                "UPDATE cards SET pending_occurrence = pending_occurrence + 1, pending_last_seen = ?3
+                 WHERE workspace = ?1 AND id = ?2",
+                params![ws, s.id.to_string(), stamp(now_ts)],
+            )
+            .map_err(&e)?;
+            tx.execute(
+                "UPDATE workspaces SET counters_dirty = 1 WHERE name = ?1",
+                params![ws],
+            )
+            .map_err(&e)?;
+            let sha = &m.row.sha256;
+            audit(
+                tx,
+                ws,
+                Some(&s.id),
+                revision,
+                actor,
+                "reinforce",
+                Some(sha),
+                Some(sha),
+                None,
+                Some(&format!("{detail} score={:.2}", m.score)),
+            )
+            .map_err(&e)?;
+            return Ok(answer(StoreOutcome::Reinforced));
+        }
 
-            if let Some((mut existing, old_sha)) = own_unverified {
-                // Extend the author's own unverified card with the new specifics.
-                let old_row: (i64, Option<String>) = tx
-                    .query_row(
-                        "SELECT occurrence, last_seen FROM cards WHERE workspace = ?1 AND id = ?2",
-                        params![ws, existing.summary.id.to_string()],
-                        |r| Ok((r.get(0)?, r.get(1)?)),
-                    )
-                    .map_err(&e)?;
-                if !existing.body.ends_with('\n') {
-                    existing.body.push('\n');
-                }
-                existing.body.push('\n');
-                existing.body.push_str(&c.body);
-                merge(&mut existing.summary.labels, &c.labels);
-                merge(&mut existing.summary.error_codes, &c.error_codes);
-                merge(&mut existing.summary.stacks, &c.stacks);
-                if existing.summary.description.is_none() {
-                    existing.summary.description = c.description.clone();
-                }
-                existing.summary.updated_at = Some(now_ts);
-                existing
-                    .validate()
-                    .map_err(|err| StoreError::Invalid(format!("extended card would be invalid: {err}")))?;
-                let raw = render_card(&existing).into_bytes();
-                let rev = bump(tx, ws).map_err(&e)?;
-                let sha = write_card(tx, ws, &existing, &raw, rev, Kept { occurrence: old_row.0 as u64, last_seen: old_row.1.as_deref(), archived_at: None })
-                    .map_err(&e)?;
-                audit(tx, ws, Some(&existing.summary.id), rev, actor, "extend", Some(&old_sha), Some(&sha), Some(&raw), Some(&detail))
-                    .map_err(&e)?;
-                note_contribution(tx, ws, actor, &p.task_id, &existing.summary.id, now_ts).map_err(&e)?;
-                return Ok(StoreResponse {
-                    outcome: StoreOutcome::Extended,
-                    id: existing.summary.id,
-                    revision: rev,
-                    audience: existing.summary.audience_sentence(),
-                });
-            }
-
-            let raw = render_card(&new_card).into_bytes();
-            let rev = bump(tx, ws).map_err(&e)?;
-            let seen = stamp(now_ts);
-            let sha = write_card(tx, ws, &new_card, &raw, rev, Kept { occurrence: 1, last_seen: Some(&seen), archived_at: None }).map_err(&e)?;
-            audit(tx, ws, Some(&new_card.summary.id), rev, actor, "store", None, Some(&sha), Some(&raw), Some(&detail))
+        // The author's own unverified card with the same type and title, if any.
+        let own: Option<(CardSummary, String)> = {
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT summary, sha256 FROM cards
+                     WHERE workspace = ?1 AND card_type = ?2 AND title_key = ?3 AND live = 1 ORDER BY id",
+                )
                 .map_err(&e)?;
-            note_contribution(tx, ws, actor, &p.task_id, &new_card.summary.id, now_ts).map_err(&e)?;
-            Ok(StoreResponse {
-                outcome: StoreOutcome::Created,
-                id: new_card.summary.id,
+            let rows = stmt
+                .query_map(params![ws, c.card_type.as_str(), title], |r| {
+                    Ok((r.get::<String>(0)?, r.get::<String>(1)?))
+                })
+                .map_err(&e)?;
+            let mut found = None;
+            for row in rows {
+                let (summary, sha) = row.map_err(&e)?;
+                let summary: CardSummary = serde_json::from_str(&summary).map_err(|err| {
+                    StoreError::Invalid(format!("stored summary unreadable: {err}"))
+                })?;
+                let author = summary.restricted_to_author();
+                if visible(&summary) && author.is_some() && author == p.user_id.as_deref() {
+                    found = Some((summary, sha));
+                    break;
+                }
+            }
+            found
+        };
+        if let Some((summary, old_sha)) = own.filter(|_| previously_rejected.is_none()) {
+            let raw = load_object(tx, ws, &old_sha).map_err(&e)?;
+            let mut existing = parse_card(&raw).map_err(|err| {
+                StoreError::Invalid(format!("stored card {} unreadable: {err}", summary.id))
+            })?;
+            // Extend the author's own unverified card with the new specifics.
+            let old_row: (i64, Option<String>) = tx
+                .query_row(
+                    "SELECT occurrence, last_seen FROM cards WHERE workspace = ?1 AND id = ?2",
+                    params![ws, existing.summary.id.to_string()],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .map_err(&e)?;
+            if !existing.body.ends_with('\n') {
+                existing.body.push('\n');
+            }
+            existing.body.push('\n');
+            existing.body.push_str(&c.body);
+            merge(&mut existing.summary.labels, &c.labels);
+            merge(&mut existing.summary.error_codes, &c.error_codes);
+            merge(&mut existing.summary.stacks, &c.stacks);
+            if existing.summary.description.is_none() {
+                existing.summary.description = c.description.clone();
+            }
+            existing.summary.updated_at = Some(now_ts);
+            existing.validate().map_err(|err| {
+                StoreError::Invalid(format!("extended card would be invalid: {err}"))
+            })?;
+            let raw = render_card(&existing).into_bytes();
+            let rev = bump(tx, ws).map_err(&e)?;
+            let sha = write_card(
+                tx,
+                ws,
+                &existing,
+                &raw,
+                rev,
+                Kept {
+                    occurrence: old_row.0 as u64,
+                    last_seen: old_row.1.as_deref(),
+                    archived_at: None,
+                },
+            )
+            .map_err(&e)?;
+            audit(
+                tx,
+                ws,
+                Some(&existing.summary.id),
+                rev,
+                actor,
+                "extend",
+                Some(&old_sha),
+                Some(&sha),
+                Some(&raw),
+                Some(detail),
+            )
+            .map_err(&e)?;
+            note_contribution(tx, ws, actor, &p.task_id, &existing.summary.id, now_ts)
+                .map_err(&e)?;
+            return Ok(StoreResponse {
+                outcome: StoreOutcome::Extended,
+                id: Some(existing.summary.id),
                 revision: rev,
-                audience: new_card.summary.audience_sentence(),
-            })
+                audience: existing.summary.audience_sentence(),
+                verified: Some(false),
+                note: String::new(),
+                store_id: None,
+                previously_rejected: None,
+            });
+        }
+
+        let raw = render_card(new_card).into_bytes();
+        let rev = bump(tx, ws).map_err(&e)?;
+        let seen = stamp(now_ts);
+        let sha = write_card(
+            tx,
+            ws,
+            new_card,
+            &raw,
+            rev,
+            Kept {
+                occurrence: 1,
+                last_seen: Some(&seen),
+                archived_at: None,
+            },
+        )
+        .map_err(&e)?;
+        let id = new_card.summary.id;
+        let mut audit_detail = detail.to_owned();
+        // The same lesson as cards the task cannot see: grouped for the curators, never
+        // named to the agent.
+        if let Some(other) = matches.first() {
+            intake::join_group(tx, ws, &id, &other.row.summary.id).map_err(&e)?;
+            audit_detail.push_str(&format!(" duplicate_of={}", other.row.summary.id));
+        }
+        if let Some(r) = &previously_rejected {
+            audit_detail.push_str(&format!(" previously_rejected={}", r.id));
+        }
+        audit(
+            tx,
+            ws,
+            Some(&id),
+            rev,
+            actor,
+            "store",
+            None,
+            Some(&sha),
+            Some(&raw),
+            Some(&audit_detail),
+        )
+        .map_err(&e)?;
+        note_contribution(tx, ws, actor, &p.task_id, &id, now_ts).map_err(&e)?;
+        let note = match &previously_rejected {
+            Some(r) => format!(
+                "A curator rejected this lesson on {}: {}. It waits for review marked \"previously rejected\"; unless the situation changed, do not rely on it.",
+                r.at, r.reason
+            ),
+            None => String::new(),
+        };
+        Ok(StoreResponse {
+            outcome: StoreOutcome::Created,
+            id: Some(id),
+            revision: rev,
+            audience: new_card.summary.audience_sentence(),
+            verified: None,
+            note,
+            store_id: None,
+            previously_rejected,
         })
     }
 }

@@ -15,6 +15,7 @@ mod backup;
 mod cards;
 mod curation;
 pub mod db;
+mod intake;
 mod memories;
 mod migrate;
 mod pg;
@@ -31,6 +32,7 @@ use jiff::Timestamp;
 pub use backup::{BackupReport, backup};
 pub use cards::{CardChange, CardState, Expect, HistoryRow, ImportReport, Rejected};
 use db::{DbError, OptionalExtension, Tx, params};
+pub use intake::{IntakePolicy, OnRejected};
 pub use memories::StoreLimits;
 pub use migrate::{MigrateReport, TableCheck, migrate};
 pub use sync::{BuiltManifest, ManifestKind};
@@ -92,6 +94,28 @@ pub enum StoreError {
     /// A configured limit was reached; nothing changed.
     #[error("{0}")]
     Limit(String),
+    /// The text carries credentials; nothing was stored. The message names each one's
+    /// kind and place, never its value.
+    #[error(
+        "{what} carries {} credential(s): {}; nothing was stored. Store the lesson without the credential (name where it lives, e.g. the vault path, instead)",
+        findings.len(),
+        findings.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    )]
+    Credential {
+        /// What was screened (`the card`, `card <id>`).
+        what: String,
+        /// Kinds and places.
+        findings: Vec<mop_proto::sync::CredentialFinding>,
+    },
+    /// The lesson is one a curator rejected; nothing was stored.
+    #[error(
+        "a curator rejected this lesson on {}: {}; nothing was stored. Do not store it again; if the situation has changed, store what is new and say why",
+        note.at, note.reason
+    )]
+    Rejected {
+        /// When and why.
+        note: mop_proto::sync::RejectionNote,
+    },
     /// The card is no longer at the version the caller read (`If-Match`); nothing changed.
     #[error(
         "card {id} changed since you read it (its version is now {current}); nothing was saved: reload it, apply your change again and send the new version"
@@ -203,6 +227,8 @@ enum Engine {
 /// The database.
 pub struct Store {
     engine: Engine,
+    /// The write path's settings.
+    intake: IntakePolicy,
     shown: String,
     epoch: String,
     /// True when this open made the epoch: the database held no mop data before.
@@ -240,6 +266,7 @@ impl Store {
         };
         let mut store = Store {
             engine,
+            intake: IntakePolicy::default(),
             shown,
             epoch: String::new(),
             created: false,
@@ -267,6 +294,15 @@ impl Store {
                 }
             })
         })?;
+        // Cards written before intake existed, or under other rules, get their facts now:
+        // every later decision relies on them.
+        let made = store.refresh_intake()?;
+        if made > 0 {
+            tracing::info!(
+                cards = made,
+                "intake facts (fingerprints, credentials) made for existing cards"
+            );
+        }
         Ok(store)
     }
 
@@ -289,6 +325,17 @@ impl Store {
             )));
         }
         Ok(store)
+    }
+
+    /// The store with the write path's settings (the server's `[intake]`).
+    pub fn with_intake(mut self, policy: IntakePolicy) -> Store {
+        self.intake = policy;
+        self
+    }
+
+    /// The write path's settings in force.
+    pub fn intake(&self) -> &IntakePolicy {
+        &self.intake
     }
 
     /// The database epoch: a UUID made when the database was created.

@@ -159,6 +159,65 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (workspace, asset_id)
     ) STRICT, WITHOUT ROWID;
     ",
+    // 4: the write path at fleet scale. Per card, what intake derived from its text: the
+    // same-lesson fingerprint (normalised-text hash, MinHash signature, word count, band
+    // keys) and the credentials found in it; duplicate groups; rejection tombstones (a
+    // fingerprint and the curator's reason, never text); and each store's first answer by
+    // its idempotency key.
+    "
+    CREATE TABLE card_intake (
+        workspace   TEXT NOT NULL,
+        card_id     TEXT NOT NULL,
+        sha256      TEXT NOT NULL,          -- the object these facts were made from
+        version     TEXT NOT NULL,          -- fingerprint and rule versions; others are made again
+        exact       TEXT NOT NULL,          -- SHA-256 of the normalised title and body
+        signature   BLOB NOT NULL,          -- MinHash minima, little-endian u32s
+        words       INTEGER NOT NULL,
+        credentials TEXT,                   -- JSON findings (kind, field, line, column); NULL: none
+        PRIMARY KEY (workspace, card_id)
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX card_intake_by_exact ON card_intake (workspace, exact);
+
+    CREATE TABLE lesson_bands (
+        workspace TEXT NOT NULL,
+        band      INTEGER NOT NULL,
+        card_id   TEXT NOT NULL,
+        PRIMARY KEY (workspace, band, card_id)
+    ) STRICT, WITHOUT ROWID;
+
+    CREATE TABLE duplicate_groups (
+        workspace TEXT NOT NULL,
+        card_id   TEXT NOT NULL,
+        group_id  TEXT NOT NULL,            -- the group's first card
+        at        TEXT NOT NULL,
+        PRIMARY KEY (workspace, card_id)
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX duplicate_groups_by_group ON duplicate_groups (workspace, group_id);
+
+    CREATE TABLE rejections (
+        workspace TEXT NOT NULL,
+        id        TEXT NOT NULL,
+        card_id   TEXT NOT NULL,            -- the rejected card (purged later; this stays)
+        exact     TEXT NOT NULL,
+        signature BLOB NOT NULL,
+        words     INTEGER NOT NULL,
+        reason    TEXT NOT NULL,
+        actor     TEXT NOT NULL,
+        at        TEXT NOT NULL,
+        lifted_at TEXT,
+        lifted_by TEXT,
+        PRIMARY KEY (workspace, id)
+    ) STRICT, WITHOUT ROWID;
+
+    CREATE TABLE store_answers (
+        workspace TEXT NOT NULL,
+        actor     TEXT NOT NULL,
+        key       TEXT NOT NULL,
+        answer    TEXT NOT NULL,            -- the first answer, as JSON
+        at        TEXT NOT NULL,
+        PRIMARY KEY (workspace, actor, key)
+    ) STRICT, WITHOUT ROWID;
+    ",
 ];
 
 /// The same schema for PostgreSQL, version for version: migration N here leaves the tables
@@ -320,6 +379,61 @@ pub(crate) const PG_MIGRATIONS: &[&str] = &[
         PRIMARY KEY (workspace, asset_id)
     );
     "#,
+    // 4
+    r#"
+    CREATE TABLE card_intake (
+        workspace   TEXT COLLATE "C" NOT NULL,
+        card_id     TEXT COLLATE "C" NOT NULL,
+        sha256      TEXT COLLATE "C" NOT NULL,
+        version     TEXT COLLATE "C" NOT NULL,
+        exact       TEXT COLLATE "C" NOT NULL,
+        signature   BYTEA NOT NULL,
+        words       BIGINT NOT NULL,
+        credentials TEXT COLLATE "C",
+        PRIMARY KEY (workspace, card_id)
+    );
+    CREATE INDEX card_intake_by_exact ON card_intake (workspace, exact);
+
+    CREATE TABLE lesson_bands (
+        workspace TEXT COLLATE "C" NOT NULL,
+        band      BIGINT NOT NULL,
+        card_id   TEXT COLLATE "C" NOT NULL,
+        PRIMARY KEY (workspace, band, card_id)
+    );
+
+    CREATE TABLE duplicate_groups (
+        workspace TEXT COLLATE "C" NOT NULL,
+        card_id   TEXT COLLATE "C" NOT NULL,
+        group_id  TEXT COLLATE "C" NOT NULL,
+        at        TEXT COLLATE "C" NOT NULL,
+        PRIMARY KEY (workspace, card_id)
+    );
+    CREATE INDEX duplicate_groups_by_group ON duplicate_groups (workspace, group_id);
+
+    CREATE TABLE rejections (
+        workspace TEXT COLLATE "C" NOT NULL,
+        id        TEXT COLLATE "C" NOT NULL,
+        card_id   TEXT COLLATE "C" NOT NULL,
+        exact     TEXT COLLATE "C" NOT NULL,
+        signature BYTEA NOT NULL,
+        words     BIGINT NOT NULL,
+        reason    TEXT COLLATE "C" NOT NULL,
+        actor     TEXT COLLATE "C" NOT NULL,
+        at        TEXT COLLATE "C" NOT NULL,
+        lifted_at TEXT COLLATE "C",
+        lifted_by TEXT COLLATE "C",
+        PRIMARY KEY (workspace, id)
+    );
+
+    CREATE TABLE store_answers (
+        workspace TEXT COLLATE "C" NOT NULL,
+        actor     TEXT COLLATE "C" NOT NULL,
+        key       TEXT COLLATE "C" NOT NULL,
+        answer    TEXT COLLATE "C" NOT NULL,
+        at        TEXT COLLATE "C" NOT NULL,
+        PRIMARY KEY (workspace, actor, key)
+    );
+    "#,
 ];
 
 /// The tables the store keeps, in an order that satisfies their foreign keys: what the
@@ -339,6 +453,11 @@ pub(crate) const TABLES: &[&str] = &[
     "card_usage",
     "card_hosts",
     "asset_usage",
+    "card_intake",
+    "lesson_bands",
+    "duplicate_groups",
+    "rejections",
+    "store_answers",
 ];
 
 /// Brings an SQLite database to the newest schema.

@@ -11,6 +11,9 @@
 //! at most `sockets.agent_max_connections` of them: an agent that opens thousands only
 //! closes its own idle ones.
 //!
+//! A store the server cannot take now is queued on the host ([`crate::spool`]) and
+//! answered `queued` with its id, which `GET /v1/stores/{id}` follows.
+//!
 //! Must not decide what a task may see: the catalog's visibility rules do.
 
 use std::os::unix::fs::PermissionsExt;
@@ -25,13 +28,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use mop_cards::{CardId, CardLine};
 use mop_proto::receipts::{Activity, GetEvent, RetrieveEvent, StoreEvent};
-use mop_proto::sync::{StoreProvenance, StoreRequest};
+use mop_proto::sync::{StoreOutcome, StoreProvenance, StoreRequest, StoreResponse, store_errors};
 use mop_proto::{AgentCard, AgentStoreRequest, ListResponse, RetrieveRequest, RetrieveResponse};
 use tokio::net::UnixListener;
 
-use super::{Admit, CheckedListener, error, guarded, json_required};
+use super::{Admit, CheckedListener, error, error_with_code, guarded, json_required};
+use crate::client::ClientError;
 use crate::paths::AGENT_SOCKET;
 use crate::pool::make_dir;
+use crate::spool::{Queued, SpoolError};
 use crate::tasks::{AgentSockets, Task, Tasks};
 
 /// Opens and serves the agent sockets of tasks.
@@ -64,6 +69,7 @@ impl AgentSockets for AgentServer {
                 .route("/v1/cards/{id}", get(card))
                 .route("/v1/retrieve", post(retrieve))
                 .route("/v1/store", post(store))
+                .route("/v1/stores/{id}", get(store_status))
                 .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") }),
         )
         .with_state(AgentState {
@@ -103,16 +109,8 @@ impl AgentState {
         });
     }
 
-    fn record_store(&self, outcome: &str, id: Option<CardId>, status: Option<u16>) {
-        self.record(|a| {
-            let event = StoreEvent {
-                at: jiff::Timestamp::now(),
-                outcome: outcome.to_owned(),
-                id,
-                status,
-            };
-            Activity::push(&mut a.stores, &mut a.unlisted, event)
-        });
+    fn record_store(&self, event: StoreEvent) {
+        self.record(|a| Activity::push(&mut a.stores, &mut a.unlisted, event));
     }
 }
 
@@ -210,10 +208,33 @@ async fn retrieve(State(s): State<AgentState>, body: Bytes) -> Response {
     let lease = s.task.lease();
     let visible = loaded.catalog.visible_set(&lease.task);
     let searched = visible.len();
-    let hits = match loaded.index.search(&req.query, limit, Arc::new(visible)) {
+    // One order everywhere (OKF.md, as MEMORY.md lists them): every verified match first,
+    // then the unverified ones. Each half is searched on its own, so a handful of
+    // unverified near-duplicates cannot push a verified card out of the limit.
+    let (mut verified, mut unverified) = (
+        mop_cards::VisibleSet::empty(loaded.catalog.len()),
+        mop_cards::VisibleSet::empty(loaded.catalog.len()),
+    );
+    for ord in visible.without(&mop_cards::VisibleSet::empty(0)) {
+        if loaded.catalog.card(ord).unverified {
+            unverified.insert(ord);
+        } else {
+            verified.insert(ord);
+        }
+    }
+    let mut hits = match loaded.index.search(&req.query, limit, Arc::new(verified)) {
         Ok(h) => h,
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
+    if hits.len() < limit {
+        match loaded
+            .index
+            .search(&req.query, limit - hits.len(), Arc::new(unverified))
+        {
+            Ok(h) => hits.extend(h),
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        }
+    }
     let hits: Vec<AgentCard> = hits
         .iter()
         .map(|h| {
@@ -265,19 +286,30 @@ async fn store(State(s): State<AgentState>, body: Bytes) -> Response {
         Err(e) => return e,
     };
     let lease = s.task.lease();
-    let refuse = |message: String| {
-        s.record_store("refused", None, Some(StatusCode::FORBIDDEN.as_u16()));
-        error(StatusCode::FORBIDDEN, message)
+    let refused = |status: StatusCode, code: &str, message: String| {
+        s.record_store(StoreEvent {
+            at: jiff::Timestamp::now(),
+            outcome: "refused".into(),
+            id: None,
+            status: Some(status.as_u16()),
+            store_id: None,
+            code: Some(code.to_owned()),
+        });
+        error_with_code(status, code, message)
     };
     if lease.task.origin_user_id.is_none() {
         // Nobody could ever see such a card until a person verified it (OKF.md "Tiers"),
         // so refusing says so now instead of storing into the void.
-        return refuse(format!(
-            "task {} was started without a user, so nobody is the author of what it stores and \
-             no task could see the card: stores from tasks without a user are refused. The \
-             runner can start the task with --user NAME",
-            lease.task.task_id
-        ));
+        return refused(
+            StatusCode::FORBIDDEN,
+            store_errors::FORBIDDEN,
+            format!(
+                "task {} was started without a user, so nobody is the author of what it stores and \
+                 no task could see the card: stores from tasks without a user are refused. The \
+                 runner can start the task with --user NAME",
+                lease.task.task_id
+            ),
+        );
     }
     let provenance = StoreProvenance {
         task_id: lease.task.task_id.clone(),
@@ -286,40 +318,154 @@ async fn store(State(s): State<AgentState>, body: Bytes) -> Response {
     };
     let c = &req.card;
     if c.scope.user_id.is_some() && c.scope.user_id != provenance.user_id {
-        return refuse("a task may bind a card only to its own user".into());
+        return refused(
+            StatusCode::FORBIDDEN,
+            store_errors::FORBIDDEN,
+            "a task may bind a card only to its own user".into(),
+        );
     }
     if c.scope.asset_id.is_some() && c.scope.asset_id != provenance.asset_id {
-        return refuse("a task may bind a card only to its own asset".into());
+        return refused(
+            StatusCode::FORBIDDEN,
+            store_errors::FORBIDDEN,
+            "a task may bind a card only to its own asset".into(),
+        );
+    }
+    let ws = lease.task.workspace.clone();
+    let store_id = uuid::Uuid::new_v4().to_string();
+    let request = StoreRequest {
+        provenance,
+        card: req.card,
+    };
+    let spool = s.tasks.spool().clone();
+    // Stores of a workspace reach the server in the order agents made them: while earlier
+    // ones wait, a new one waits behind them.
+    if spool.has_waiting(&ws) {
+        spool.wake();
+        return queue(
+            &s,
+            &lease,
+            request,
+            store_id,
+            "stores queued before it still wait for the server",
+        )
+        .await;
     }
     let client = s.tasks.state().client();
-    match client
-        .store(
-            &lease.task.workspace,
-            &StoreRequest {
-                provenance,
-                card: req.card,
-            },
-        )
-        .await
-    {
-        Ok(r) => {
-            tracing::info!(task = %lease.task.task_id, card = %r.id, outcome = ?r.outcome, "memory stored for a task");
-            s.record_store(r.outcome.word(), Some(r.id), None);
+    match client.store(&ws, &request, &store_id).await {
+        Ok(mut r) => {
+            r.store_id = Some(store_id.clone());
+            tracing::info!(task = %lease.task.task_id, card = ?r.id, outcome = r.outcome.word(), "memory stored for a task");
+            s.record_store(StoreEvent {
+                at: jiff::Timestamp::now(),
+                outcome: r.outcome.word().into(),
+                id: r.id,
+                status: None,
+                store_id: Some(store_id),
+                code: None,
+            });
             Json(r).into_response()
         }
-        Err(crate::client::ClientError::Status { status, message }) => {
-            s.record_store("refused", None, Some(status));
-            error(
+        Err(e) if e.is_transient() => {
+            tracing::warn!(task = %lease.task.task_id, store = %store_id, error = %e, "the server cannot take a store now; queued on this host");
+            queue(&s, &lease, request, store_id, &e.to_string()).await
+        }
+        Err(ClientError::Status {
+            status,
+            code,
+            message,
+            ..
+        }) => {
+            // Counts and kinds only: never the card's text.
+            tracing::info!(task = %lease.task.task_id, status, code = code.as_deref().unwrap_or("-"), "the server refused a store");
+            let code = code.unwrap_or_else(|| "refused".into());
+            refused(
                 StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+                &code,
                 message,
             )
         }
-        Err(e) => {
-            s.record_store("failed", None, Some(StatusCode::BAD_GATEWAY.as_u16()));
+        Err(e) => unreachable!("every other error is transient: {e}"),
+    }
+}
+
+/// Keeps a store on the host for the server, on disk before the agent hears `queued`.
+async fn queue(
+    s: &AgentState,
+    lease: &crate::tasks::Lease,
+    request: StoreRequest,
+    store_id: String,
+    why: &str,
+) -> Response {
+    let queued = Queued {
+        store_id: store_id.clone(),
+        workspace: lease.task.workspace.clone(),
+        task_id: lease.task.task_id.clone(),
+        prepared_at: lease.created_at,
+        queued_at: jiff::Timestamp::now(),
+        request,
+    };
+    let spool = s.tasks.spool().clone();
+    let limits = s.tasks.state().config().spool.clone();
+    let kept = tokio::task::spawn_blocking(move || spool.enqueue(&queued, &limits)).await;
+    let event = |outcome: &str, status: Option<u16>, code: Option<&str>| StoreEvent {
+        at: jiff::Timestamp::now(),
+        outcome: outcome.into(),
+        id: None,
+        status,
+        store_id: Some(store_id.clone()),
+        code: code.map(str::to_owned),
+    };
+    match kept {
+        Ok(Ok(())) => {
+            s.record_store(event("queued", None, None));
+            tracing::info!(task = %lease.task.task_id, store = %store_id, "store queued on this host");
+            let answer = StoreResponse {
+                outcome: StoreOutcome::Queued,
+                id: None,
+                revision: 0,
+                audience: String::new(),
+                verified: None,
+                note: format!(
+                    "Nothing is lost: this host keeps it on disk and sends it to the card server, once, when it can ({why}). \
+                     Follow it with `mop memory store-status {store_id}`."
+                ),
+                store_id: Some(store_id.clone()),
+                previously_rejected: None,
+            };
+            (StatusCode::ACCEPTED, Json(answer)).into_response()
+        }
+        Ok(Err(SpoolError::Full(message))) => {
+            s.record_store(event("refused", Some(503), Some("queue_full")));
+            error_with_code(StatusCode::SERVICE_UNAVAILABLE, "queue_full", message)
+        }
+        Ok(Err(e)) => {
+            tracing::error!(task = %lease.task.task_id, error = %e, "cannot queue a store");
+            s.record_store(event("failed", Some(503), None));
             error(
-                StatusCode::BAD_GATEWAY,
-                format!("the card server could not take the card now: {e}"),
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the card server cannot take the card now and this host could not keep it ({e}); nothing was stored: try again later"
+                ),
             )
         }
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// `GET /v1/stores/{id}`: where one of this task's queued stores stands.
+async fn store_status(State(s): State<AgentState>, UrlPath(id): UrlPath<String>) -> Response {
+    let lease = s.task.lease();
+    let spool = s.tasks.spool().clone();
+    let task = lease.task.task_id.clone();
+    let found =
+        tokio::task::spawn_blocking(move || spool.status(&id, &task, lease.created_at)).await;
+    match found {
+        Ok(Some(status)) => Json(status).into_response(),
+        Ok(None) => error(
+            StatusCode::NOT_FOUND,
+            "no queued store of this task has that id (a store answered at once was final: its answer said what happened)",
+        ),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }

@@ -13,7 +13,8 @@ use tokio::sync::watch;
 use crate::tasks::Tasks;
 
 async fn scrape(AxumState(tasks): AxumState<Arc<Tasks>>) -> impl IntoResponse {
-    let text = tasks.state().metrics.encode(tasks.list().len());
+    let queue = tasks.spool().info(jiff::Timestamp::now());
+    let text = tasks.state().metrics.encode(tasks.list().len(), &queue);
     (
         [(
             header::CONTENT_TYPE,

@@ -35,6 +35,16 @@ pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
         .into_response()
 }
 
+/// A JSON error answer with a stable code (a store refusal passes the server's on, so
+/// agents and tests classify it by kind, never by its message).
+pub fn error_with_code(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    (
+        status,
+        Json(serde_json::json!({ "error": code, "message": message.into() })),
+    )
+        .into_response()
+}
+
 /// Parses a JSON request body, or answers 400 naming what is wrong. An empty body is the
 /// request's default.
 #[allow(clippy::result_large_err)]

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use mop_proto::status::{
-    ErrorKind, ErrorRecord, LocalCause, Problem, ReceiptsInfo, SyncResult, WorkspaceStatus,
+    ErrorKind, ErrorRecord, LocalCause, Problem, ReceiptsInfo, SpoolInfo, SyncResult,
+    WorkspaceStatus,
 };
 
 use super::render::ago;
@@ -249,6 +250,54 @@ mod tests {
         );
         assert_eq!(p[0].next, "journalctl -u mopd -n 50", "{p:?}");
     }
+}
+
+/// Warnings about agents' stores queued on this host: waiting ones (while the server
+/// cannot take them), ones the server refused when they were sent, dropped ones.
+pub fn stores(q: &SpoolInfo) -> Vec<Problem> {
+    let mut out = Vec::new();
+    if q.queued > 0 {
+        out.push(Problem {
+            workspace: None,
+            message: format!(
+                "{} agent store(s) wait on this host for the card server ({} bytes, the oldest for {} s){}",
+                q.queued,
+                q.bytes,
+                q.oldest_age_secs,
+                q.last_error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
+            ),
+            next: "they are sent, in order and once each, when the server takes them; nothing to do unless this lasts (spool.max_age_secs drops old ones)".into(),
+        });
+    }
+    for r in &q.refused {
+        out.push(Problem {
+            workspace: Some(r.workspace.clone()),
+            message: format!(
+                "the card server refused queued store {} of task {} when it was sent ({}{})",
+                r.store_id,
+                r.task_id,
+                r.status,
+                r.code
+                    .as_deref()
+                    .map(|c| format!(" {c}"))
+                    .unwrap_or_default()
+            ),
+            next: format!("mop receipt {} shows it; the store is not kept", r.task_id),
+        });
+    }
+    if q.dropped > 0 {
+        out.push(Problem {
+            workspace: None,
+            message: format!(
+                "{} queued store(s) were dropped unsent (older than spool.max_age_secs)",
+                q.dropped
+            ),
+            next:
+                "check that the card server is reachable; raise spool.max_age_secs to wait longer"
+                    .into(),
+        });
+    }
+    out
 }
 
 /// Warnings about task receipts: refused or dropped ones, and reports that keep failing.

@@ -66,6 +66,8 @@ pub struct Facts<'a> {
     pub bwrap: Option<String>,
     /// How receipts are being reported.
     pub receipts: ReceiptsInfo,
+    /// The queue of stores waiting for the server.
+    pub stores: SpoolInfo,
     /// Why hybrid retrieval is off where it was asked for (already judged).
     pub retrieval: Vec<Problem>,
 }
@@ -88,6 +90,7 @@ pub fn assemble(f: Facts<'_>, now: Timestamp) -> StatusReport {
         &config.server.token_file.display().to_string(),
     );
     warnings.extend(judge::receipts(&f.receipts));
+    warnings.extend(judge::stores(&f.stores));
     warnings.extend(f.retrieval);
     let healthy = problems.is_empty();
     let tasks: Vec<TaskInfo> = f
@@ -141,6 +144,7 @@ pub fn assemble(f: Facts<'_>, now: Timestamp) -> StatusReport {
         problems,
         warnings,
         receipts: f.receipts,
+        stores: f.stores,
     }
 }
 
@@ -168,6 +172,7 @@ pub fn report(state: &crate::state::State, tasks: &crate::tasks::Tasks) -> Statu
                     last_error: r.last_error,
                 }
             },
+            stores: tasks.spool().info(Timestamp::now()),
             retrieval: retrieval_warnings(state, tasks),
         },
         Timestamp::now(),
@@ -257,6 +262,7 @@ mod tests {
                     tasks,
                     bwrap: None,
                     receipts: ReceiptsInfo::default(),
+                    stores: SpoolInfo::default(),
                     retrieval: Vec::new(),
                 },
                 now,

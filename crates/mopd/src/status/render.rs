@@ -142,6 +142,24 @@ impl Render for StatusReport {
                 );
             }
         }
+        let q = &self.stores;
+        if q.queued == 0 {
+            let _ = writeln!(
+                out,
+                "stores       none waiting ({} sent from the queue, {} dropped since start)",
+                q.sent, q.dropped
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "stores       {} waiting for the server, {}, oldest {} ago ({} sent, {} dropped since start)",
+                q.queued,
+                human_bytes(q.bytes),
+                human_secs(q.oldest_age_secs),
+                q.sent,
+                q.dropped
+            );
+        }
         match &self.sandbox.bwrap {
             Some(p) => {
                 let _ = writeln!(

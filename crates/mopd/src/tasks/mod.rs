@@ -35,6 +35,7 @@ use tokio::sync::watch;
 
 use crate::pool::{Pool, make_dir};
 use crate::receipts::Receipts;
+use crate::spool::Spool;
 use crate::state::State;
 pub use leases::{Lease, LeaseKind};
 use leases::{Leftovers, expiry};
@@ -126,6 +127,7 @@ impl Task {
 pub struct Tasks {
     state: Arc<State>,
     receipts: Arc<Receipts>,
+    spool: Arc<Spool>,
     processes: Box<dyn Processes + Send + Sync>,
     reserving: Mutex<BTreeSet<String>>,
     shutting_down: AtomicBool,
@@ -136,12 +138,13 @@ pub struct Tasks {
 
 impl Tasks {
     /// No tasks yet; runners are looked up in `/proc`. Each task's receipt goes to
-    /// `receipts`.
-    pub fn new(state: Arc<State>, receipts: Arc<Receipts>) -> Tasks {
+    /// `receipts`; stores the server cannot take wait in `spool`.
+    pub fn new(state: Arc<State>, receipts: Arc<Receipts>, spool: Arc<Spool>) -> Tasks {
         Tasks {
             loaded: LoadedGenerations::new(state.clone()),
             state,
             receipts,
+            spool,
             processes: Box::new(ProcFs),
             shutting_down: AtomicBool::new(false),
             reserving: Mutex::default(),
@@ -170,7 +173,12 @@ impl Tasks {
         self.loaded.dense_states()
     }
 
-    /// The tasks' receipts.
+    /// The host's queue of stores the server could not take yet.
+    pub fn spool(&self) -> &Arc<Spool> {
+        &self.spool
+    }
+
+    /// The host's task receipts.
     pub fn receipts(&self) -> &Arc<Receipts> {
         &self.receipts
     }

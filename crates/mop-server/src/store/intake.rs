@@ -1,0 +1,624 @@
+//! What the write path keeps beside each card, and the tables it decides with: the card's
+//! same-lesson fingerprint and band keys and the credentials found in its text
+//! (`card_intake`, `lesson_bands`, made by [`record`] whenever a card's text is written),
+//! duplicate groups, rejection tombstones, and each store's first answer by its
+//! idempotency key.
+//!
+//! The rules themselves are `mop-intake`'s; this module only keeps their results and
+//! looks them up inside the caller's transaction, so a decision and the change it leads to
+//! commit together.
+
+use std::collections::HashMap;
+
+use mop_cards::{Card, CardId};
+use mop_intake::lesson::{Lesson, Thresholds};
+use mop_intake::secrets::{Finding, Screen};
+use mop_proto::curation::{CardInfo, CredentialCard, DuplicateGroup, Rejection};
+use mop_proto::sync::{CredentialFinding, RejectionNote, StoreResponse};
+
+use super::db::{self, OptionalExtension, Tx, params};
+use super::{Result, Store, StoreError, now};
+
+/// What a store that matches a rejected lesson gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnRejected {
+    /// Refused, with the date and reason of the rejection.
+    #[default]
+    Refuse,
+    /// Created as usual, marked "previously rejected" for the curator.
+    Queue,
+}
+
+/// The write path's settings (the server's `[intake]` configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct IntakePolicy {
+    /// When two lessons are the same.
+    pub same_lesson: Thresholds,
+    /// What a store of a rejected lesson gets.
+    pub on_rejected: OnRejected,
+}
+
+/// The version of what `card_intake` holds: the fingerprint format and the screening
+/// rules. A row of another version is made again at start.
+pub(crate) fn intake_version() -> String {
+    format!(
+        "lesson{}-screen{}",
+        mop_intake::lesson::VERSION,
+        mop_intake::secrets::rules_fingerprint()
+    )
+}
+
+/// A finding as the wire carries it.
+pub(crate) fn wire(f: Finding) -> CredentialFinding {
+    CredentialFinding {
+        kind: f.kind,
+        field: f.field,
+        line: f.line,
+        column: f.column,
+    }
+}
+
+/// The credentials in a card file, as the wire carries them.
+pub(crate) fn screen_card_file(raw: &[u8]) -> Vec<CredentialFinding> {
+    Screen::builtin()
+        .scan_card_file(&String::from_utf8_lossy(raw))
+        .into_iter()
+        .map(wire)
+        .collect()
+}
+
+/// Refuses text with credentials: the error lists kinds and places, never values.
+pub(crate) fn refuse_credentials(findings: Vec<CredentialFinding>, what: &str) -> Result<()> {
+    if findings.is_empty() {
+        Ok(())
+    } else {
+        Err(StoreError::Credential {
+            what: what.to_owned(),
+            findings,
+        })
+    }
+}
+
+/// The lesson of a card: its title and body.
+pub(crate) fn lesson_of(card: &Card) -> Lesson {
+    Lesson::of(&card.summary.title, &card.body)
+}
+
+/// Records what intake derives from a card's text (object `sha`), unless it is there
+/// already for this object and version. Every write of a card's text calls it.
+pub(crate) fn record(tx: &Tx<'_>, ws: &str, card: &Card, raw: &[u8], sha: &str) -> db::Result<()> {
+    let id = card.summary.id.to_string();
+    let version = intake_version();
+    let current: Option<(String, String)> = tx
+        .query_row(
+            "SELECT sha256, version FROM card_intake WHERE workspace = ?1 AND card_id = ?2",
+            params![ws, id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    if current.is_some_and(|(s, v)| s == sha && v == version) {
+        return Ok(());
+    }
+    let lesson = lesson_of(card);
+    let findings = screen_card_file(raw);
+    let credentials = (!findings.is_empty())
+        .then(|| serde_json::to_string(&findings).expect("findings serialize"));
+    tx.execute(
+        "INSERT INTO card_intake (workspace, card_id, sha256, version, exact, signature, words, credentials)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         ON CONFLICT (workspace, card_id) DO UPDATE SET
+            sha256 = excluded.sha256, version = excluded.version, exact = excluded.exact,
+            signature = excluded.signature, words = excluded.words, credentials = excluded.credentials",
+        params![
+            ws,
+            id,
+            sha,
+            version,
+            lesson.exact,
+            lesson.signature_bytes(),
+            i64::from(lesson.words),
+            credentials
+        ],
+    )?;
+    tx.execute(
+        "DELETE FROM lesson_bands WHERE workspace = ?1 AND card_id = ?2",
+        params![ws, id],
+    )?;
+    let mut bands = lesson.bands().to_vec();
+    bands.sort_unstable();
+    bands.dedup();
+    for band in bands {
+        tx.execute(
+            "INSERT INTO lesson_bands (workspace, band, card_id) VALUES (?1, ?2, ?3)
+             ON CONFLICT DO NOTHING",
+            params![ws, band, id],
+        )?;
+    }
+    Ok(())
+}
+
+/// Forgets what intake kept of a removed card (its group membership too). Its rejection
+/// tombstone, if any, stays: it holds no text.
+pub(crate) fn forget(tx: &Tx<'_>, ws: &str, id: &str) -> db::Result<()> {
+    for sql in [
+        "DELETE FROM card_intake WHERE workspace = ?1 AND card_id = ?2",
+        "DELETE FROM lesson_bands WHERE workspace = ?1 AND card_id = ?2",
+        "DELETE FROM duplicate_groups WHERE workspace = ?1 AND card_id = ?2",
+    ] {
+        tx.execute(sql, params![ws, id])?;
+    }
+    Ok(())
+}
+
+fn stored_lesson(exact: String, signature: Vec<u8>, words: i64) -> Option<Lesson> {
+    Lesson::from_stored(
+        exact,
+        &signature,
+        words.clamp(0, i64::from(u32::MAX)) as u32,
+    )
+}
+
+/// The cards whose lesson may be the same as `lesson`: equal normalised text, or at
+/// least one shared band key. The caller applies the rule.
+pub(crate) fn candidates(
+    tx: &Tx<'_>,
+    ws: &str,
+    lesson: &Lesson,
+) -> db::Result<Vec<(CardId, Lesson)>> {
+    let bands = lesson.bands();
+    let placeholders: Vec<String> = (0..bands.len()).map(|i| format!("?{}", i + 3)).collect();
+    let sql = format!(
+        "SELECT card_id, exact, signature, words FROM card_intake
+         WHERE workspace = ?1 AND (exact = ?2 OR card_id IN
+            (SELECT card_id FROM lesson_bands WHERE workspace = ?1 AND band IN ({})))
+         ORDER BY card_id",
+        placeholders.join(", ")
+    );
+    let mut values: Vec<&dyn db::ToValue> = vec![&ws, &lesson.exact];
+    values.extend(bands.iter().map(|b| b as &dyn db::ToValue));
+    let mut stmt = tx.prepare_cached(&sql)?;
+    let rows = stmt.query_map(&values, |r| {
+        Ok((
+            r.get::<String>(0)?,
+            r.get::<String>(1)?,
+            r.get::<Vec<u8>>(2)?,
+            r.get::<i64>(3)?,
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (id, exact, signature, words) = row?;
+        if let (Ok(id), Some(l)) = (CardId::parse(&id), stored_lesson(exact, signature, words)) {
+            out.push((id, l));
+        }
+    }
+    Ok(out)
+}
+
+/// A card's stored lesson.
+pub(crate) fn lesson_of_card(tx: &Tx<'_>, ws: &str, id: &CardId) -> db::Result<Option<Lesson>> {
+    Ok(tx
+        .query_row(
+            "SELECT exact, signature, words FROM card_intake WHERE workspace = ?1 AND card_id = ?2",
+            params![ws, id.to_string()],
+            |r| Ok((r.get::<String>(0)?, r.get::<Vec<u8>>(1)?, r.get::<i64>(2)?)),
+        )
+        .optional()?
+        .and_then(|(e, s, w)| stored_lesson(e, s, w)))
+}
+
+/// A live rejection tombstone.
+#[derive(Debug, Clone)]
+pub(crate) struct Tombstone {
+    pub note: RejectionNote,
+    pub card_id: String,
+    pub lesson: Lesson,
+}
+
+/// The workspace's live (not lifted) tombstones.
+pub(crate) fn tombstones(tx: &Tx<'_>, ws: &str) -> db::Result<Vec<Tombstone>> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT id, card_id, exact, signature, words, reason, at FROM rejections
+         WHERE workspace = ?1 AND lifted_at IS NULL ORDER BY at, id",
+    )?;
+    let rows = stmt.query_map(params![ws], |r| {
+        Ok((
+            r.get::<String>(0)?,
+            r.get::<String>(1)?,
+            r.get::<String>(2)?,
+            r.get::<Vec<u8>>(3)?,
+            r.get::<i64>(4)?,
+            r.get::<String>(5)?,
+            r.get::<String>(6)?,
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (id, card_id, exact, signature, words, reason, at) = row?;
+        if let Some(lesson) = stored_lesson(exact, signature, words) {
+            out.push(Tombstone {
+                note: RejectionNote { id, at, reason },
+                card_id,
+                lesson,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The first tombstone whose lesson is the same as `lesson`.
+pub(crate) fn matching_tombstone<'a>(
+    stones: &'a [Tombstone],
+    lesson: &Lesson,
+    t: &Thresholds,
+) -> Option<&'a Tombstone> {
+    stones
+        .iter()
+        .find(|s| s.lesson.same_as(lesson, t).is_some())
+}
+
+/// Keeps a tombstone of a rejected card: its fingerprint, the reason and the curator.
+pub(crate) fn bury(
+    tx: &Tx<'_>,
+    ws: &str,
+    card: &CardId,
+    reason: &str,
+    actor: &str,
+) -> db::Result<()> {
+    let Some(lesson) = lesson_of_card(tx, ws, card)? else {
+        return Ok(());
+    };
+    tx.execute(
+        "INSERT INTO rejections (workspace, id, card_id, exact, signature, words, reason, actor, at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        params![
+            ws,
+            uuid::Uuid::new_v4().to_string(),
+            card.to_string(),
+            lesson.exact,
+            lesson.signature_bytes(),
+            i64::from(lesson.words),
+            reason,
+            actor,
+            now()
+        ],
+    )?;
+    Ok(())
+}
+
+/// The group a card belongs to: its id and members, oldest first.
+pub(crate) fn group_of(
+    tx: &Tx<'_>,
+    ws: &str,
+    card: &CardId,
+) -> db::Result<Option<(String, Vec<CardId>)>> {
+    let group: Option<String> = tx
+        .query_row(
+            "SELECT group_id FROM duplicate_groups WHERE workspace = ?1 AND card_id = ?2",
+            params![ws, card.to_string()],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let Some(group) = group else { return Ok(None) };
+    let mut stmt = tx.prepare_cached(
+        "SELECT card_id FROM duplicate_groups WHERE workspace = ?1 AND group_id = ?2 ORDER BY at, card_id",
+    )?;
+    let members = stmt
+        .query_map(params![ws, group], |r| r.get::<String>(0))?
+        .collect::<db::Result<Vec<_>>>()?
+        .into_iter()
+        .filter_map(|m| CardId::parse(&m).ok())
+        .collect();
+    Ok(Some((group, members)))
+}
+
+/// Puts `new` in the duplicate group of `existing` (making the group when `existing` has
+/// none yet).
+pub(crate) fn join_group(tx: &Tx<'_>, ws: &str, new: &CardId, existing: &CardId) -> db::Result<()> {
+    let group = match group_of(tx, ws, existing)? {
+        Some((g, _)) => g,
+        None => {
+            let g = existing.to_string();
+            tx.execute(
+                "INSERT INTO duplicate_groups (workspace, card_id, group_id, at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT DO NOTHING",
+                params![ws, g, g, now()],
+            )?;
+            g
+        }
+    };
+    tx.execute(
+        "INSERT INTO duplicate_groups (workspace, card_id, group_id, at) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (workspace, card_id) DO UPDATE SET group_id = excluded.group_id",
+        params![ws, new.to_string(), group, now()],
+    )?;
+    Ok(())
+}
+
+/// The first answer given to a store with this key, if any.
+pub(crate) fn first_answer(
+    tx: &Tx<'_>,
+    ws: &str,
+    actor: &str,
+    key: &str,
+) -> db::Result<Option<StoreResponse>> {
+    let answer: Option<String> = tx
+        .query_row(
+            "SELECT answer FROM store_answers WHERE workspace = ?1 AND actor = ?2 AND key = ?3",
+            params![ws, actor, key],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(answer.and_then(|a| serde_json::from_str(&a).ok()))
+}
+
+/// Keeps a store's answer under its key.
+pub(crate) fn keep_answer(
+    tx: &Tx<'_>,
+    ws: &str,
+    actor: &str,
+    key: &str,
+    answer: &StoreResponse,
+) -> db::Result<()> {
+    tx.execute(
+        "INSERT INTO store_answers (workspace, actor, key, answer, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![
+            ws,
+            actor,
+            key,
+            serde_json::to_string(answer).expect("answers serialize"),
+            now()
+        ],
+    )?;
+    Ok(())
+}
+
+/// Every card's credentials in `ws`, by card id.
+pub(crate) fn credentials_by_card(
+    tx: &Tx<'_>,
+    ws: &str,
+) -> db::Result<HashMap<String, Vec<CredentialFinding>>> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT card_id, credentials FROM card_intake WHERE workspace = ?1 AND credentials IS NOT NULL",
+    )?;
+    let rows = stmt.query_map(params![ws], |r| {
+        Ok((r.get::<String>(0)?, r.get::<String>(1)?))
+    })?;
+    let mut out = HashMap::new();
+    for row in rows {
+        let (id, json) = row?;
+        if let Ok(f) = serde_json::from_str(&json) {
+            out.insert(id, f);
+        }
+    }
+    Ok(out)
+}
+
+/// Every duplicate group in `ws`, by member card id.
+pub(crate) fn groups_by_card(tx: &Tx<'_>, ws: &str) -> db::Result<HashMap<String, DuplicateGroup>> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT card_id, group_id FROM duplicate_groups WHERE workspace = ?1 ORDER BY group_id, at, card_id",
+    )?;
+    let rows = stmt.query_map(params![ws], |r| {
+        Ok((r.get::<String>(0)?, r.get::<String>(1)?))
+    })?;
+    let mut groups: HashMap<String, DuplicateGroup> = HashMap::new();
+    let mut member_of: Vec<(String, String)> = Vec::new();
+    for row in rows {
+        let (card, group) = row?;
+        let g = groups
+            .entry(group.clone())
+            .or_insert_with(|| DuplicateGroup {
+                id: group.clone(),
+                members: Vec::new(),
+            });
+        if let Ok(id) = CardId::parse(&card) {
+            g.members.push(id);
+        }
+        member_of.push((card, group));
+    }
+    Ok(member_of
+        .into_iter()
+        .filter_map(|(card, group)| Some((card, groups.get(&group)?.clone())))
+        .collect())
+}
+
+impl Store {
+    /// Marks each card whose lesson matches a live tombstone as previously rejected.
+    pub(crate) fn mark_rejected(
+        &self,
+        tx: &Tx<'_>,
+        ws: &str,
+        cards: &mut [&mut CardInfo],
+    ) -> Result<()> {
+        let e = self.err("match tombstones");
+        let stones = tombstones(tx, ws).map_err(&e)?;
+        if stones.is_empty() {
+            return Ok(());
+        }
+        for card in cards.iter_mut() {
+            let id = card.summary.id;
+            let Some(lesson) = lesson_of_card(tx, ws, &id).map_err(&e)? else {
+                continue;
+            };
+            card.previously_rejected = stones
+                .iter()
+                .filter(|s| s.card_id != id.to_string())
+                .find(|s| {
+                    s.lesson
+                        .same_as(&lesson, &self.intake.same_lesson)
+                        .is_some()
+                })
+                .map(|s| s.note.clone());
+        }
+        Ok(())
+    }
+
+    /// Every rejection tombstone of `ws`, newest first (lifted ones too).
+    pub fn rejections(&self, ws: &str) -> Result<Vec<Rejection>> {
+        self.read(|tx| {
+            let e = self.err("read rejections");
+            let mut stmt = tx
+                .prepare(
+                    "SELECT r.id, r.card_id, r.reason, r.actor, t.name, r.at, r.lifted_at, r.lifted_by
+                     FROM rejections r LEFT JOIN tokens t ON r.actor = 'token:' || t.id
+                     WHERE r.workspace = ?1 ORDER BY r.at DESC, r.id",
+                )
+                .map_err(&e)?;
+            let rows = stmt
+                .query_map(params![ws], |r| {
+                    Ok((
+                        r.get::<String>(0)?,
+                        r.get::<String>(1)?,
+                        r.get::<String>(2)?,
+                        r.get::<String>(3)?,
+                        r.get::<Option<String>>(4)?,
+                        r.get::<String>(5)?,
+                        r.get::<Option<String>>(6)?,
+                        r.get::<Option<String>>(7)?,
+                    ))
+                })
+                .map_err(&e)?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, card, reason, actor, actor_name, at, lifted_at, lifted_by) = row.map_err(&e)?;
+                let Ok(card_id) = CardId::parse(&card) else { continue };
+                out.push(Rejection { id, card_id, reason, actor, actor_name, at, lifted_at, lifted_by });
+            }
+            Ok(out)
+        })
+    }
+
+    /// Forgets store answers kept longer than `secs` (their daemons stopped replaying long
+    /// ago). Returns how many.
+    pub fn forget_store_answers(&self, secs: u64) -> Result<usize> {
+        let cut = jiff::Timestamp::now()
+            .checked_sub(jiff::SignedDuration::from_secs(
+                secs.min(i64::MAX as u64 / 2) as i64,
+            ))
+            .map_or_else(|_| "0000".to_owned(), super::stamp);
+        self.write(|tx| {
+            tx.execute("DELETE FROM store_answers WHERE at < ?1", params![cut])
+                .map_err(self.err("forget store answers"))
+        })
+    }
+
+    /// Lifts a rejection tombstone: later stores of its lesson are no longer refused. The
+    /// rejected card's history records who lifted it.
+    pub fn lift_rejection(&self, ws: &str, id: &str, actor: &str) -> Result<Rejection> {
+        self.write(|tx| {
+            let e = self.err("lift rejection");
+            let row: Option<(String, Option<String>)> = tx
+                .query_row(
+                    "SELECT card_id, lifted_at FROM rejections WHERE workspace = ?1 AND id = ?2",
+                    params![ws, id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(&e)?;
+            let Some((card, lifted)) = row else {
+                return Err(StoreError::NotFound(format!("rejection {id} not found in workspace {ws}")));
+            };
+            if lifted.is_none() {
+                let at = now();
+                tx.execute(
+                    "UPDATE rejections SET lifted_at = ?3, lifted_by = ?4 WHERE workspace = ?1 AND id = ?2",
+                    params![ws, id, at, actor],
+                )
+                .map_err(&e)?;
+                let card_id = CardId::parse(&card).ok();
+                let revision = super::cards::current_revision(tx, ws).map_err(&e)?;
+                super::cards::audit(tx, ws, card_id.as_ref(), revision, actor, "lift-rejection", None, None, None, Some(&format!("rejection={id}")))
+                    .map_err(&e)?;
+            }
+            Ok(())
+        })?;
+        self.rejections(ws)?
+            .into_iter()
+            .find(|r| r.id == id)
+            .ok_or_else(|| {
+                StoreError::NotFound(format!("rejection {id} not found in workspace {ws}"))
+            })
+    }
+
+    /// Makes the intake rows of cards that have none, or one of another version or object
+    /// (a database from before intake, or new rules): in batches, each its own transaction.
+    /// Returns how many were made.
+    pub fn refresh_intake(&self) -> Result<usize> {
+        let version = intake_version();
+        let mut made = 0;
+        loop {
+            let batch = self.write(|tx| {
+                let e = self.err("refresh intake");
+                let todo: Vec<(String, String, String)> = {
+                    let mut stmt = tx
+                        .prepare(
+                            "SELECT c.workspace, c.id, c.sha256 FROM cards c
+                             LEFT JOIN card_intake i ON i.workspace = c.workspace AND i.card_id = c.id
+                             WHERE i.card_id IS NULL OR i.version <> ?1 OR i.sha256 <> c.sha256
+                             ORDER BY c.workspace, c.id LIMIT 500",
+                        )
+                        .map_err(&e)?;
+                    stmt.query_map(params![version], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                        .map_err(&e)?
+                        .collect::<db::Result<_>>()
+                        .map_err(&e)?
+                };
+                for (ws, id, sha) in &todo {
+                    let raw = super::cards::load_object(tx, ws, sha).map_err(&e)?;
+                    match mop_cards::parse_card(&raw) {
+                        Ok(card) => record(tx, ws, &card, &raw, sha).map_err(&e)?,
+                        Err(err) => {
+                            // Stored text is valid by construction; one that is not must not
+                            // stop the rest (and is skipped again next time).
+                            tracing::warn!(workspace = %ws, card = %id, error = %err, "stored card unreadable; no intake facts for it");
+                        }
+                    }
+                }
+                Ok(todo.len())
+            })?;
+            made += batch;
+            if batch < 500 {
+                return Ok(made);
+            }
+            tracing::info!(cards = made, "intake facts made for existing cards");
+        }
+    }
+
+    /// Every card of `ws` (archived ones too) that carries a credential, by id: findings
+    /// only, never text.
+    pub fn credential_cards(&self, ws: &str) -> Result<Vec<CredentialCard>> {
+        self.read(|tx| {
+            let e = self.err("read credentials");
+            let mut stmt = tx
+                .prepare(
+                    "SELECT i.card_id, i.credentials, c.archived_at FROM card_intake i
+                     JOIN cards c ON c.workspace = i.workspace AND c.id = i.card_id
+                     WHERE i.workspace = ?1 AND i.credentials IS NOT NULL ORDER BY i.card_id",
+                )
+                .map_err(&e)?;
+            let rows = stmt
+                .query_map(params![ws], |r| {
+                    Ok((
+                        r.get::<String>(0)?,
+                        r.get::<String>(1)?,
+                        r.get::<Option<String>>(2)?,
+                    ))
+                })
+                .map_err(&e)?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, json, archived_at) = row.map_err(&e)?;
+                if let (Ok(id), Ok(findings)) = (CardId::parse(&id), serde_json::from_str(&json)) {
+                    out.push(CredentialCard {
+                        id,
+                        archived_at,
+                        findings,
+                    });
+                }
+            }
+            Ok(out)
+        })
+    }
+}

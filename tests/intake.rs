@@ -51,3 +51,37 @@ fn check_corpus(seed: u64) {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// The same-lesson eval at the default thresholds (chosen on dev by `mop-bench lessons`):
+/// no two lessons merged on either split, and the recall README records.
+#[test]
+fn the_same_lesson_rule_never_merges_two_lessons_and_finds_most_rewordings() {
+    use mop_intake::lesson::Thresholds;
+    use mop_tests::lessons::{load, score};
+    let lessons = load();
+    for split in ["dev", "test"] {
+        let of_split: Vec<_> = lessons.iter().filter(|l| l.split == split).collect();
+        assert!(
+            of_split.len() >= 10 && of_split.iter().all(|l| l.wordings.len() >= 4),
+            "{split}: at least 10 lessons of at least 4 wordings"
+        );
+        let s = score(&lessons, split, &Thresholds::default());
+        eprintln!(
+            "{split}: precision {:.3}, recall {:.3} ({} of {} pairs; {} false merges of {})",
+            s.precision(),
+            s.recall(),
+            s.true_merges,
+            s.positives,
+            s.false_merges,
+            s.negatives
+        );
+        assert_eq!(s.false_merges, 0, "{split}: {:?}", s.false_pairs);
+        // README records these; a change to the rule or the eval shows here.
+        let floor = if split == "dev" { 0.59 } else { 0.59 };
+        assert!(
+            s.recall() >= floor,
+            "{split}: recall {:.3} < {floor}",
+            s.recall()
+        );
+    }
+}

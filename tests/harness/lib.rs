@@ -5,6 +5,7 @@
 pub mod credentials;
 pub mod eval;
 pub mod faults;
+pub mod lessons;
 pub mod postgres;
 pub mod procs;
 

@@ -19,6 +19,7 @@ use mop_search::{IndexDoc, SearchIndex, build_index_with, select_for_task};
 mod all;
 mod fleet;
 mod hybrid;
+mod lessons;
 mod memory;
 mod nginx;
 mod run;
@@ -206,6 +207,9 @@ enum Command {
         #[arg(long, default_value_t = 42)]
         seed: u64,
     },
+    /// The same-lesson rule: a threshold sweep on the eval's dev split, the choice scored
+    /// once on its test split (tests/eval/same_lesson.toml).
+    Lessons,
     /// Card server: 304 answers/s against nginx in the same run, manifest and delta sizes
     /// and latencies. Needs `wrk` and `nginx` (bench/server.sh installs them).
     Server {
@@ -308,6 +312,10 @@ fn main() -> Result<()> {
             })? {
                 println!("{}", s.render());
             }
+            return Ok(());
+        }
+        Command::Lessons => {
+            lessons::run()?;
             return Ok(());
         }
         Command::Hybrid {

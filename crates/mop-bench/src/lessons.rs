@@ -1,0 +1,135 @@
+//! `mop-bench lessons`: chooses the same-lesson thresholds on the eval's dev split and
+//! reports them once on its test split (tests/eval/same_lesson.toml). The sweep prints
+//! every candidate's dev precision and recall; the choice is the candidate with the
+//! highest dev recall among those with no false merge on dev (ties: the strictest, by
+//! jaccard, then the containment rule's jaccard, then containment).
+//! Only then is the test split scored, for the chosen candidate and for the defaults.
+
+use mop_intake::lesson::Thresholds;
+use mop_tests::lessons::{Score, load, score};
+
+fn row(name: &str, t: &Thresholds, s: &Score) -> String {
+    format!(
+        "| {name} | {:.2} | {:.2} / {:.2} | {:.3} | {:.3} | {} of {} | {} of {} |",
+        t.jaccard,
+        t.containment,
+        t.containment_jaccard,
+        s.precision(),
+        s.recall(),
+        s.true_merges,
+        s.positives,
+        s.false_merges,
+        s.negatives
+    )
+}
+
+/// Runs the sweep and prints the tables (Markdown).
+pub fn run() -> anyhow::Result<()> {
+    let lessons = load();
+    let mut candidates = Vec::new();
+    for j in [0.4f32, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8] {
+        for (c, cj) in [
+            (0.9f32, 0.3f32),
+            (0.9, 0.35),
+            (0.9, 0.4),
+            (0.9, 0.45),
+            (0.95, 0.4),
+            (1.0, 1.0),
+        ] {
+            candidates.push(Thresholds {
+                jaccard: j,
+                containment: c,
+                containment_jaccard: cj.min(j),
+            });
+        }
+    }
+    println!("## Same-lesson thresholds: the sweep on the dev split\n");
+    println!(
+        "| candidate | jaccard | containment / its jaccard | precision | recall | merged | false merges |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let mut best: Option<(Thresholds, Score)> = None;
+    for (i, t) in candidates.iter().enumerate() {
+        let s = score(&lessons, "dev", t);
+        println!("{}", row(&format!("{i}"), t, &s));
+        let strictness = |t: &Thresholds| (t.jaccard, t.containment_jaccard, t.containment);
+        let better = s.false_merges == 0
+            && best.as_ref().is_none_or(|(bt, bs)| {
+                s.recall() > bs.recall()
+                    || (s.recall() == bs.recall() && strictness(t) > strictness(bt))
+            });
+        if better {
+            best = Some((*t, s));
+        }
+    }
+    let (chosen, dev) =
+        best.ok_or_else(|| anyhow::anyhow!("no candidate is free of false merges on dev"))?;
+    println!(
+        "\nChosen on dev (highest recall with no false merge): jaccard {:.2}, containment {:.2} with jaccard {:.2}; dev precision {:.3}, recall {:.3}.\n",
+        chosen.jaccard,
+        chosen.containment,
+        chosen.containment_jaccard,
+        dev.precision(),
+        dev.recall()
+    );
+    println!("## Scored once on the test split\n");
+    println!(
+        "| thresholds | jaccard | containment / its jaccard | precision | recall | merged | false merges |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let default = Thresholds::default();
+    println!(
+        "{}",
+        row("chosen on dev", &chosen, &score(&lessons, "test", &chosen))
+    );
+    println!(
+        "{}",
+        row(
+            "the default (server.toml)",
+            &default,
+            &score(&lessons, "test", &default)
+        )
+    );
+    let d = score(&lessons, "test", &default);
+    for p in &d.false_pairs {
+        println!("\nfalse merge at the default: {p}");
+    }
+    for split in ["dev", "test"] {
+        println!("\nThe closest pairs of two lessons on {split} (estimated Jaccard):");
+        for (j, pair) in closest_negatives(&lessons, split).into_iter().take(5) {
+            println!("- {j:.3} {pair}");
+        }
+    }
+    Ok(())
+}
+
+/// Pairs of wordings of two different lessons, most similar first.
+fn closest_negatives(
+    lessons: &[mop_tests::lessons::EvalLesson],
+    split: &str,
+) -> Vec<(f32, String)> {
+    use mop_intake::lesson::Lesson;
+    let items: Vec<(&str, usize, Lesson)> = lessons
+        .iter()
+        .filter(|l| l.split == split)
+        .flat_map(|l| {
+            l.wordings
+                .iter()
+                .enumerate()
+                .map(move |(i, (t, b))| (l.id.as_str(), i, Lesson::of(t, b)))
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (i, a) in items.iter().enumerate() {
+        for b in &items[i + 1..] {
+            if a.0 != b.0 {
+                out.push((
+                    a.2.jaccard(&b.2),
+                    format!("{} #{} ~ {} #{}", a.0, a.1, b.0, b.1),
+                ));
+            }
+        }
+    }
+    out.sort_by(|a, b| b.0.total_cmp(&a.0));
+    out
+}

@@ -14,6 +14,16 @@ fn every_credential_is_found_with_its_kind_and_every_look_alike_passes() {
     }
 }
 
+/// The text from a 1-based line and character column on.
+fn at(text: &str, line: u32, column: u32) -> &str {
+    let l = text.split('\n').nth(line as usize - 1).unwrap_or("");
+    let start = l
+        .char_indices()
+        .nth(column as usize - 1)
+        .map_or(l.len(), |(i, _)| i);
+    &l[start..]
+}
+
 fn check_corpus(seed: u64) {
     let screen = Screen::builtin();
     let creds = credentials(seed);
@@ -34,6 +44,13 @@ fn check_corpus(seed: u64) {
                 "seed {seed}, {}: expected {:?}, found {kinds:?}",
                 s.name,
                 s.kind.unwrap()
+            ));
+        } else if !at(&s.text, found[0].line, found[0].column)
+            .starts_with(s.secret.lines().next().unwrap_or_default())
+        {
+            wrong.push(format!(
+                "seed {seed}, {}: line {} column {} is not where the credential starts",
+                s.name, found[0].line, found[0].column
             ));
         }
     }

@@ -143,7 +143,7 @@ impl Env {
     }
 
     /// Stores a card through the agent socket of alice's task on db-prod-01; returns its id.
-    fn store(&self, plan: &Value, title: &str, flags: &[&str]) -> String {
+    fn store(&self, plan: &Value, title: &str, body: &str, flags: &[&str]) -> String {
         let mut args = vec![
             "store",
             "--type",
@@ -162,10 +162,8 @@ impl Env {
         cmd.env("MOP_AGENT_SOCKET", plan["agent_socket"].as_str().unwrap())
             .env("MOP_TASK_USER", "alice")
             .env("MOP_TASK_ASSET", "db-prod-01");
-        let out = mop_tests::procs::run_with_stdin(
-            &mut cmd,
-            format!("{MARKER}: the ledger job needs a larger undo tablespace.\n").as_bytes(),
-        );
+        let out =
+            mop_tests::procs::run_with_stdin(&mut cmd, format!("{MARKER}: {body}\n").as_bytes());
         assert!(out.status.success(), "{}", text(&out));
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(stdout.starts_with("created:"), "{stdout}");
@@ -240,9 +238,16 @@ fn a_marker_card_reaches_its_user_and_asset_and_nobody_else() {
     let bound = env.store(
         &writer.plan,
         &format!("{MARKER} undo sizing for the ledger"),
+        "the ledger job needs a larger undo tablespace.",
         &["--personal", "--asset"],
     );
-    let unbound = env.store(&writer.plan, &format!("{MARKER} ledger job checklist"), &[]);
+    // Another lesson (the same one would reinforce the first card).
+    let unbound = env.store(
+        &writer.plan,
+        &format!("{MARKER} ledger job checklist"),
+        "before the job: stop the replica, run it, compare row counts after.",
+        &[],
+    );
     env.release("alice-writer");
     assert!(env.server_has("acme", &bound) && env.server_has("acme", &unbound));
     assert!(!env.server_has("globex", &bound) && !env.server_has("globex", &unbound));
@@ -375,6 +380,12 @@ fn retrieve_answers_do_not_depend_on_cards_the_task_cannot_see() {
     env.release("bob-1");
 
     let alice = env.prepare("acme", "alice-secret", "alice", "db-prod-01");
+    // Three lessons (with words of their own each: the same lesson would be one card).
+    let own = [
+        "alpha bravo charlie delta echo",
+        "foxtrot golf hotel india juliet",
+        "kilo lima mike november oscar",
+    ];
     for n in 0..3 {
         let title = format!("Ledger undo retention notes zqhiddenword {n}");
         let mut cmd = as_runner(
@@ -395,7 +406,11 @@ fn retrieve_answers_do_not_depend_on_cards_the_task_cannot_see() {
             alice.plan["agent_socket"].as_str().unwrap(),
         )
         .env("MOP_TASK_USER", "alice");
-        let body = "ledger undo retention nightly ETL snapshot zqhiddenword ".repeat(30 + n);
+        let body = format!(
+            "ledger undo retention nightly ETL snapshot zqhiddenword {} ",
+            own[n]
+        )
+        .repeat(30 + n);
         let out = mop_tests::procs::run_with_stdin(&mut cmd, body.as_bytes());
         assert!(out.status.success(), "{}", text(&out));
     }

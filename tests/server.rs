@@ -234,11 +234,11 @@ fn every_kind_of_change_bumps_the_revision_once() {
         body("Check undo before the ETL", "Look at v$undostat."),
     );
     assert!(created.contains("\"created\""), "{created}");
-    let extended = expect_bump(
-        "store (extended)",
+    let another = expect_bump(
+        "store (another lesson, same title)",
         body("Check undo before the ETL", "Also check the tablespace."),
     );
-    assert!(extended.contains("\"extended\""), "{extended}");
+    assert!(another.contains("\"created\""), "{another}");
 
     // Identical writes change nothing.
     let before = node.revision(WS);
@@ -404,15 +404,18 @@ fn store_dedup_outcomes_and_the_author_only_rule() {
             previously_rejected: None,
         }
     );
+    // The same title with another lesson is another card: one rule decides what is the
+    // same (the title alone would merge two fixes of one error).
     let (_, v) = node.store(Some("alice"), None, title, "Pause when lag passes 30 s.");
-    assert_eq!(stored(&v).outcome, StoreOutcome::Extended);
-    assert_eq!(stored(&v).id, first.id);
+    assert_eq!(stored(&v).outcome, StoreOutcome::Created);
+    assert_ne!(stored(&v).id, first.id);
     let text = admin
         .get(&format!("/v1/workspaces/{WS}/cards/{first_id}"))
         .text()
         .unwrap();
     assert!(
-        text.contains("Delete 10k rows at a time.") && text.contains("Pause when lag passes 30 s."),
+        text.contains("Delete 10k rows at a time.")
+            && !text.contains("Pause when lag passes 30 s."),
         "{text}"
     );
     assert!(text.contains("trust: unverified"), "{text}");
@@ -707,6 +710,7 @@ fn audit_rows_for_every_mutation() {
     let (_, v) = node.store(Some("alice"), None, "A note", "Text.");
     let id = stored(&v).id.expect("a stored card");
     node.store_in("t-2", Some("alice"), None, "A note", "Text.");
+    // Another lesson: its own card, not a change of the first.
     node.store(Some("alice"), None, "A note", "More text.");
     assert!(
         admin
@@ -745,7 +749,7 @@ fn audit_rows_for_every_mutation() {
             "unarchive",
             "store",
             "reinforce",
-            "extend",
+            "store",
             "publish_counters",
             "hard_delete"
         ]
@@ -753,7 +757,7 @@ fn audit_rows_for_every_mutation() {
     // The hard delete redacted the card's history, keeping hashes.
     let rows: Vec<Value> = admin.get(&format!("{cards}/{id}/history")).json().unwrap();
     let actions: Vec<&str> = rows.iter().map(|r| r["action"].as_str().unwrap()).collect();
-    assert_eq!(actions, ["store", "reinforce", "extend", "hard_delete"]);
+    assert_eq!(actions, ["store", "reinforce", "hard_delete"]);
     for r in &rows {
         assert!(r["content"].is_null(), "{r}");
     }

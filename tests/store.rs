@@ -447,7 +447,7 @@ fn migrations_are_versioned_and_newer_databases_refused(engine: Engine) {
     let db = Db::fresh(engine);
     let epoch = db.store().epoch().to_owned();
     assert_eq!(db.store().epoch(), epoch, "reopening keeps the epoch");
-    assert_eq!(db.schema_version(), 3, "migration 3: the curation loop");
+    assert_eq!(db.schema_version(), 4, "migration 4: the write path");
     db.set_schema_version(99);
     let err = Store::connect(&db.database).unwrap_err();
     assert!(matches!(err, StoreError::TooNew { found: 99, .. }), "{err}");

@@ -12,6 +12,8 @@ pub struct Sample {
     pub kind: Option<&'static str>,
     /// The text (a card body, or a title when `in_title`).
     pub text: String,
+    /// The credential in it (empty for a look-alike): what must never show anywhere.
+    pub secret: String,
     /// True when the credential sits in the title.
     pub in_title: bool,
 }
@@ -43,7 +45,7 @@ pub fn credentials(seed: u64) -> Vec<Sample> {
     let pem = |g: &mut Gen, label: &str| {
         let lines: Vec<String> = (0..6).map(|_| g.s(B64, 64)).collect();
         format!(
-            "The deploy key, in case the vault is down:\n\n-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
+            "-----BEGIN {label}-----\n{}\n-----END {label}-----",
             lines.join("\n")
         )
     };
@@ -60,273 +62,259 @@ pub fn credentials(seed: u64) -> Vec<Sample> {
         format!("{head}.{claims}.{}", b64url(&sig))
     };
     let mut v = Vec::new();
-    let mut add = |name, kind, text: String| {
+    // Each sample: its name, kind, the credential, and the text around it ({} marks it).
+    let mut add = |name, kind, secret: String, around: &str| {
         v.push(Sample {
             name,
             kind: Some(kind),
-            text,
+            text: around.replacen("{}", &secret, 1),
+            secret,
             in_title: false,
         })
     };
     let akid = |g: &mut Gen| format!("AKIA{}", g.s(UPPER_B32, 16));
+    let k = akid(&mut g);
     add(
         "aws key id in prose",
         "aws-access-token",
-        format!(
-            "The nightly export used access key {} until it was rotated.",
-            akid(&mut g)
-        ),
+        k,
+        "The nightly export used access key {} until it was rotated.",
     );
+    let k = akid(&mut g);
     add(
         "aws key id in a shell line",
         "aws-access-token",
-        format!(
-            "Run `export AWS_ACCESS_KEY_ID={}` before the sync.",
-            akid(&mut g)
-        ),
+        k,
+        "Run `export AWS_ACCESS_KEY_ID={}` before the sync.",
     );
+    let k = format!("{}{}", g.s(B64, 38), g.s(DIGITS, 2));
     add(
         "aws secret key (ini)",
         "credential-assignment",
-        format!(
-            "Put this in ~/.aws/credentials:\n\n[default]\naws_secret_access_key = {}{}\n",
-            g.s(B64, 38),
-            g.s(DIGITS, 2)
-        ),
+        k,
+        "Put this in ~/.aws/credentials:\n\n[default]\naws_secret_access_key = {}\n",
     );
-    add(
-        "rsa private key",
-        "private-key",
-        pem(&mut g, "RSA PRIVATE KEY"),
-    );
-    add(
-        "openssh private key",
-        "private-key",
-        pem(&mut g, "OPENSSH PRIVATE KEY"),
-    );
-    add(
-        "encrypted pkcs8 key",
-        "private-key",
-        pem(&mut g, "ENCRYPTED PRIVATE KEY"),
-    );
+    let around = "The deploy key, in case the vault is down:\n\n{}\n";
+    let k = pem(&mut g, "RSA PRIVATE KEY");
+    add("rsa private key", "private-key", k, around);
+    let k = pem(&mut g, "OPENSSH PRIVATE KEY");
+    add("openssh private key", "private-key", k, around);
+    let k = pem(&mut g, "ENCRYPTED PRIVATE KEY");
+    add("encrypted pkcs8 key", "private-key", k, around);
+    let k = format!("ghp_{}", g.s(ALNUM, 36));
     add(
         "github classic pat",
         "github-pat",
-        format!("CI pushes with ghp_{} (scope repo).", g.s(ALNUM, 36)),
+        k,
+        "CI pushes with {} (scope repo).",
     );
+    let k = format!("ghp_{}", g.s(ALNUM, 36));
     add(
         "github classic pat 2",
         "github-pat",
-        format!(
-            "If the clone fails, the token ghp_{} has expired.",
-            g.s(ALNUM, 36)
-        ),
+        k,
+        "If the clone fails, the token {} has expired.",
     );
+    let k = format!("github_pat_{}_{}", g.s(ALNUM, 22), g.s(ALNUM, 59));
     add(
         "github fine-grained pat",
         "github-fine-grained-pat",
-        format!(
-            "GITHUB_TOKEN=github_pat_{}_{}",
-            g.s(ALNUM, 22),
-            g.s(ALNUM, 59)
-        ),
+        k,
+        "GITHUB_TOKEN={}",
     );
+    let k = format!("gho_{}", g.s(ALNUM, 36));
     add(
         "github oauth token",
         "github-oauth",
-        format!("The app's oauth token is gho_{}.", g.s(ALNUM, 36)),
+        k,
+        "The app's oauth token is {}.",
     );
+    let k = format!("ghs_{}", g.s(ALNUM, 36));
     add(
         "github app token",
         "github-app-token",
-        format!(
-            "Installation token ghs_{} works for an hour.",
-            g.s(ALNUM, 36)
-        ),
+        k,
+        "Installation token {} works for an hour.",
     );
+    let k = format!("glpat-{}", g.s(URLSAFE, 20));
     add(
         "gitlab pat",
         "gitlab-pat",
-        format!(
-            "The gitlab runner registers with glpat-{}.",
-            g.s(URLSAFE, 20)
-        ),
+        k,
+        "The gitlab runner registers with {}.",
+    );
+    let k = format!(
+        "xoxb-{}-{}-{}",
+        g.s(DIGITS, 12),
+        g.s(DIGITS, 13),
+        g.s(ALNUM, 24)
     );
     add(
         "slack bot token",
         "slack-bot-token",
-        format!(
-            "Alerts go through the bot xoxb-{}-{}-{}.",
-            g.s(DIGITS, 12),
-            g.s(DIGITS, 13),
-            g.s(ALNUM, 24)
-        ),
+        k,
+        "Alerts go through the bot {}.",
+    );
+    let k = format!(
+        "xoxp-{}-{}-{}-{}",
+        g.s(DIGITS, 12),
+        g.s(DIGITS, 12),
+        g.s(DIGITS, 13),
+        g.s(HEX, 32)
     );
     add(
         "slack user token",
         "slack-user-token",
-        format!(
-            "Use xoxp-{}-{}-{}-{} to post as the on-call.",
-            g.s(DIGITS, 12),
-            g.s(DIGITS, 12),
-            g.s(DIGITS, 13),
-            g.s(HEX, 32)
-        ),
+        k,
+        "Use {} to post as the on-call.",
+    );
+    let k = format!(
+        "https://hooks.slack.com/services/T{}/B{}/{}",
+        g.s(UPPER_B32, 8),
+        g.s(UPPER_B32, 10),
+        g.s(ALNUM, 24)
     );
     add(
         "slack webhook",
         "slack-webhook-url",
-        format!(
-            "Post failures to https://hooks.slack.com/services/T{}/B{}/{}",
-            g.s(UPPER_B32, 8),
-            g.s(UPPER_B32, 10),
-            g.s(ALNUM, 24)
-        ),
+        k,
+        "Post failures to {}",
     );
+    let k = format!("sk_live_{}", g.s(ALNUM, 24));
     add(
         "stripe live key",
         "stripe-access-token",
-        format!(
-            "Billing calls Stripe with sk_live_{} from the worker.",
-            g.s(ALNUM, 24)
-        ),
+        k,
+        "Billing calls Stripe with {} from the worker.",
     );
+    let k = format!("rk_live_{}", g.s(ALNUM, 24));
     add(
         "stripe restricted key",
         "stripe-access-token",
-        format!(
-            "The report job uses rk_live_{} (read only).",
-            g.s(ALNUM, 24)
-        ),
+        k,
+        "The report job uses {} (read only).",
     );
+    let k = jwt(&mut g);
     add(
         "jwt in a header",
         "jwt",
-        format!(
-            "The failing request carried Authorization: Bearer {} and got 403.",
-            jwt(&mut g)
-        ),
+        k,
+        "The failing request carried Authorization: Bearer {} and got 403.",
     );
+    let k = jwt(&mut g);
     add(
         "jwt alone",
         "jwt",
-        format!("Session cookie was {} when it broke.", jwt(&mut g)),
+        k,
+        "Session cookie was {} when it broke.",
     );
+    let k = format!("AIza{}{}", g.s(URLSAFE, 34), g.s(DIGITS, 1));
     add(
         "google api key",
         "gcp-api-key",
-        format!(
-            "Maps calls use AIza{}{} in the frontend.",
-            g.s(URLSAFE, 34),
-            g.s(DIGITS, 1)
-        ),
+        k,
+        "Maps calls use {} in the frontend.",
     );
+    let k = format!("npm_{}", g.s(ALNUM, 36));
     add(
         "npm token",
         "npm-access-token",
-        format!(
-            "In .npmrc: //registry.npmjs.org/:_authToken=npm_{}",
-            g.s(ALNUM, 36)
-        ),
+        k,
+        "In .npmrc: //registry.npmjs.org/:_authToken={}",
     );
+    let k = format!("SG.{}.{}", g.s(ALNUM, 22), g.s(ALNUM, 43));
     add(
         "sendgrid key",
         "sendgrid-api-token",
-        format!(
-            "Mail goes out with SG.{}.{} on the relay.",
-            g.s(ALNUM, 22),
-            g.s(ALNUM, 43)
-        ),
+        k,
+        "Mail goes out with {} on the relay.",
     );
+    let k = format!("dop_v1_{}", g.s(HEX, 64));
     add(
         "digitalocean token",
         "digitalocean-pat",
-        format!("Terraform reads dop_v1_{} for droplets.", g.s(HEX, 64)),
+        k,
+        "Terraform reads {} for droplets.",
     );
+    let k = format!("sk-ant-api03-{}AA", g.s(URLSAFE, 93));
     add(
         "anthropic key",
         "anthropic-api-key",
-        format!(
-            "The eval harness calls the API with sk-ant-api03-{}AA for scoring.",
-            g.s(URLSAFE, 93)
-        ),
+        k,
+        "The eval harness calls the API with {} for scoring.",
     );
+    let k = format!("hvs.{}", g.s(URLSAFE, 95));
     add(
         "vault token",
         "vault-service-token",
-        format!("VAULT_TOKEN=hvs.{} unlocks the kv store.", g.s(URLSAFE, 95)),
+        k,
+        "VAULT_TOKEN={} unlocks the kv store.",
     );
+    let k = format!("shpat_{}", g.s(HEX, 32));
     add(
         "shopify token",
         "shopify-access-token",
-        format!("Shop sync: shpat_{} (admin API).", g.s(HEX, 32)),
+        k,
+        "Shop sync: {} (admin API).",
+    );
+    let k = format!(
+        "hf_{}",
+        g.s("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", 34)
     );
     add(
         "huggingface token",
         "huggingface-access-token",
-        format!(
-            "Model pulls need hf_{} on the GPU hosts.",
-            g.s("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", 34)
-        ),
+        k,
+        "Model pulls need {} on the GPU hosts.",
     );
+    let k = format!("{}{}", g.s(ALNUM, 14), g.s(DIGITS, 2));
     add(
         "postgres url",
         "url-password",
-        format!(
-            "DATABASE_URL=postgres://ledger_app:{}{}@db-prod-01.internal:5432/ledger",
-            g.s(ALNUM, 14),
-            g.s(DIGITS, 2)
-        ),
+        k,
+        "DATABASE_URL=postgres://ledger_app:{}@db-prod-01.internal:5432/ledger",
     );
+    let k = format!("{}{}", g.s(ALNUM, 10), g.s(DIGITS, 2));
     add(
         "mysql url in prose",
         "url-password",
-        format!(
-            "Connect with mysql://root:{}{}@10.0.4.17/app, then run the migration.",
-            g.s(ALNUM, 10),
-            g.s(DIGITS, 2)
-        ),
+        k,
+        "Connect with mysql://root:{}@10.0.4.17/app, then run the migration.",
     );
+    let k = format!("{}{}", g.s(ALNUM, 18), g.s(DIGITS, 2));
     add(
         "https basic auth url",
         "url-password",
-        format!(
-            "The mirror is at https://deploy:{}{}@git.internal.example/org/repo.git",
-            g.s(ALNUM, 18),
-            g.s(DIGITS, 2)
-        ),
+        k,
+        "The mirror is at https://deploy:{}@git.internal.example/org/repo.git",
     );
+    let k = format!("{}{}#", g.s(ALNUM, 16), g.s(DIGITS, 2));
     add(
         "password assignment, quoted",
         "credential-assignment",
-        format!(
-            "In settings.py set DB_PASSWORD = \"{}{}#\" and restart.",
-            g.s(ALNUM, 16),
-            g.s(DIGITS, 2)
-        ),
+        k,
+        "In settings.py set DB_PASSWORD = \"{}\" and restart.",
     );
+    let k = format!("{}{}", g.s(ALNUM, 18), g.s(DIGITS, 2));
     add(
         "password in yaml",
         "credential-assignment",
-        format!(
-            "database:\n  host: db-prod-01\n  password: {}{}\n",
-            g.s(ALNUM, 18),
-            g.s(DIGITS, 2)
-        ),
+        k,
+        "database:\n  host: db-prod-01\n  password: {}\n",
     );
+    let k = format!("{}{}", g.s(ALNUM, 30), g.s(DIGITS, 2));
     add(
         "client secret",
         "credential-assignment",
-        format!(
-            "oauth:\n  client_secret: {}{}\n",
-            g.s(ALNUM, 30),
-            g.s(DIGITS, 2)
-        ),
+        k,
+        "oauth:\n  client_secret: {}\n",
     );
+    let secret = format!("ghp_{}", g.s(ALNUM, 36));
     v.push(Sample {
         name: "github pat in the title",
         kind: Some("github-pat"),
-        text: format!("CI token ghp_{} expired", g.s(ALNUM, 36)),
+        text: format!("CI token {secret} expired"),
+        secret,
         in_title: true,
     });
     v
@@ -392,6 +380,7 @@ pub fn look_alikes(seed: u64) -> Vec<Sample> {
             name,
             kind: None,
             text,
+            secret: String::new(),
             in_title: false,
         })
         .collect()

@@ -31,6 +31,9 @@ pub enum Fault {
     /// Manifest requests get a replay of the first 200 manifest answer forwarded (an
     /// old revision, or a delta from a revision no longer held).
     StaleManifest,
+    /// Store requests (`POST …/memories`) reach the server, which applies them, and
+    /// their answers are lost: the connection is reset before a byte of it comes back.
+    LoseStoreAnswers,
 }
 
 /// The proxy; stops accepting when dropped (the thread ends with the process).
@@ -137,6 +140,7 @@ fn serve(mut client: TcpStream, upstream: SocketAddr, state: &Mutex<State>) -> s
             Fault::None => false,
             Fault::CaptivePortal | Fault::StaleManifest => is_manifest,
             Fault::FlipObjectByte => is_object && answer.starts_with(b"HTTP/1.1 200"),
+            Fault::LoseStoreAnswers => path.contains("/memories"),
             _ => true,
         };
         if applies {
@@ -188,6 +192,10 @@ fn serve(mut client: TcpStream, upstream: SocketAddr, state: &Mutex<State>) -> s
                 answer[last] ^= 0x20;
             }
             client.write_all(&answer)?;
+        }
+        Fault::LoseStoreAnswers => {
+            linger_zero(&client);
+            return Ok(());
         }
         Fault::Reset => {
             client.write_all(&answer[..answer.len() / 2])?;

@@ -8,8 +8,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use mop_cards::CardId;
 use mop_proto::curation::{
-    CardChange, CardDetails, CardPage, ListQuery, MergeRequest, PageQuery, RejectRequest,
-    ReviewQueue, SearchResults, StaleQuery, StaleReport, SupersedeRequest,
+    CardChange, CardDetails, CardPage, CredentialCard, ListQuery, MergeRequest, PageQuery,
+    RejectRequest, Rejection, ReviewQueue, SearchResults, StaleQuery, StaleReport,
+    SupersedeRequest,
 };
 use reqwest::StatusCode;
 use reqwest::blocking::{Client, RequestBuilder, Response};
@@ -239,14 +240,53 @@ impl Connection {
         self.json(req, &format!("{action} of card {id}"))
     }
 
-    /// Verifies a card, after replacing its text with `edited` when given.
+    /// Verifies a card, after replacing its text with `edited` when given. A card that
+    /// carries a credential is refused unless `allow_credentials` (audited).
     pub fn verify(
         &self,
         id: &CardId,
         edited: Option<String>,
         etag: Option<&str>,
+        allow_credentials: bool,
     ) -> Result<CardChange> {
-        self.action(id, "verify", edited.map(String::into_bytes), etag)
+        let action = if allow_credentials {
+            "verify?allow_credentials=true"
+        } else {
+            "verify"
+        };
+        self.action(id, action, edited.map(String::into_bytes), etag)
+    }
+
+    /// Deletes a card for good: its text, objects and history text go, and every host
+    /// drops it at its next sync.
+    pub fn delete(&self, id: &CardId, reason: &str) -> Result<CardChange> {
+        self.json(
+            self.http
+                .delete(self.url(&format!("cards/{id}")))
+                .query(&[("reason", reason)]),
+            &format!("deleting card {id}"),
+        )
+    }
+
+    /// The cards whose text carries a credential (ids, kinds and places only).
+    pub fn credentials(&self) -> Result<Vec<CredentialCard>> {
+        self.json(
+            self.http.get(self.url("credentials")),
+            "cards with credentials",
+        )
+    }
+
+    /// The rejection tombstones, newest first.
+    pub fn rejections(&self) -> Result<Vec<Rejection>> {
+        self.json(self.http.get(self.url("rejections")), "rejections")
+    }
+
+    /// Lifts a rejection: its lesson is no longer refused.
+    pub fn lift(&self, id: &str) -> Result<Rejection> {
+        self.json(
+            self.http.post(self.url(&format!("rejections/{id}/lift"))),
+            &format!("lifting rejection {id}"),
+        )
     }
 
     /// Rejects a card (archived, with the reason in its history).

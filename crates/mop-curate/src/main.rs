@@ -149,14 +149,51 @@ enum Command {
         json: bool,
     },
     /// Verify a card: it becomes workspace memory that every task its scope allows sees.
+    /// A card whose text carries a credential is refused (every task would read it).
     Verify {
         /// The card id.
         id: String,
         /// Verify the text in this file instead (an edited copy of the card; keep its id).
         #[arg(long, value_name = "FILE")]
         file: Option<PathBuf>,
+        /// Verify it although its text carries credentials (kept in its history with
+        /// their kinds). Better: edit them out, or delete the card.
+        #[arg(long)]
+        allow_credentials: bool,
         #[command(flatten)]
         version: Version,
+    },
+    /// Delete a card for good: its text, objects and history text go on the server, and
+    /// every host drops it at its next sync. For a credential or personal data; asks
+    /// for confirmation unless --yes.
+    Delete {
+        /// The card id.
+        id: String,
+        /// Why (kept in the audit history).
+        #[arg(long)]
+        reason: String,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// List the cards whose text carries a credential: id, kind and place, never the
+    /// value. Delete each (`delete ID --reason …`) or edit the credential out.
+    Credentials {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the rejected lessons stores are refused for (or marked by): who rejected
+    /// which card, when and why.
+    Rejections {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Lift a rejection: stores of its lesson are no longer refused (audited).
+    Lift {
+        /// The rejection id, as `rejections` lists it.
+        id: String,
     },
     /// Reject a card: it is archived (out of every task now), with the reason in its
     /// history.
@@ -356,7 +393,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 print!("{}", render::history(&details.history));
             }
         }
-        Command::Verify { id, file, version } => {
+        Command::Verify {
+            id,
+            file,
+            allow_credentials,
+            version,
+        } => {
             let id = card_id(&id)?;
             let edited = file
                 .map(|f| {
@@ -365,7 +407,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 })
                 .transpose()?;
             let tag = version_for(&c, &id, version)?;
-            let change = c.verify(&id, edited, Some(&tag))?;
+            let change = c.verify(&id, edited, Some(&tag), allow_credentials)?;
             println!("verified card {id} (revision {})", change.revision);
         }
         Command::Reject {
@@ -397,6 +439,83 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!(
                 "card {id} is superseded by {by} (revision {})",
                 change.revision
+            );
+        }
+        Command::Delete { id, reason, yes } => {
+            let id = card_id(&id)?;
+            if reason.trim().is_empty() {
+                bail!("--reason must say why the card is deleted (it is kept in the audit)");
+            }
+            if !yes {
+                let details = c.details(&id)?;
+                eprint!(
+                    "Delete card {id} ({}) for good? Its text, objects and history text go and cannot be restored. Type yes: ",
+                    render::safe(&details.card.summary.title)
+                );
+                let mut answer = String::new();
+                std::io::stdin().read_line(&mut answer)?;
+                if answer.trim() != "yes" {
+                    bail!("not deleted (answer yes, or pass --yes)");
+                }
+            }
+            let change = c.delete(&id, &reason)?;
+            println!(
+                "deleted card {id} for good (revision {}); every host drops it at its next sync",
+                change.revision
+            );
+        }
+        Command::Credentials { json } => {
+            let cards = c.credentials()?;
+            if json {
+                print_json(&cards)?;
+            } else if cards.is_empty() {
+                println!("no card carries a credential");
+            } else {
+                for card in &cards {
+                    let archived = if card.archived_at.is_some() {
+                        " (archived)"
+                    } else {
+                        ""
+                    };
+                    for f in &card.findings {
+                        println!("{}{archived}  {f}", card.id);
+                    }
+                }
+                println!(
+                    "{} card(s) carry credentials: `mop-curate delete ID --reason …` removes one for good",
+                    cards.len()
+                );
+            }
+        }
+        Command::Rejections { json } => {
+            let list = c.rejections()?;
+            if json {
+                print_json(&list)?;
+            } else if list.is_empty() {
+                println!("no lesson has been rejected");
+            } else {
+                for r in &list {
+                    let who = r.actor_name.as_deref().unwrap_or(&r.actor);
+                    let state = match &r.lifted_at {
+                        Some(at) => format!("lifted {at}"),
+                        None => "refused".into(),
+                    };
+                    println!(
+                        "{}  card {}  by {} at {}  [{state}]  {}",
+                        r.id,
+                        r.card_id,
+                        render::safe(who),
+                        r.at,
+                        render::safe(&r.reason)
+                    );
+                }
+            }
+        }
+        Command::Lift { id } => {
+            let r = c.lift(&id)?;
+            println!(
+                "lifted rejection {} of card {}: its lesson may be stored again",
+                r.id, r.card_id
             );
         }
         Command::Edit { id } => {

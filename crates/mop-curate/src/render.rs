@@ -180,6 +180,37 @@ pub fn card(c: &CardInfo) -> String {
     if let Some(by) = &s.superseded_by {
         let _ = writeln!(out, "  superseded by {by}");
     }
+    for f in &c.credentials {
+        let _ = writeln!(
+            out,
+            "  CREDENTIAL   {f}: verifying would send it to every task; edit it out or `mop-curate delete {}`",
+            s.id
+        );
+    }
+    if let Some(r) = &c.previously_rejected {
+        let _ = writeln!(
+            out,
+            "  PREVIOUSLY REJECTED  on {}: {} (rejection {}; `mop-curate lift {}` lets it back)",
+            r.at,
+            safe(&r.reason),
+            r.id,
+            r.id
+        );
+    }
+    if let Some(g) = c.duplicate_group.as_ref().filter(|g| g.members.len() > 1) {
+        let others: Vec<String> = g
+            .members
+            .iter()
+            .filter(|m| **m != s.id)
+            .map(ToString::to_string)
+            .collect();
+        let _ = writeln!(
+            out,
+            "  duplicates   stored {} times as the same lesson; also {}",
+            g.members.len(),
+            others.join(", ")
+        );
+    }
     let _ = writeln!(out, "  version      {}", c.etag);
     out
 }

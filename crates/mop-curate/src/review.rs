@@ -93,7 +93,7 @@ fn one(c: &Connection, item: &ReviewItem, input: &mut impl BufRead, echo: bool) 
         };
         let result = match answer.as_str() {
             "v" | "verify" => c
-                .verify(&id, None, Some(&etag))
+                .verify(&id, None, Some(&etag), false)
                 .map(|_| format!("verified {id}")),
             "r" | "reject" => {
                 let Some(reason) = ask(input, "reason? ", echo)? else {

@@ -32,8 +32,9 @@ pub const BANDS: usize = 20;
 /// Signature values per band: two cards share a band key with probability about J^ROWS.
 pub const ROWS: usize = 3;
 /// Below this many distinct words a lesson is too short for a similarity to mean
-/// anything: only an exact match counts.
-pub const MIN_WORDS: u32 = 4;
+/// anything (two four-word notes that differ in one number share 60 % of their words):
+/// only an exact match counts.
+pub const MIN_WORDS: u32 = 8;
 
 /// Words that carry no lesson. Negations ("not", "never", "no") are kept: they turn a
 /// lesson into its opposite.

@@ -140,11 +140,11 @@ pub struct GetEvent {
 pub struct StoreEvent {
     /// When.
     pub at: Timestamp,
-    /// `created`, `reinforced`, `extended`, `unchanged`, `queued` (the host keeps it until
+    /// `created`, `reinforced`, `unchanged`, `queued` (the host keeps it until
     /// the server takes it; replaced by what the server answered then), `refused` (with
     /// the status and code), `failed`, or `dropped` (queued past `spool.max_age_secs`).
     pub outcome: String,
-    /// The card it created, reinforced or extended.
+    /// The card it created or reinforced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<CardId>,
     /// The HTTP status of a refusal.

@@ -194,8 +194,6 @@ pub enum StoreOutcome {
     /// The same lesson as a card the task can see: its counters went up, nothing else
     /// changed.
     Reinforced,
-    /// The author's own unverified card with the same title got the new specifics.
-    Extended,
     /// The same lesson as a card this task already reinforced or stored: a task counts
     /// once per card, so nothing changed.
     Unchanged,
@@ -210,7 +208,6 @@ impl StoreOutcome {
         match self {
             StoreOutcome::Created => "created",
             StoreOutcome::Reinforced => "reinforced",
-            StoreOutcome::Extended => "extended",
             StoreOutcome::Unchanged => "unchanged",
             StoreOutcome::Queued => "queued",
         }
@@ -221,9 +218,8 @@ impl StoreOutcome {
         match self {
             StoreOutcome::Created => "created a new unverified card",
             StoreOutcome::Reinforced => {
-                "the same lesson as a card this task can see; that card was reinforced (counters only)"
+                "the same lesson as a card this task can see; that card's counters went up, nothing else changed"
             }
-            StoreOutcome::Extended => "extended your unverified card with the new text",
             StoreOutcome::Unchanged => {
                 "this task already stored or reinforced the same lesson; a task counts once per card, nothing changed"
             }
@@ -239,7 +235,7 @@ impl StoreOutcome {
 pub struct StoreResponse {
     /// What happened.
     pub outcome: StoreOutcome,
-    /// The card created, reinforced or extended (none while queued).
+    /// The card created or reinforced (none while queued).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<CardId>,
     /// The workspace revision after the store (a reinforcement shows in the manifest only

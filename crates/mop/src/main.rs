@@ -242,7 +242,7 @@ enum MemoryCommand {
         json: bool,
     },
     /// Propose a new card (stored unverified until a person reviews it). The answer is
-    /// one of: created, reinforced (the same lesson as a card this task can see), extended,
+    /// one of: created, reinforced (the same lesson as a card this task can see),
     /// unchanged, or queued (the server is away; this host keeps it and sends it later:
     /// follow it with `store-status`). A card carrying a credential, or a lesson a curator
     /// rejected, is refused with the reason.

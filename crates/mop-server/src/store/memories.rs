@@ -12,8 +12,6 @@
 //!   card: counters only, published in the next batch, once per task (a repeat answers
 //!   `unchanged`). A card merged away counts as the card it was merged into. The answer
 //!   says whether a person verified the card;
-//! - otherwise the author's own unverified card with the same type and title is
-//!   *extended* with the new text;
 //! - otherwise a new unverified card is *created*. When it repeats a card the task cannot
 //!   see (another author's unverified card), it joins that card's duplicate group for the
 //!   curators, and the answer reveals nothing of the other card.
@@ -27,20 +25,18 @@ use super::db::{Tx, params};
 use jiff::Timestamp;
 use mop_cards::{
     Card, CardId, CardSummary, Counters, Extra, Provenance, Trust, is_scope_id, is_task_id,
-    parse_card, render_card,
+    render_card,
 };
 use mop_intake::lesson::Lesson;
 use mop_intake::secrets::Screen;
 use mop_proto::sync::{RejectionNote, StoreOutcome, StoreRequest, StoreResponse};
 
-use super::cards::{
-    Kept, Row, audit, current_revision, load_object, load_row, title_key, write_card,
-};
+use super::cards::{Kept, Row, audit, current_revision, load_row, write_card};
 use super::intake::{self, OnRejected};
 use super::{Result, Store, StoreError, bump, db, ensure_workspace, stamp};
 
-/// Records that a task (a node token's task id) contributed to a card: created, extended
-/// or reinforced it. False when it had already, so its repeat counts for nothing.
+/// Records that a task (a node token's task id) contributed to a card: created or
+/// reinforced it. False when it had already, so its repeat counts for nothing.
 fn note_contribution(
     tx: &Tx<'_>,
     ws: &str,
@@ -55,14 +51,6 @@ fn note_contribution(
         params![ws, actor, task_id, card.to_string(), stamp(at)],
     )?;
     Ok(inserted == 1)
-}
-
-fn merge(into: &mut Vec<String>, from: &[String]) {
-    for item in from {
-        if !into.contains(item) {
-            into.push(item.clone());
-        }
-    }
 }
 
 /// Bounds on agent stores that the store itself enforces (the per-token rate is kept in
@@ -255,7 +243,6 @@ impl Store {
             .collect();
         intake::refuse_credentials(findings, "the card")?;
         let lesson = Lesson::of(&c.title, &c.body);
-        let title = title_key(&c.title);
         let detail = format!("task={}", p.task_id);
 
         self.write(|tx| {
@@ -295,7 +282,7 @@ impl Store {
                     OnRejected::Queue => previously_rejected = Some(stone.note.clone()),
                 }
             }
-            let answer = self.decide(tx, ws, actor, req, &new_card, &lesson, &title, &detail, now_ts, previously_rejected)?;
+            let answer = self.decide(tx, ws, actor, req, &new_card, &lesson, &detail, now_ts, previously_rejected)?;
             if let Some(k) = key {
                 intake::keep_answer(tx, ws, actor, k, &answer).map_err(&e)?;
             }
@@ -303,8 +290,7 @@ impl Store {
         })
     }
 
-    /// Reinforce, extend or create (see the module's comment), inside the store's
-    /// transaction.
+    /// Reinforce or create (see the module's comment), inside the store's transaction.
     #[allow(clippy::too_many_arguments)]
     fn decide(
         &self,
@@ -314,14 +300,12 @@ impl Store {
         req: &StoreRequest,
         new_card: &Card,
         lesson: &Lesson,
-        title: &str,
         detail: &str,
         now_ts: Timestamp,
         previously_rejected: Option<RejectionNote>,
     ) -> Result<StoreResponse> {
         let e = self.err("store memory");
         let p = &req.provenance;
-        let c = &req.card;
         let visible =
             |s: &CardSummary| s.is_visible_to(p.user_id.as_deref(), p.asset_id.as_deref());
         let matches = if previously_rejected.is_some() {
@@ -376,103 +360,6 @@ impl Store {
             )
             .map_err(&e)?;
             return Ok(answer(StoreOutcome::Reinforced));
-        }
-
-        // The author's own unverified card with the same type and title, if any.
-        let own: Option<(CardSummary, String)> = {
-            let mut stmt = tx
-                .prepare_cached(
-                    "SELECT summary, sha256 FROM cards
-                     WHERE workspace = ?1 AND card_type = ?2 AND title_key = ?3 AND live = 1 ORDER BY id",
-                )
-                .map_err(&e)?;
-            let rows = stmt
-                .query_map(params![ws, c.card_type.as_str(), title], |r| {
-                    Ok((r.get::<String>(0)?, r.get::<String>(1)?))
-                })
-                .map_err(&e)?;
-            let mut found = None;
-            for row in rows {
-                let (summary, sha) = row.map_err(&e)?;
-                let summary: CardSummary = serde_json::from_str(&summary).map_err(|err| {
-                    StoreError::Invalid(format!("stored summary unreadable: {err}"))
-                })?;
-                let author = summary.restricted_to_author();
-                if visible(&summary) && author.is_some() && author == p.user_id.as_deref() {
-                    found = Some((summary, sha));
-                    break;
-                }
-            }
-            found
-        };
-        if let Some((summary, old_sha)) = own.filter(|_| previously_rejected.is_none()) {
-            let raw = load_object(tx, ws, &old_sha).map_err(&e)?;
-            let mut existing = parse_card(&raw).map_err(|err| {
-                StoreError::Invalid(format!("stored card {} unreadable: {err}", summary.id))
-            })?;
-            // Extend the author's own unverified card with the new specifics.
-            let old_row: (i64, Option<String>) = tx
-                .query_row(
-                    "SELECT occurrence, last_seen FROM cards WHERE workspace = ?1 AND id = ?2",
-                    params![ws, existing.summary.id.to_string()],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .map_err(&e)?;
-            if !existing.body.ends_with('\n') {
-                existing.body.push('\n');
-            }
-            existing.body.push('\n');
-            existing.body.push_str(&c.body);
-            merge(&mut existing.summary.labels, &c.labels);
-            merge(&mut existing.summary.error_codes, &c.error_codes);
-            merge(&mut existing.summary.stacks, &c.stacks);
-            if existing.summary.description.is_none() {
-                existing.summary.description = c.description.clone();
-            }
-            existing.summary.updated_at = Some(now_ts);
-            existing.validate().map_err(|err| {
-                StoreError::Invalid(format!("extended card would be invalid: {err}"))
-            })?;
-            let raw = render_card(&existing).into_bytes();
-            let rev = bump(tx, ws).map_err(&e)?;
-            let sha = write_card(
-                tx,
-                ws,
-                &existing,
-                &raw,
-                rev,
-                Kept {
-                    occurrence: old_row.0 as u64,
-                    last_seen: old_row.1.as_deref(),
-                    archived_at: None,
-                },
-            )
-            .map_err(&e)?;
-            audit(
-                tx,
-                ws,
-                Some(&existing.summary.id),
-                rev,
-                actor,
-                "extend",
-                Some(&old_sha),
-                Some(&sha),
-                Some(&raw),
-                Some(detail),
-            )
-            .map_err(&e)?;
-            note_contribution(tx, ws, actor, &p.task_id, &existing.summary.id, now_ts)
-                .map_err(&e)?;
-            return Ok(StoreResponse {
-                outcome: StoreOutcome::Extended,
-                id: Some(existing.summary.id),
-                revision: rev,
-                audience: existing.summary.audience_sentence(),
-                verified: Some(false),
-                note: String::new(),
-                store_id: None,
-                previously_rejected: None,
-            });
         }
 
         let raw = render_card(new_card).into_bytes();

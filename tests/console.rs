@@ -1085,3 +1085,151 @@ fn the_console_stays_usable_with_10k_cards_and_a_60k_card() {
     );
     b.shot("history-60k");
 }
+
+/// The write path in the console: a card that carries a credential is marked with each
+/// one's kind and place, its verify needs a deliberate tick (without it nothing happens:
+/// the control), an edit that adds a credential is refused with an override offered, the
+/// card is deleted for good with a reason and a confirmation, and a card whose lesson a
+/// curator rejected before is marked with the reason and the rejection lifted.
+#[test]
+fn credentials_and_rejected_lessons_are_marked_and_handled_in_the_browser() {
+    if !browser_available() {
+        return;
+    }
+    let server = Server::start_with("[intake]\non_rejected = \"queue\"\n");
+    assert!(server.import(&example_cards_dir(), WS).status.success());
+    let admin = server.token_named("admin", &[WS], Some(CURATOR));
+    let node = server.token("node", &[WS]);
+    let token = "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx";
+    let id = "5c1d9e2f-3a4b-4c5d-8e6f-7a8b9c0d1e2f";
+    let okf = format!(
+        "---\nid: {id}\ntype: fact\ntitle: Alerts go to the ops channel\ntrust: unverified\nprovenance:\n  user_id: alice\n---\nThe bot posts with {token}.\n"
+    );
+    let (code, body, _) = api(
+        &server,
+        &admin,
+        reqwest::Method::POST,
+        "/cards?allow_credentials=true",
+        Some(okf),
+        None,
+    );
+    assert_eq!(code, 201, "{body}");
+    // A rejected lesson, stored again: queued for review, marked.
+    let lesson = json!({"type": "pitfall", "title": "Restart the primary to clear ORA-01555",
+        "body": "When the nightly ETL fails with ORA-01555, restart the ledger primary; the error is gone after it comes back.\n"});
+    let (_, first) = agent_store(&server, &node, "t-rej-1", lesson.clone());
+    let rejected = first["id"].as_str().unwrap().to_owned();
+    let (code, body, _) = api(
+        &server,
+        &admin,
+        reqwest::Method::POST,
+        &format!("/cards/{rejected}/reject"),
+        Some(json!({"reason": "a restart only hides it"}).to_string()),
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    let (_, again) = agent_store(&server, &node, "t-rej-2", lesson);
+    let back = again["id"].as_str().unwrap().to_owned();
+
+    let b = Browser::start(&server.url);
+    b.goto(&format!("/console/w/{WS}"));
+    b.wait_for("input#token");
+    b.fill("input#token", &admin);
+    b.click("section.login button[type=submit]");
+    b.wait_for("#queue");
+    b.console_errors();
+
+    // The card is marked, with the kind and place, and never shows a verify button alone.
+    b.goto(&format!("/console/w/{WS}/cards/{id}"));
+    b.wait_for("article.card");
+    assert!(
+        b.text(".badge.danger").contains("credential"),
+        "{}",
+        b.page_text()
+    );
+    let warning = b.text(".notice.danger");
+    assert!(
+        warning.contains("slack-bot-token")
+            && warning.contains("body")
+            && warning.contains("line 1"),
+        "{warning}"
+    );
+    b.shot("card-credential");
+    // Without the tick, the verify does not go through (the browser keeps the form).
+    b.click("form[action$='/do/verify'] button");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        details(&server, &admin, id)["card"]["summary"]["trust"],
+        "unverified"
+    );
+    // An edit adding another credential is refused with the kind named, and an override.
+    b.goto(&format!("/console/w/{WS}/cards/{id}/edit"));
+    b.wait_for("form.editor textarea");
+    let text = b.js("return document.querySelector('form.editor textarea').value;");
+    let edited = format!(
+        "{}\nThe mirror: https://deploy:Xk29fLq7Wm3z@git.internal/org.git\n",
+        text.as_str().unwrap()
+    );
+    b.js(&format!(
+        "document.querySelector('form.editor textarea').value = {};",
+        json!(edited)
+    ));
+    b.click("form.editor button[value=save]");
+    b.wait_for("label.override input");
+    assert!(b.page_text().contains("url-password"), "{}", b.page_text());
+    b.console_errors(); // the refused save answers 422, as it should
+    assert!(!b.page_text().contains("Not saved: ") || !b.text("p.notice").contains("Xk29fLq7Wm3z"));
+    // The delete: a reason and a confirmation, then the card is gone for good.
+    b.goto(&format!("/console/w/{WS}/cards/{id}"));
+    b.wait_for("form[action$='/do/delete']");
+    b.fill(
+        "form[action$='/do/delete'] input[name=reason]",
+        "held the ops bot token",
+    );
+    b.click("form[action$='/do/delete'] input[name=confirm]");
+    b.click("form[action$='/do/delete'] button");
+    b.wait_for("p.flash");
+    assert!(
+        b.text("p.flash").contains("deleted for good"),
+        "{}",
+        b.page_text()
+    );
+    let (code, _, _) = api(
+        &server,
+        &admin,
+        reqwest::Method::GET,
+        &format!("/cards/{id}"),
+        None,
+        None,
+    );
+    assert_eq!(code, 404);
+
+    // The lesson that came back is marked, with the reason, and the rejection lifted.
+    b.goto(&format!("/console/w/{WS}/cards/{back}"));
+    b.wait_for("article.card");
+    assert!(
+        b.page_text().contains("previously rejected"),
+        "{}",
+        b.page_text()
+    );
+    assert!(
+        b.page_text().contains("a restart only hides it"),
+        "{}",
+        b.page_text()
+    );
+    b.shot("card-previously-rejected");
+    b.click("form[action$='/do/lift'] button");
+    b.wait_for("p.flash");
+    let (_, list, _) = api(
+        &server,
+        &admin,
+        reqwest::Method::GET,
+        "/rejections",
+        None,
+        None,
+    );
+    let list: Value = serde_json::from_str(&list).unwrap();
+    assert!(list[0]["lifted_at"].is_string(), "{list}");
+    let errors = b.console_errors();
+    assert!(errors.is_empty(), "{errors:?}");
+}

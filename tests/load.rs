@@ -160,8 +160,10 @@ async fn storer(
         let started = Instant::now();
         let body = json!({
             "provenance": {"task_id": format!("load-{n}"), "user_id": format!("agent{n}"), "asset_id": null},
+            // A lesson of its own (its own numbers: the same words with numbers that only add
+            // to another's would be the same lesson).
             "card": {"type": "pitfall", "title": format!("load test card {n}-{i}"),
-                     "body": format!("Distinct body {n}-{i}: the loader saw this once."), "labels": ["load"]}
+                     "body": format!("Distinct body {}: the loader saw this once.", uuid::Uuid::new_v4()), "labels": ["load"]}
         });
         i += 1;
         match client

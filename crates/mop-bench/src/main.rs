@@ -24,6 +24,7 @@ mod memory;
 mod nginx;
 mod run;
 mod server;
+mod store;
 mod sync;
 
 #[derive(Parser)]
@@ -210,6 +211,19 @@ enum Command {
     /// The same-lesson rule: a threshold sweep on the eval's dev split, the choice scored
     /// once on its test split (tests/eval/same_lesson.toml).
     Lessons,
+    /// Agent stores at the card server (screening and the same-lesson rule): latency
+    /// p50/p90/p99 in workspaces of several sizes.
+    Store {
+        /// Workspace sizes in cards, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
+        cards: Vec<usize>,
+        /// Stores timed per size (a fifth as many more warm up first).
+        #[arg(long, default_value_t = 2000)]
+        stores: usize,
+        /// Seed of the synthetic data.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
     /// Card server: 304 answers/s against nginx in the same run, manifest and delta sizes
     /// and latencies. Needs `wrk` and `nginx` (bench/server.sh installs them).
     Server {
@@ -316,6 +330,19 @@ fn main() -> Result<()> {
         }
         Command::Lessons => {
             lessons::run()?;
+            return Ok(());
+        }
+        Command::Store {
+            cards,
+            stores,
+            seed,
+        } => {
+            let s = store::run(&store::Options {
+                cards,
+                stores: stores.max(10),
+                seed,
+            })?;
+            println!("{}", s.render());
             return Ok(());
         }
         Command::Hybrid {

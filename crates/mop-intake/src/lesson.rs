@@ -5,10 +5,12 @@
 //! tokenizer (`mop-search`: CJK runs as character bigrams), with a few English function
 //! words left out and a plural `s` taken off. Two lessons are the same when
 //! - their normalised texts are equal ([`Lesson::exact`]), or
-//! - the Jaccard similarity of their word sets reaches [`Thresholds::jaccard`], or
-//! - one's words are nearly all in the other's ([`Thresholds::containment`]) while the
-//!   similarity still reaches [`Thresholds::containment_jaccard`]: the same lesson with a
-//!   detail added.
+//! - their numbers agree (one's words with digits are all among the other's: "to 10800"
+//!   and "to 3600" are two lessons however alike the rest) and
+//!   - the Jaccard similarity of their word sets reaches [`Thresholds::jaccard`], or
+//!   - one's words are nearly all in the other's ([`Thresholds::containment`]) while the
+//!     similarity still reaches [`Thresholds::containment_jaccard`]: the same lesson with
+//!     a detail added.
 //!
 //! Similarity is estimated from a MinHash signature ([`SIGNATURE_LEN`] minima of one
 //! 64-bit hash of each word under as many fixed permutations), never from the text. So a
@@ -24,7 +26,7 @@ use sha2::{Digest, Sha256};
 use unicode_normalization::UnicodeNormalization;
 
 /// The fingerprint format; stored fingerprints of another version are made again.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// MinHash minima per signature.
 pub const SIGNATURE_LEN: usize = 128;
 /// Locality-sensitive bands.
@@ -124,6 +126,9 @@ pub struct Lesson {
     pub signature: Vec<u32>,
     /// Distinct words.
     pub words: u32,
+    /// Hashes of its distinct words with digits in them (values, versions, ports, codes),
+    /// sorted: two lessons whose numbers disagree are two lessons.
+    pub numbers: Vec<u64>,
 }
 
 /// Text in NFKC, lower case, with everything but letters and digits made one space.
@@ -192,9 +197,9 @@ fn stem(token: &str) -> std::borrow::Cow<'_, str> {
     token.into()
 }
 
-/// The distinct word hashes of a normalised text, sorted.
-fn word_hashes(normalized: &str) -> Vec<u64> {
-    let mut out = Vec::new();
+/// The distinct word hashes of a normalised text, and of those with a digit, sorted.
+fn word_hashes(normalized: &str) -> (Vec<u64>, Vec<u64>) {
+    let (mut words, mut numbers) = (Vec::new(), Vec::new());
     let mut buf = String::new();
     mop_search::tokenize::scan(normalized, &mut buf, |t, _, _| {
         let Ok(t) = std::str::from_utf8(t) else {
@@ -203,11 +208,22 @@ fn word_hashes(normalized: &str) -> Vec<u64> {
         if STOPWORDS.binary_search(&t).is_ok() {
             return;
         }
-        out.push(hash64(stem(t).as_bytes()));
+        let h = hash64(stem(t).as_bytes());
+        words.push(h);
+        if t.bytes().any(|b| b.is_ascii_digit()) {
+            numbers.push(h);
+        }
     });
-    out.sort_unstable();
-    out.dedup();
-    out
+    for v in [&mut words, &mut numbers] {
+        v.sort_unstable();
+        v.dedup();
+    }
+    (words, numbers)
+}
+
+/// True when every element of sorted `a` is in sorted `b`.
+fn subset(a: &[u64], b: &[u64]) -> bool {
+    a.iter().all(|x| b.binary_search(x).is_ok())
 }
 
 impl Lesson {
@@ -215,7 +231,7 @@ impl Lesson {
     pub fn of(title: &str, body: &str) -> Lesson {
         let normalized = format!("{}\n{}", normalize(title), normalize(body));
         let exact = format!("{:x}", Sha256::digest(normalized.as_bytes()));
-        let words = word_hashes(&normalized);
+        let (words, numbers) = word_hashes(&normalized);
         let mut signature = vec![u32::MAX; SIGNATURE_LEN];
         for (slot, (a, b)) in signature.iter_mut().zip(permutations()) {
             for w in &words {
@@ -229,6 +245,7 @@ impl Lesson {
             exact,
             signature,
             words: words.len().min(u32::MAX as usize) as u32,
+            numbers,
         }
     }
 
@@ -252,6 +269,9 @@ impl Lesson {
             return Some(Sameness::Exact);
         }
         if self.words < MIN_WORDS || other.words < MIN_WORDS {
+            return None;
+        }
+        if !subset(&self.numbers, &other.numbers) && !subset(&other.numbers, &self.numbers) {
             return None;
         }
         let jaccard = self.jaccard(other);
@@ -288,9 +308,20 @@ impl Lesson {
             .collect()
     }
 
-    /// A stored lesson back; `None` when the signature has the wrong length.
-    pub fn from_stored(exact: String, signature: &[u8], words: u32) -> Option<Lesson> {
-        if signature.len() != SIGNATURE_LEN * 4 {
+    /// The number hashes as stored: little-endian `u64`s.
+    pub fn numbers_bytes(&self) -> Vec<u8> {
+        self.numbers.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    /// A stored lesson back; `None` when the signature has the wrong length or the
+    /// numbers are not whole `u64`s.
+    pub fn from_stored(
+        exact: String,
+        signature: &[u8],
+        words: u32,
+        numbers: &[u8],
+    ) -> Option<Lesson> {
+        if signature.len() != SIGNATURE_LEN * 4 || numbers.len() % 8 != 0 {
             return None;
         }
         Some(Lesson {
@@ -300,6 +331,10 @@ impl Lesson {
                 .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                 .collect(),
             words,
+            numbers: numbers
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("eight bytes")))
+                .collect(),
         })
     }
 }
@@ -340,7 +375,13 @@ mod tests {
         );
         assert_eq!(l.words, 9);
         assert_eq!(&l.signature[..3], &[104_447_092, 14_981_012, 96_959_149]);
-        let back = Lesson::from_stored(l.exact.clone(), &l.signature_bytes(), l.words).unwrap();
+        let back = Lesson::from_stored(
+            l.exact.clone(),
+            &l.signature_bytes(),
+            l.words,
+            &l.numbers_bytes(),
+        )
+        .unwrap();
         assert_eq!(back, l);
     }
 
@@ -365,6 +406,32 @@ mod tests {
             "J = {}",
             a.jaccard(&reworded)
         );
+    }
+
+    #[test]
+    fn lessons_whose_numbers_disagree_are_two_lessons() {
+        let t = Thresholds::default();
+        let a = Lesson::of(
+            "Undo retention for the nightly ledger ETL",
+            "Set UNDO_RETENTION to 10800 seconds before the nightly ledger ETL runs, and let the undo tablespace grow.",
+        );
+        let b = Lesson::of(
+            "Undo retention for the nightly ledger ETL",
+            "Set UNDO_RETENTION to 3600 seconds before the nightly ledger ETL runs, and let the undo tablespace grow.",
+        );
+        assert!(a.jaccard(&b) > 0.8, "J = {}", a.jaccard(&b));
+        assert_eq!(a.same_as(&b, &t), None);
+        // The control: a rewording with the same number, and one that adds a number.
+        let c = Lesson::of(
+            "Nightly ledger ETL: undo retention",
+            "Before the nightly ledger ETL runs, set UNDO_RETENTION to 10800 seconds and let the undo tablespace grow.",
+        );
+        assert!(a.same_as(&c, &t).is_some(), "J = {}", a.jaccard(&c));
+        let d = Lesson::of(
+            "Undo retention for the nightly ledger ETL",
+            "Set UNDO_RETENTION to 10800 seconds before the nightly ledger ETL runs at 02:00, and let the undo tablespace grow.",
+        );
+        assert!(a.same_as(&d, &t).is_some(), "J = {}", a.jaccard(&d));
     }
 
     #[test]

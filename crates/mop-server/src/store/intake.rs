@@ -105,11 +105,12 @@ pub(crate) fn record(tx: &Tx<'_>, ws: &str, card: &Card, raw: &[u8], sha: &str) 
     let credentials = (!findings.is_empty())
         .then(|| serde_json::to_string(&findings).expect("findings serialize"));
     tx.execute(
-        "INSERT INTO card_intake (workspace, card_id, sha256, version, exact, signature, words, credentials)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+        "INSERT INTO card_intake (workspace, card_id, sha256, version, exact, signature, words, numbers, credentials)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
          ON CONFLICT (workspace, card_id) DO UPDATE SET
             sha256 = excluded.sha256, version = excluded.version, exact = excluded.exact,
-            signature = excluded.signature, words = excluded.words, credentials = excluded.credentials",
+            signature = excluded.signature, words = excluded.words, numbers = excluded.numbers,
+            credentials = excluded.credentials",
         params![
             ws,
             id,
@@ -118,6 +119,7 @@ pub(crate) fn record(tx: &Tx<'_>, ws: &str, card: &Card, raw: &[u8], sha: &str) 
             lesson.exact,
             lesson.signature_bytes(),
             i64::from(lesson.words),
+            lesson.numbers_bytes(),
             credentials
         ],
     )?;
@@ -151,11 +153,17 @@ pub(crate) fn forget(tx: &Tx<'_>, ws: &str, id: &str) -> db::Result<()> {
     Ok(())
 }
 
-fn stored_lesson(exact: String, signature: Vec<u8>, words: i64) -> Option<Lesson> {
+fn stored_lesson(
+    exact: String,
+    signature: Vec<u8>,
+    words: i64,
+    numbers: Vec<u8>,
+) -> Option<Lesson> {
     Lesson::from_stored(
         exact,
         &signature,
         words.clamp(0, i64::from(u32::MAX)) as u32,
+        &numbers,
     )
 }
 
@@ -169,7 +177,7 @@ pub(crate) fn candidates(
     let bands = lesson.bands();
     let placeholders: Vec<String> = (0..bands.len()).map(|i| format!("?{}", i + 3)).collect();
     let sql = format!(
-        "SELECT card_id, exact, signature, words FROM card_intake
+        "SELECT card_id, exact, signature, words, numbers FROM card_intake
          WHERE workspace = ?1 AND (exact = ?2 OR card_id IN
             (SELECT card_id FROM lesson_bands WHERE workspace = ?1 AND band IN ({})))
          ORDER BY card_id",
@@ -184,12 +192,16 @@ pub(crate) fn candidates(
             r.get::<String>(1)?,
             r.get::<Vec<u8>>(2)?,
             r.get::<i64>(3)?,
+            r.get::<Vec<u8>>(4)?,
         ))
     })?;
     let mut out = Vec::new();
     for row in rows {
-        let (id, exact, signature, words) = row?;
-        if let (Ok(id), Some(l)) = (CardId::parse(&id), stored_lesson(exact, signature, words)) {
+        let (id, exact, signature, words, numbers) = row?;
+        if let (Ok(id), Some(l)) = (
+            CardId::parse(&id),
+            stored_lesson(exact, signature, words, numbers),
+        ) {
             out.push((id, l));
         }
     }
@@ -200,12 +212,19 @@ pub(crate) fn candidates(
 pub(crate) fn lesson_of_card(tx: &Tx<'_>, ws: &str, id: &CardId) -> db::Result<Option<Lesson>> {
     Ok(tx
         .query_row(
-            "SELECT exact, signature, words FROM card_intake WHERE workspace = ?1 AND card_id = ?2",
+            "SELECT exact, signature, words, numbers FROM card_intake WHERE workspace = ?1 AND card_id = ?2",
             params![ws, id.to_string()],
-            |r| Ok((r.get::<String>(0)?, r.get::<Vec<u8>>(1)?, r.get::<i64>(2)?)),
+            |r| {
+                Ok((
+                    r.get::<String>(0)?,
+                    r.get::<Vec<u8>>(1)?,
+                    r.get::<i64>(2)?,
+                    r.get::<Vec<u8>>(3)?,
+                ))
+            },
         )
         .optional()?
-        .and_then(|(e, s, w)| stored_lesson(e, s, w)))
+        .and_then(|(e, s, w, n)| stored_lesson(e, s, w, n)))
 }
 
 /// A live rejection tombstone.
@@ -219,7 +238,7 @@ pub(crate) struct Tombstone {
 /// The workspace's live (not lifted) tombstones.
 pub(crate) fn tombstones(tx: &Tx<'_>, ws: &str) -> db::Result<Vec<Tombstone>> {
     let mut stmt = tx.prepare_cached(
-        "SELECT id, card_id, exact, signature, words, reason, at FROM rejections
+        "SELECT id, card_id, exact, signature, words, reason, at, numbers FROM rejections
          WHERE workspace = ?1 AND lifted_at IS NULL ORDER BY at, id",
     )?;
     let rows = stmt.query_map(params![ws], |r| {
@@ -231,12 +250,13 @@ pub(crate) fn tombstones(tx: &Tx<'_>, ws: &str) -> db::Result<Vec<Tombstone>> {
             r.get::<i64>(4)?,
             r.get::<String>(5)?,
             r.get::<String>(6)?,
+            r.get::<Vec<u8>>(7)?,
         ))
     })?;
     let mut out = Vec::new();
     for row in rows {
-        let (id, card_id, exact, signature, words, reason, at) = row?;
-        if let Some(lesson) = stored_lesson(exact, signature, words) {
+        let (id, card_id, exact, signature, words, reason, at, numbers) = row?;
+        if let Some(lesson) = stored_lesson(exact, signature, words, numbers) {
             out.push(Tombstone {
                 note: RejectionNote { id, at, reason },
                 card_id,
@@ -270,8 +290,8 @@ pub(crate) fn bury(
         return Ok(());
     };
     tx.execute(
-        "INSERT INTO rejections (workspace, id, card_id, exact, signature, words, reason, actor, at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        "INSERT INTO rejections (workspace, id, card_id, exact, signature, words, numbers, reason, actor, at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         params![
             ws,
             uuid::Uuid::new_v4().to_string(),
@@ -279,6 +299,7 @@ pub(crate) fn bury(
             lesson.exact,
             lesson.signature_bytes(),
             i64::from(lesson.words),
+            lesson.numbers_bytes(),
             reason,
             actor,
             now()

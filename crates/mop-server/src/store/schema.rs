@@ -173,6 +173,7 @@ const MIGRATIONS: &[&str] = &[
         exact       TEXT NOT NULL,          -- SHA-256 of the normalised title and body
         signature   BLOB NOT NULL,          -- MinHash minima, little-endian u32s
         words       INTEGER NOT NULL,
+        numbers     BLOB NOT NULL,          -- hashes of its words with digits, little-endian u64s
         credentials TEXT,                   -- JSON findings (kind, field, line, column); NULL: none
         PRIMARY KEY (workspace, card_id)
     ) STRICT, WITHOUT ROWID;
@@ -201,6 +202,7 @@ const MIGRATIONS: &[&str] = &[
         exact     TEXT NOT NULL,
         signature BLOB NOT NULL,
         words     INTEGER NOT NULL,
+        numbers   BLOB NOT NULL,
         reason    TEXT NOT NULL,
         actor     TEXT NOT NULL,
         at        TEXT NOT NULL,
@@ -389,6 +391,7 @@ pub(crate) const PG_MIGRATIONS: &[&str] = &[
         exact       TEXT COLLATE "C" NOT NULL,
         signature   BYTEA NOT NULL,
         words       BIGINT NOT NULL,
+        numbers     BYTEA NOT NULL,
         credentials TEXT COLLATE "C",
         PRIMARY KEY (workspace, card_id)
     );
@@ -417,6 +420,7 @@ pub(crate) const PG_MIGRATIONS: &[&str] = &[
         exact     TEXT COLLATE "C" NOT NULL,
         signature BYTEA NOT NULL,
         words     BIGINT NOT NULL,
+        numbers   BYTEA NOT NULL,
         reason    TEXT COLLATE "C" NOT NULL,
         actor     TEXT COLLATE "C" NOT NULL,
         at        TEXT COLLATE "C" NOT NULL,

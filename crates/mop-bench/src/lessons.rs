@@ -154,3 +154,33 @@ fn closest_negatives(
     out.sort_by(|a, b| b.0.total_cmp(&a.0));
     out
 }
+
+/// How many cards of a synthetic workspace of `n` share a band key with a card (what a
+/// store's lookup reads), over a sample of 200 cards: mean and largest.
+pub fn band_candidates(n: usize, seed: u64) {
+    use mop_intake::lesson::Lesson;
+    use std::collections::HashMap;
+    let now = "2026-11-29T00:00:00Z".parse().expect("a valid timestamp");
+    let ws = mop_bench::synth::workspace(seed, n, now);
+    let lessons: Vec<Lesson> = ws.cards.iter().map(|c| Lesson::of(&c.summary.title, &c.body)).collect();
+    let mut by_band: HashMap<i64, Vec<usize>> = HashMap::new();
+    for (i, l) in lessons.iter().enumerate() {
+        for b in l.bands() {
+            by_band.entry(b).or_default().push(i);
+        }
+    }
+    let (mut total, mut most, mut rows) = (0usize, 0usize, 0usize);
+    for i in (0..n).step_by((n / 200).max(1)) {
+        let mut seen = std::collections::HashSet::new();
+        for b in lessons[i].bands() {
+            let hits = &by_band[&b];
+            rows += hits.len();
+            seen.extend(hits.iter().copied());
+        }
+        total += seen.len();
+        most = most.max(seen.len());
+    }
+    let samples = n.div_ceil((n / 200).max(1));
+    println!("{n} synthetic cards: a card shares a band with {} others on average (most {most}); {} band rows read per lookup",
+        total / samples, rows / samples);
+}

@@ -210,7 +210,12 @@ enum Command {
     },
     /// The same-lesson rule: a threshold sweep on the eval's dev split, the choice scored
     /// once on its test split (tests/eval/same_lesson.toml).
-    Lessons,
+    Lessons {
+        /// Instead, count how many cards of a synthetic workspace of this size share a
+        /// band key with a card (what a store's lookup reads).
+        #[arg(long, value_name = "CARDS")]
+        bands_of: Option<usize>,
+    },
     /// Agent stores at the card server (screening and the same-lesson rule): latency
     /// p50/p90/p99 in workspaces of several sizes.
     Store {
@@ -328,8 +333,11 @@ fn main() -> Result<()> {
             }
             return Ok(());
         }
-        Command::Lessons => {
-            lessons::run()?;
+        Command::Lessons { bands_of } => {
+            match bands_of {
+                Some(n) => lessons::band_candidates(n, 42),
+                None => lessons::run()?,
+            }
             return Ok(());
         }
         Command::Store {

@@ -55,7 +55,9 @@ fn mix(ws: &synth::Synthetic, seed: u64, count: usize) -> Vec<(Kind, String, Str
         let kind = match rng.below(10) {
             0..4 => Kind::New,
             4..7 => Kind::Reworded,
-            7..9 if !out.is_empty() => Kind::Repeat,
+            7..9 if out.iter().any(|s: &(Kind, String, String)| s.0 != Kind::Credential) => {
+                Kind::Repeat
+            }
             7..9 => Kind::New,
             _ => Kind::Credential,
         };
@@ -69,7 +71,10 @@ fn mix(ws: &synth::Synthetic, seed: u64, count: usize) -> Vec<(Kind, String, Str
                 (reword(&c.summary.title), reword(&c.body))
             }
             Kind::Repeat => {
-                let (_, t, b) = out[rng.below(out.len())].clone();
+                // An earlier store that went in (a refused one is refused again).
+                let earlier: Vec<&(Kind, String, String)> =
+                    out.iter().filter(|s| s.0 != Kind::Credential).collect();
+                let (_, t, b) = earlier[rng.below(earlier.len())].clone();
                 (t, b)
             }
             Kind::Credential => {

@@ -169,40 +169,48 @@ fn stored_lesson(
 
 /// The cards whose lesson may be the same as `lesson`: equal normalised text, or at
 /// least one shared band key. The caller applies the rule.
-pub(crate) fn candidates(
-    tx: &Tx<'_>,
-    ws: &str,
-    lesson: &Lesson,
-) -> db::Result<Vec<(CardId, Lesson)>> {
+pub(crate) fn candidates(tx: &Tx<'_>, ws: &str, lesson: &Lesson) -> db::Result<Vec<(CardId, Lesson)>> {
+    // Key lookups only: first the ids (by band key, and by the exact text), then each
+    // one's row by its primary key. (No DISTINCT: it makes SQLite walk the by-card index
+    // of the whole workspace instead of looking the band keys up.)
     let bands = lesson.bands();
-    let placeholders: Vec<String> = (0..bands.len()).map(|i| format!("?{}", i + 3)).collect();
+    let placeholders: Vec<String> = (0..bands.len()).map(|i| format!("?{}", i + 2)).collect();
     let sql = format!(
-        "SELECT card_id, exact, signature, words, numbers FROM card_intake
-         WHERE workspace = ?1 AND (exact = ?2 OR card_id IN
-            (SELECT card_id FROM lesson_bands WHERE workspace = ?1 AND band IN ({})))
-         ORDER BY card_id",
+        "SELECT card_id FROM lesson_bands WHERE workspace = ?1 AND band IN ({})",
         placeholders.join(", ")
     );
-    let mut values: Vec<&dyn db::ToValue> = vec![&ws, &lesson.exact];
+    let mut values: Vec<&dyn db::ToValue> = vec![&ws];
     values.extend(bands.iter().map(|b| b as &dyn db::ToValue));
-    let mut stmt = tx.prepare_cached(&sql)?;
-    let rows = stmt.query_map(&values, |r| {
-        Ok((
-            r.get::<String>(0)?,
-            r.get::<String>(1)?,
-            r.get::<Vec<u8>>(2)?,
-            r.get::<i64>(3)?,
-            r.get::<Vec<u8>>(4)?,
-        ))
-    })?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (id, exact, signature, words, numbers) = row?;
-        if let (Ok(id), Some(l)) = (
-            CardId::parse(&id),
-            stored_lesson(exact, signature, words, numbers),
-        ) {
-            out.push((id, l));
+    let mut ids: Vec<String> = tx
+        .prepare_cached(&sql)?
+        .query_map(&values, |r| r.get::<String>(0))?
+        .collect::<db::Result<_>>()?;
+    let exact: Vec<String> = tx
+        .prepare_cached("SELECT card_id FROM card_intake WHERE workspace = ?1 AND exact = ?2")?
+        .query_map(params![ws, lesson.exact], |r| r.get::<String>(0))?
+        .collect::<db::Result<_>>()?;
+    ids.extend(exact);
+    ids.sort_unstable();
+    ids.dedup();
+    let mut stmt = tx.prepare_cached(
+        "SELECT exact, signature, words, numbers FROM card_intake WHERE workspace = ?1 AND card_id = ?2",
+    )?;
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        let row = stmt
+            .query_row(params![ws, id], |r| {
+                Ok((
+                    r.get::<String>(0)?,
+                    r.get::<Vec<u8>>(1)?,
+                    r.get::<i64>(2)?,
+                    r.get::<Vec<u8>>(3)?,
+                ))
+            })
+            .optional()?;
+        if let (Ok(card), Some((e, s, w, n))) = (CardId::parse(&id), row)
+            && let Some(l) = stored_lesson(e, s, w, n)
+        {
+            out.push((card, l));
         }
     }
     Ok(out)

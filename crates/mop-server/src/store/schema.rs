@@ -185,6 +185,7 @@ const MIGRATIONS: &[&str] = &[
         card_id   TEXT NOT NULL,
         PRIMARY KEY (workspace, band, card_id)
     ) STRICT, WITHOUT ROWID;
+    CREATE INDEX lesson_bands_by_card ON lesson_bands (workspace, card_id);
 
     CREATE TABLE duplicate_groups (
         workspace TEXT NOT NULL,
@@ -403,6 +404,7 @@ pub(crate) const PG_MIGRATIONS: &[&str] = &[
         card_id   TEXT COLLATE "C" NOT NULL,
         PRIMARY KEY (workspace, band, card_id)
     );
+    CREATE INDEX lesson_bands_by_card ON lesson_bands (workspace, card_id);
 
     CREATE TABLE duplicate_groups (
         workspace TEXT COLLATE "C" NOT NULL,

@@ -252,6 +252,16 @@ pub fn run(smoke: bool, out: &Path, seed: u64) -> Result<()> {
         })?])
     })?;
 
+    // The write path: the same-lesson eval (no server), then stores at the server.
+    step("lessons", &mut || Ok(vec![crate::lessons::run()?]))?;
+    step("store", &mut || {
+        Ok(vec![crate::store::run(&crate::store::Options {
+            cards: if smoke { vec![200] } else { vec![10_000, 100_000] },
+            stores: if smoke { 50 } else { 2000 },
+            seed,
+        })?])
+    })?;
+
     write(
         out,
         &render(&sections, smoke, started.elapsed().as_secs_f64(), true),
@@ -357,7 +367,7 @@ fn render(sections: &[Section], smoke: bool, secs: f64, complete: bool) -> Strin
         md,
         "## Reproduce\n\n```sh\nbench/all.sh                 # installs nginx, wrk, curl if missing; writes BENCHMARKS.md\n\
          bench/all.sh --smoke --out /tmp/smoke.md   # the under-a-minute version CI runs\n```\n\n\
-         Single benchmarks: `target/release/mop-bench <engine|sync|server|fleet|run|memory> --help`."
+         Single benchmarks: `target/release/mop-bench <engine|sync|server|fleet|run|memory|hybrid|lessons|store> --help`."
     );
     md
 }

@@ -10,6 +10,7 @@
 //! The closest pairs of two lessons on each split (those the numbers rule does not already
 //! tell apart) show how much room the threshold has.
 
+use mop_bench::Section;
 use mop_intake::lesson::Thresholds;
 use mop_tests::lessons::{Score, load, score};
 
@@ -28,9 +29,10 @@ fn row(name: &str, t: &Thresholds, s: &Score) -> String {
     )
 }
 
-/// Runs the sweep and prints the tables (Markdown).
-pub fn run() -> anyhow::Result<()> {
+/// Runs the sweep: the section with the tables (Markdown).
+pub fn run() -> anyhow::Result<Section> {
     let lessons = load();
+    let mut section = Section::new("The same-lesson rule: thresholds chosen on dev, scored on test");
     let mut candidates = Vec::new();
     for j in [0.4f32, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8] {
         for (c, cj) in [
@@ -56,16 +58,28 @@ pub fn run() -> anyhow::Result<()> {
         let sigma = (j * (1.0 - j) / mop_intake::lesson::SIGNATURE_LEN as f64).sqrt();
         f64::from(closest_dev) < j - 3.0 * sigma
     };
-    println!("## Same-lesson thresholds: the sweep on the dev split\n");
-    println!("The closest dev pair of two lessons is at {closest_dev:.3}.\n");
-    println!(
-        "| candidate | jaccard | containment / its jaccard | precision | recall | merged | false merges |"
+    let count = |split: &str| lessons.iter().filter(|l| l.split == split).count();
+    section.line(format!(
+        "`tests/eval/same_lesson.toml`: {} lessons on dev and {} on test, each in 4 or 5 wordings, in \
+         sibling pairs that share their error code and vocabulary but teach another fix. Every pair of \
+         wordings is scored: one lesson's pair should be found the same (recall), two lessons' pair never \
+         (precision). Candidates are swept on dev; the choice is the highest dev recall with no false \
+         merge and three standard errors of the MinHash estimate (σ = √(t(1−t)/128)) between the closest \
+         dev pair of two lessons ({closest_dev:.3}) and the threshold; only then is the test split scored.\n",
+        count("dev"),
+        count("test")
+    ));
+    section.line(
+        "| candidate | jaccard | containment / its jaccard | dev precision | dev recall | merged | false merges |",
     );
-    println!("|---|---|---|---|---|---|---|");
+    section.line("|---|---|---|---|---|---|---|");
     let mut best: Option<(Thresholds, Score)> = None;
     for (i, t) in candidates.iter().enumerate() {
         let s = score(&lessons, "dev", t);
-        println!("{}", row(&format!("{i}"), t, &s));
+        // The containment rule added nothing on dev: only its strictest setting is shown.
+        if t.containment == 1.0 {
+            section.line(row(&format!("{i}"), t, &s));
+        }
         let strictness = |t: &Thresholds| (t.jaccard, t.containment_jaccard, t.containment);
         let better = s.false_merges == 0
             && room(t)
@@ -79,43 +93,43 @@ pub fn run() -> anyhow::Result<()> {
     }
     let (chosen, dev) =
         best.ok_or_else(|| anyhow::anyhow!("no candidate is free of false merges on dev"))?;
-    println!(
-        "\nChosen on dev (highest recall with no false merge and three standard errors of room): jaccard {:.2}, containment {:.2} with jaccard {:.2}; dev precision {:.3}, recall {:.3}.\n",
+    section.line(format!(
+        "\nChosen on dev: jaccard {:.2}, containment {:.2} with jaccard {:.2} (dev precision {:.3}, recall {:.3}). Scored once on the test split:\n",
         chosen.jaccard,
         chosen.containment,
         chosen.containment_jaccard,
         dev.precision(),
         dev.recall()
+    ));
+    section.line(
+        "| thresholds | jaccard | containment / its jaccard | test precision | test recall | merged | false merges |",
     );
-    println!("## Scored once on the test split\n");
-    println!(
-        "| thresholds | jaccard | containment / its jaccard | precision | recall | merged | false merges |"
-    );
-    println!("|---|---|---|---|---|---|---|");
+    section.line("|---|---|---|---|---|---|---|");
     let default = Thresholds::default();
-    println!(
-        "{}",
-        row("chosen on dev", &chosen, &score(&lessons, "test", &chosen))
-    );
-    println!(
-        "{}",
-        row(
-            "the default (server.toml)",
-            &default,
-            &score(&lessons, "test", &default)
-        )
-    );
+    let on_test = score(&lessons, "test", &chosen);
+    section.line(row("chosen on dev", &chosen, &on_test));
     let d = score(&lessons, "test", &default);
+    section.line(row("the default (server.toml)", &default, &d));
+    section.figure("lessons.test_precision", d.precision(), false);
+    section.figure("lessons.test_recall", d.recall(), false);
+    section.target(
+        "same-lesson rule on the eval's test split",
+        "no false merge",
+        format!("{} of {} pairs of two lessons merged", d.false_merges, d.negatives),
+        d.false_merges == 0,
+    );
     for p in &d.false_pairs {
-        println!("\nfalse merge at the default: {p}");
+        section.line(format!("\nfalse merge at the default: {p}"));
     }
     for split in ["dev", "test"] {
-        println!("\nThe closest pairs of two lessons on {split} (estimated Jaccard):");
-        for (j, pair) in closest_negatives(&lessons, split).into_iter().take(5) {
-            println!("- {j:.3} {pair}");
+        section.line(format!(
+            "\nThe closest pairs of two lessons on {split} whose numbers agree (estimated Jaccard):\n"
+        ));
+        for (j, pair) in closest_negatives(&lessons, split).into_iter().take(3) {
+            section.line(format!("- {j:.3} {pair}"));
         }
     }
-    Ok(())
+    Ok(section)
 }
 
 /// Pairs of wordings of two different lessons, most similar first.

@@ -336,7 +336,7 @@ fn main() -> Result<()> {
         Command::Lessons { bands_of } => {
             match bands_of {
                 Some(n) => lessons::band_candidates(n, 42),
-                None => lessons::run()?,
+                None => println!("{}", lessons::run()?.render()),
             }
             return Ok(());
         }

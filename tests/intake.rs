@@ -93,12 +93,8 @@ fn the_same_lesson_rule_never_merges_two_lessons_and_finds_most_rewordings() {
             s.negatives
         );
         assert_eq!(s.false_merges, 0, "{split}: {:?}", s.false_pairs);
-        // README records these; a change to the rule or the eval shows here.
-        let floor = if split == "dev" { 0.59 } else { 0.59 };
-        assert!(
-            s.recall() >= floor,
-            "{split}: recall {:.3} < {floor}",
-            s.recall()
-        );
+        // README records these (dev 0.598, test 0.594); a change to the rule or the eval
+        // shows here.
+        assert!(s.recall() >= 0.59, "{split}: recall {:.3}", s.recall());
     }
 }

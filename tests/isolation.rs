@@ -386,7 +386,7 @@ fn retrieve_answers_do_not_depend_on_cards_the_task_cannot_see() {
         "foxtrot golf hotel india juliet",
         "kilo lima mike november oscar",
     ];
-    for n in 0..3 {
+    for (n, words) in own.iter().enumerate() {
         let title = format!("Ledger undo retention notes zqhiddenword {n}");
         let mut cmd = as_runner(
             &[
@@ -406,11 +406,8 @@ fn retrieve_answers_do_not_depend_on_cards_the_task_cannot_see() {
             alice.plan["agent_socket"].as_str().unwrap(),
         )
         .env("MOP_TASK_USER", "alice");
-        let body = format!(
-            "ledger undo retention nightly ETL snapshot zqhiddenword {} ",
-            own[n]
-        )
-        .repeat(30 + n);
+        let body = format!("ledger undo retention nightly ETL snapshot zqhiddenword {words} ")
+            .repeat(30 + n);
         let out = mop_tests::procs::run_with_stdin(&mut cmd, body.as_bytes());
         assert!(out.status.success(), "{}", text(&out));
     }

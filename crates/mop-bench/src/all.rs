@@ -256,7 +256,11 @@ pub fn run(smoke: bool, out: &Path, seed: u64) -> Result<()> {
     step("lessons", &mut || Ok(vec![crate::lessons::run()?]))?;
     step("store", &mut || {
         Ok(vec![crate::store::run(&crate::store::Options {
-            cards: if smoke { vec![200] } else { vec![10_000, 100_000] },
+            cards: if smoke {
+                vec![200]
+            } else {
+                vec![10_000, 100_000]
+            },
             stores: if smoke { 50 } else { 2000 },
             seed,
         })?])

@@ -32,7 +32,8 @@ fn row(name: &str, t: &Thresholds, s: &Score) -> String {
 /// Runs the sweep: the section with the tables (Markdown).
 pub fn run() -> anyhow::Result<Section> {
     let lessons = load();
-    let mut section = Section::new("The same-lesson rule: thresholds chosen on dev, scored on test");
+    let mut section =
+        Section::new("The same-lesson rule: thresholds chosen on dev, scored on test");
     let mut candidates = Vec::new();
     for j in [0.4f32, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8] {
         for (c, cj) in [
@@ -115,7 +116,10 @@ pub fn run() -> anyhow::Result<Section> {
     section.target(
         "same-lesson rule on the eval's test split",
         "no false merge",
-        format!("{} of {} pairs of two lessons merged", d.false_merges, d.negatives),
+        format!(
+            "{} of {} pairs of two lessons merged",
+            d.false_merges, d.negatives
+        ),
         d.false_merges == 0,
     );
     for p in &d.false_pairs {
@@ -176,7 +180,11 @@ pub fn band_candidates(n: usize, seed: u64) {
     use std::collections::HashMap;
     let now = "2026-11-29T00:00:00Z".parse().expect("a valid timestamp");
     let ws = mop_bench::synth::workspace(seed, n, now);
-    let lessons: Vec<Lesson> = ws.cards.iter().map(|c| Lesson::of(&c.summary.title, &c.body)).collect();
+    let lessons: Vec<Lesson> = ws
+        .cards
+        .iter()
+        .map(|c| Lesson::of(&c.summary.title, &c.body))
+        .collect();
     let mut by_band: HashMap<i64, Vec<usize>> = HashMap::new();
     for (i, l) in lessons.iter().enumerate() {
         for b in l.bands() {
@@ -195,6 +203,9 @@ pub fn band_candidates(n: usize, seed: u64) {
         most = most.max(seen.len());
     }
     let samples = n.div_ceil((n / 200).max(1));
-    println!("{n} synthetic cards: a card shares a band with {} others on average (most {most}); {} band rows read per lookup",
-        total / samples, rows / samples);
+    println!(
+        "{n} synthetic cards: a card shares a band with {} others on average (most {most}); {} band rows read per lookup",
+        total / samples,
+        rows / samples
+    );
 }

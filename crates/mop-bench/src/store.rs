@@ -55,7 +55,10 @@ fn mix(ws: &synth::Synthetic, seed: u64, count: usize) -> Vec<(Kind, String, Str
         let kind = match rng.below(10) {
             0..4 => Kind::New,
             4..7 => Kind::Reworded,
-            7..9 if out.iter().any(|s: &(Kind, String, String)| s.0 != Kind::Credential) => {
+            7..9 if out
+                .iter()
+                .any(|s: &(Kind, String, String)| s.0 != Kind::Credential) =>
+            {
                 Kind::Repeat
             }
             7..9 => Kind::New,

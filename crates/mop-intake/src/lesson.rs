@@ -321,7 +321,7 @@ impl Lesson {
         words: u32,
         numbers: &[u8],
     ) -> Option<Lesson> {
-        if signature.len() != SIGNATURE_LEN * 4 || numbers.len() % 8 != 0 {
+        if signature.len() != SIGNATURE_LEN * 4 || !numbers.len().is_multiple_of(8) {
             return None;
         }
         Some(Lesson {

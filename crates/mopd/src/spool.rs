@@ -539,7 +539,7 @@ impl Spool {
                 _ => None,
             })
             .collect();
-        refused.sort_by(|a, b| b.at.cmp(&a.at));
+        refused.sort_by_key(|r| std::cmp::Reverse(r.at));
         refused.truncate(20);
         SpoolInfo {
             queued: inner.queue.len(),

@@ -174,7 +174,11 @@ const MAX_CANDIDATES: usize = 64;
 
 /// The cards whose lesson may be the same as `lesson`: equal normalised text, or the
 /// [`MAX_CANDIDATES`] that share the most band keys with it. The caller applies the rule.
-pub(crate) fn candidates(tx: &Tx<'_>, ws: &str, lesson: &Lesson) -> db::Result<Vec<(CardId, Lesson)>> {
+pub(crate) fn candidates(
+    tx: &Tx<'_>,
+    ws: &str,
+    lesson: &Lesson,
+) -> db::Result<Vec<(CardId, Lesson)>> {
     // Key lookups only: first the ids (by band key, and by the exact text), then each
     // one's row by its primary key. (No DISTINCT: it makes SQLite walk the by-card index
     // of the whole workspace instead of looking the band keys up.)
@@ -187,12 +191,19 @@ pub(crate) fn candidates(tx: &Tx<'_>, ws: &str, lesson: &Lesson) -> db::Result<V
     let mut values: Vec<&dyn db::ToValue> = vec![&ws];
     values.extend(bands.iter().map(|b| b as &dyn db::ToValue));
     let mut hits: HashMap<String, u32> = HashMap::new();
-    for id in tx.prepare_cached(&sql)?.query_map(&values, |r| r.get::<String>(0))? {
+    for id in tx
+        .prepare_cached(&sql)?
+        .query_map(&values, |r| r.get::<String>(0))?
+    {
         *hits.entry(id?).or_default() += 1;
     }
     let mut ranked: Vec<(String, u32)> = hits.into_iter().collect();
     ranked.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    let mut ids: Vec<String> = ranked.into_iter().take(MAX_CANDIDATES).map(|(id, _)| id).collect();
+    let mut ids: Vec<String> = ranked
+        .into_iter()
+        .take(MAX_CANDIDATES)
+        .map(|(id, _)| id)
+        .collect();
     let exact: Vec<String> = tx
         .prepare_cached("SELECT card_id FROM card_intake WHERE workspace = ?1 AND exact = ?2")?
         .query_map(params![ws, lesson.exact], |r| r.get::<String>(0))?

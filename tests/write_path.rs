@@ -1305,3 +1305,62 @@ fn the_queue_is_bounded_and_old_stores_are_dropped_and_counted() {
         "nothing dropped was sent later"
     );
 }
+
+#[test]
+fn with_an_embedding_model_the_server_reinforces_a_paraphrase_that_words_alone_miss() {
+    use mop_intake::lesson::Thresholds;
+    use mop_tests::lessons::{items, load};
+    // A pair of one lesson's wordings that words alone tell apart and the model does not.
+    let model_dir = mop_tests::embedding_model_dir();
+    let model = mop_embed::Model::load(&model_dir).expect("the model loads");
+    let lessons = load();
+    let with = items(&lessons, "test", Some(&model));
+    let words = Thresholds {
+        dense_cosine: 2.0,
+        ..Thresholds::default()
+    };
+    let (a, b) = with
+        .iter()
+        .enumerate()
+        .flat_map(|(i, a)| with[i + 1..].iter().map(move |b| (a, b)))
+        .find(|(a, b)| {
+            a.0 == b.0
+                && a.2.same_as(&b.2, &words).is_none()
+                && a.2.same_as(&b.2, &Thresholds::default()).is_some()
+        })
+        .expect("the eval has such a pair");
+    let text = |item: &(&str, usize, mop_intake::lesson::Lesson)| {
+        lessons.iter().find(|l| l.id == item.0).unwrap().wordings[item.1].clone()
+    };
+    let ((t1, b1), (t2, b2)) = (text(a), text(b));
+    let store = |server: &Server, node: &str, task: &str, title: &str, body: &str| -> Value {
+        mop_tests::http()
+            .post(format!("{}/v1/workspaces/{WS}/memories", server.url))
+            .bearer_auth(node)
+            .json(&json!({
+                "provenance": {"task_id": task, "user_id": "alice"},
+                "card": {"type": "pitfall", "title": title, "body": body}
+            }))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
+    };
+    let config = format!("[intake]\nembedding_model = \"{}\"\n", model_dir.display());
+    for (with_model, expected) in [(true, "reinforced"), (false, "created")] {
+        let server = Server::start_with(if with_model { &config } else { "" });
+        let node = server.token("node", &[WS]);
+        let first = store(&server, &node, "p1", &t1, &b1);
+        assert_eq!(first["outcome"], "created", "{first}");
+        let second = store(&server, &node, "p2", &t2, &b2);
+        assert_eq!(second["outcome"], expected, "model {with_model}: {second}");
+        if with_model {
+            assert_eq!(second["id"], first["id"]);
+            assert!(
+                server.log().contains("compares meaning too"),
+                "{}",
+                server.log()
+            );
+        }
+    }
+}

@@ -74,18 +74,43 @@ impl Score {
     }
 }
 
-/// Scores the lessons of `split` at `t`.
-pub fn score(lessons: &[EvalLesson], split: &str, t: &Thresholds) -> Score {
-    let items: Vec<(&str, usize, Lesson)> = lessons
+/// One wording of a split, fingerprinted: (lesson id, wording index, fingerprint).
+pub type Item<'a> = (&'a str, usize, Lesson);
+
+/// The wordings of `split`, fingerprinted, with vectors when `model` is given.
+pub fn items<'a>(
+    lessons: &'a [EvalLesson],
+    split: &str,
+    model: Option<&mop_embed::Model>,
+) -> Vec<Item<'a>> {
+    lessons
         .iter()
         .filter(|l| l.split == split)
         .flat_map(|l| {
             l.wordings
                 .iter()
                 .enumerate()
-                .map(move |(i, (title, body))| (l.id.as_str(), i, Lesson::of(title, body)))
+                .map(move |(i, (title, body))| {
+                    let lesson = Lesson::of(title, body);
+                    let lesson = match model
+                        .and_then(|m| m.embed(&mop_intake::lesson::embedding_text(title, body)))
+                    {
+                        Some(v) => lesson.with_vector(&v),
+                        None => lesson,
+                    };
+                    (l.id.as_str(), i, lesson)
+                })
         })
-        .collect();
+        .collect()
+}
+
+/// Scores the lessons of `split` at `t` (words alone).
+pub fn score(lessons: &[EvalLesson], split: &str, t: &Thresholds) -> Score {
+    score_items(&items(lessons, split, None), t)
+}
+
+/// Scores fingerprinted wordings at `t`.
+pub fn score_items(items: &[Item<'_>], t: &Thresholds) -> Score {
     let mut s = Score::default();
     for (i, a) in items.iter().enumerate() {
         for b in &items[i + 1..] {

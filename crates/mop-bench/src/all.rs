@@ -253,7 +253,10 @@ pub fn run(smoke: bool, out: &Path, seed: u64) -> Result<()> {
     })?;
 
     // The write path: the same-lesson eval (no server), then stores at the server.
-    step("lessons", &mut || Ok(vec![crate::lessons::run()?]))?;
+    step("lessons", &mut || {
+        let model = std::env::var_os("MOP_EMBEDDING_MODEL").map(std::path::PathBuf::from);
+        Ok(vec![crate::lessons::run(model.as_deref())?])
+    })?;
     step("store", &mut || {
         Ok(vec![crate::store::run(&crate::store::Options {
             cards: if smoke {

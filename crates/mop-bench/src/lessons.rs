@@ -29,8 +29,9 @@ fn row(name: &str, t: &Thresholds, s: &Score) -> String {
     )
 }
 
-/// Runs the sweep: the section with the tables (Markdown).
-pub fn run() -> anyhow::Result<Section> {
+/// Runs the sweep: the section with the tables (Markdown); with an embedding model, the
+/// dense half of the rule is swept and scored too.
+pub fn run(model: Option<&std::path::Path>) -> anyhow::Result<Section> {
     let lessons = load();
     let mut section =
         Section::new("The same-lesson rule: thresholds chosen on dev, scored on test");
@@ -48,6 +49,7 @@ pub fn run() -> anyhow::Result<Section> {
                 jaccard: j,
                 containment: c,
                 containment_jaccard: cj.min(j),
+                ..Thresholds::default()
             });
         }
     }
@@ -133,7 +135,128 @@ pub fn run() -> anyhow::Result<Section> {
             section.line(format!("- {j:.3} {pair}"));
         }
     }
+    if let Some(dir) = model {
+        dense(&mut section, &lessons, &chosen, dir)?;
+    }
     Ok(section)
+}
+
+/// The dense half: with the lexical thresholds chosen, sweeps `dense_jaccard` and
+/// `dense_cosine` on dev (highest recall with no false merge, and the cosine threshold at
+/// least 0.05 above every dev pair of two lessons it could merge), then scores test once.
+fn dense(
+    section: &mut Section,
+    lessons: &[mop_tests::lessons::EvalLesson],
+    lexical: &Thresholds,
+    dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    use mop_tests::lessons::{items, score_items};
+    let model = mop_embed::Model::load(dir)?;
+    let dev = items(lessons, "dev", Some(&model));
+    let test = items(lessons, "test", Some(&model));
+    // Words alone: no cosine reaches 2.
+    let words = Thresholds {
+        dense_cosine: 2.0,
+        ..*lexical
+    };
+    let words_only = score_items(&dev, &words);
+    // The highest cosine among dev pairs of two lessons that pass the numbers rule, above
+    // each Jaccard floor.
+    let loose = Thresholds {
+        jaccard: 0.0001,
+        containment: 1.0,
+        containment_jaccard: 1.0,
+        ..*lexical
+    };
+    let highest_negative = |floor: f32| {
+        let mut best = 0f32;
+        for (i, a) in dev.iter().enumerate() {
+            for b in &dev[i + 1..] {
+                if a.0 != b.0 && a.2.same_as(&b.2, &loose).is_some() && a.2.jaccard(&b.2) >= floor {
+                    best = best.max(a.2.cosine(&b.2).unwrap_or(0.0));
+                }
+            }
+        }
+        best
+    };
+    section.line(format!(
+        "\n### With the embedding model ({})\n\nThe lexical thresholds stay as chosen; two lessons are also the same when their \
+         vectors' cosine reaches `dense_cosine` while their Jaccard similarity reaches `dense_jaccard`. Swept on \
+         dev (highest recall with no false merge, the cosine threshold at least 0.05 above every dev pair of two \
+         lessons it could merge); words alone on dev: recall {:.3}.\n",
+        model.fingerprint(),
+        words_only.recall()
+    ));
+    section.line(
+        "| dense_jaccard | dense_cosine | dev precision | dev recall | false merges | room |",
+    );
+    section.line("|---|---|---|---|---|---|");
+    let mut best: Option<(Thresholds, f64)> = None;
+    for floor in [0.25f32, 0.3, 0.35, 0.4, 0.45] {
+        let top = highest_negative(floor);
+        for cos in [0.85f32, 0.88, 0.9, 0.92, 0.95] {
+            let t = Thresholds {
+                dense_jaccard: floor,
+                dense_cosine: cos,
+                ..*lexical
+            };
+            let s = score_items(&dev, &t);
+            let room = cos >= top + 0.05;
+            section.line(format!(
+                "| {floor:.2} | {cos:.2} | {:.3} | {:.3} | {} | {} |",
+                s.precision(),
+                s.recall(),
+                s.false_merges,
+                if room { "yes" } else { "no" }
+            ));
+            let better = s.false_merges == 0
+                && room
+                && best.as_ref().is_none_or(|(bt, br)| {
+                    s.recall() > *br
+                        || (s.recall() == *br
+                            && (t.dense_cosine, t.dense_jaccard)
+                                > (bt.dense_cosine, bt.dense_jaccard))
+                });
+            if better {
+                best = Some((t, s.recall()));
+            }
+        }
+    }
+    let Some((chosen, _)) = best else {
+        section.line("\nNo dense setting adds recall on dev without a false merge.");
+        return Ok(());
+    };
+    let t_words = score_items(&test, &words);
+    let t_dense = score_items(&test, &chosen);
+    let default = Thresholds::default();
+    let t_default = score_items(&test, &default);
+    section.line(format!(
+        "\nChosen on dev: dense_jaccard {:.2}, dense_cosine {:.2}. On test: words alone precision {:.3}, recall {:.3}; \
+         with the model precision {:.3}, recall {:.3} ({} false merges); the default (server.toml: {:.2} / {:.2}) \
+         precision {:.3}, recall {:.3}.",
+        chosen.dense_jaccard,
+        chosen.dense_cosine,
+        t_words.precision(),
+        t_words.recall(),
+        t_dense.precision(),
+        t_dense.recall(),
+        t_dense.false_merges,
+        default.dense_jaccard,
+        default.dense_cosine,
+        t_default.precision(),
+        t_default.recall()
+    ));
+    section.figure("lessons.test_recall_dense", t_default.recall(), false);
+    section.target(
+        "same-lesson rule with the embedding model, on the eval's test split",
+        "no false merge",
+        format!(
+            "{} of {} pairs of two lessons merged",
+            t_default.false_merges, t_default.negatives
+        ),
+        t_default.false_merges == 0,
+    );
+    Ok(())
 }
 
 /// Pairs of wordings of two different lessons, most similar first.
@@ -160,6 +283,7 @@ fn closest_negatives(
                 jaccard: 0.0001,
                 containment: 1.0,
                 containment_jaccard: 1.0,
+                ..Thresholds::default()
             };
             if a.0 != b.0 && a.2.same_as(&b.2, &loose).is_some() {
                 out.push((

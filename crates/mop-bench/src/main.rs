@@ -215,6 +215,9 @@ enum Command {
         /// band key with a card (what a store's lookup reads).
         #[arg(long, value_name = "CARDS")]
         bands_of: Option<usize>,
+        /// An embedding model: the dense half of the rule is swept and scored too.
+        #[arg(long, value_name = "DIR", env = "MOP_EMBEDDING_MODEL")]
+        model: Option<std::path::PathBuf>,
     },
     /// Agent stores at the card server (screening and the same-lesson rule): latency
     /// p50/p90/p99 in workspaces of several sizes.
@@ -333,10 +336,10 @@ fn main() -> Result<()> {
             }
             return Ok(());
         }
-        Command::Lessons { bands_of } => {
+        Command::Lessons { bands_of, model } => {
             match bands_of {
                 Some(n) => lessons::band_candidates(n, 42),
-                None => println!("{}", lessons::run()?.render()),
+                None => println!("{}", lessons::run(model.as_deref())?.render()),
             }
             return Ok(());
         }

@@ -10,7 +10,10 @@
 //!   - the Jaccard similarity of their word sets reaches [`Thresholds::jaccard`], or
 //!   - one's words are nearly all in the other's ([`Thresholds::containment`]) while the
 //!     similarity still reaches [`Thresholds::containment_jaccard`]: the same lesson with
-//!     a detail added.
+//!     a detail added, or
+//!   - where an embedding model is configured and both have its vector, their cosine
+//!     similarity reaches [`Thresholds::dense_cosine`] while the Jaccard similarity still
+//!     reaches [`Thresholds::dense_jaccard`]: the same lesson in other words.
 //!
 //! Similarity is estimated from a MinHash signature ([`SIGNATURE_LEN`] minima of one
 //! 64-bit hash of each word under as many fixed permutations), never from the text. So a
@@ -61,18 +64,26 @@ pub struct Thresholds {
     /// The similarity a containment match needs as well, so that a one-line card is not
     /// "contained" in every long card that mentions its words.
     pub containment_jaccard: f32,
+    /// With an embedding model: the cosine similarity of the two vectors at or above which
+    /// two lessons are the same (with [`Thresholds::dense_jaccard`]).
+    pub dense_cosine: f32,
+    /// The Jaccard similarity a dense match needs as well.
+    pub dense_jaccard: f32,
 }
 
 impl Default for Thresholds {
     /// Chosen on the dev split of `tests/eval/same_lesson.toml` by `mop-bench lessons`:
     /// the highest dev recall with no false merge (README has the precision and recall
     /// on its test split). The containment rule added no recall there, so it is at its
-    /// strictest (all words) by default.
+    /// strictest (all words) by default. The dense pair was chosen the same way, with the
+    /// model `.ci/run` installs, after the lexical one.
     fn default() -> Thresholds {
         Thresholds {
             jaccard: 0.55,
             containment: 1.0,
             containment_jaccard: 0.55,
+            dense_cosine: 0.85,
+            dense_jaccard: 0.4,
         }
     }
 }
@@ -84,6 +95,8 @@ impl Thresholds {
             ("jaccard", self.jaccard),
             ("containment", self.containment),
             ("containment_jaccard", self.containment_jaccard),
+            ("dense_cosine", self.dense_cosine),
+            ("dense_jaccard", self.dense_jaccard),
         ] {
             if !(v > 0.0 && v <= 1.0) {
                 return Err(format!("{key} must be above 0 and at most 1 (got {v})"));
@@ -105,6 +118,13 @@ pub enum Sameness {
         /// Estimated share of the smaller set found in the larger.
         containment: f32,
     },
+    /// Similar meaning by the embedding model, with some words in common.
+    Dense {
+        /// Estimated Jaccard similarity of the word sets.
+        jaccard: f32,
+        /// Cosine similarity of the vectors.
+        cosine: f32,
+    },
 }
 
 impl Sameness {
@@ -112,7 +132,7 @@ impl Sameness {
     pub fn score(&self) -> f32 {
         match self {
             Sameness::Exact => 1.0,
-            Sameness::Similar { jaccard, .. } => *jaccard,
+            Sameness::Similar { jaccard, .. } | Sameness::Dense { jaccard, .. } => *jaccard,
         }
     }
 }
@@ -129,6 +149,13 @@ pub struct Lesson {
     /// Hashes of its distinct words with digits in them (values, versions, ports, codes),
     /// sorted: two lessons whose numbers disagree are two lessons.
     pub numbers: Vec<u64>,
+    /// Its vector by the configured embedding model (quantized: ±127 is ±1), if any.
+    pub vector: Option<Vec<i8>>,
+}
+
+/// The text of a lesson an embedding model reads.
+pub fn embedding_text(title: &str, body: &str) -> String {
+    format!("{title}\n{body}")
 }
 
 /// Text in NFKC, lower case, with everything but letters and digits made one space.
@@ -246,7 +273,33 @@ impl Lesson {
             signature,
             words: words.len().min(u32::MAX as usize) as u32,
             numbers,
+            vector: None,
         }
+    }
+
+    /// The lesson with its vector (an L2-normalized embedding of [`embedding_text`]).
+    pub fn with_vector(mut self, vector: &[f32]) -> Lesson {
+        self.vector = Some(
+            vector
+                .iter()
+                .map(|v| (v * 127.0).round().clamp(-127.0, 127.0) as i8)
+                .collect(),
+        );
+        self
+    }
+
+    /// The cosine similarity of the two vectors, when both have one of one model.
+    pub fn cosine(&self, other: &Lesson) -> Option<f32> {
+        let (a, b) = (self.vector.as_ref()?, other.vector.as_ref()?);
+        if a.len() != b.len() || a.is_empty() {
+            return None;
+        }
+        let dot: i32 = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| i32::from(*x) * i32::from(*y))
+            .sum();
+        Some(dot as f32 / (127.0 * 127.0))
     }
 
     /// The estimated Jaccard similarity of the two word sets.
@@ -279,12 +332,17 @@ impl Lesson {
         let (a, b) = (self.words as f32, other.words as f32);
         let shared = jaccard * (a + b) / (1.0 + jaccard);
         let containment = (shared / a.min(b)).min(1.0);
-        let same = jaccard >= t.jaccard
-            || (containment >= t.containment && jaccard >= t.containment_jaccard);
-        same.then_some(Sameness::Similar {
-            jaccard,
-            containment,
-        })
+        if jaccard >= t.jaccard
+            || (containment >= t.containment && jaccard >= t.containment_jaccard)
+        {
+            return Some(Sameness::Similar {
+                jaccard,
+                containment,
+            });
+        }
+        let cosine = self.cosine(other)?;
+        (jaccard >= t.dense_jaccard && cosine >= t.dense_cosine)
+            .then_some(Sameness::Dense { jaccard, cosine })
     }
 
     /// The band keys: two lessons with a Jaccard similarity J share at least one with
@@ -313,6 +371,19 @@ impl Lesson {
         self.numbers.iter().flat_map(|v| v.to_le_bytes()).collect()
     }
 
+    /// The vector as stored: one byte per dimension.
+    pub fn vector_bytes(&self) -> Option<Vec<u8>> {
+        self.vector
+            .as_ref()
+            .map(|v| v.iter().map(|x| x.to_le_bytes()[0]).collect())
+    }
+
+    /// A stored vector back.
+    pub fn with_stored_vector(mut self, bytes: Option<Vec<u8>>) -> Lesson {
+        self.vector = bytes.map(|b| b.into_iter().map(|x| i8::from_le_bytes([x])).collect());
+        self
+    }
+
     /// A stored lesson back; `None` when the signature has the wrong length or the
     /// numbers are not whole `u64`s.
     pub fn from_stored(
@@ -335,6 +406,7 @@ impl Lesson {
                 .chunks_exact(8)
                 .map(|c| u64::from_le_bytes(c.try_into().expect("eight bytes")))
                 .collect(),
+            vector: None,
         })
     }
 }

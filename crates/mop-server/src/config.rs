@@ -43,6 +43,10 @@ pub struct Intake {
     pub store_answer_days: u64,
     /// `[intake.same_lesson]`: when two cards say the same thing.
     pub same_lesson: mop_intake::lesson::Thresholds,
+    /// A model2vec embedding model's directory (the one mopd's `[selection]
+    /// embedding_model` uses): the same-lesson rule then also compares meaning
+    /// (`same_lesson.dense_cosine`). Unset: words alone.
+    pub embedding_model: Option<PathBuf>,
 }
 
 impl Default for Intake {
@@ -51,6 +55,7 @@ impl Default for Intake {
             on_rejected: crate::store::OnRejected::Refuse,
             store_answer_days: 30,
             same_lesson: mop_intake::lesson::Thresholds::default(),
+            embedding_model: None,
         }
     }
 }

@@ -63,13 +63,25 @@ async fn serve_with(
     let db = config.database();
     let shown = db.shown();
     let policy = config.intake.policy();
-    let store = tokio::task::spawn_blocking(move || {
+    let model_dir = config.intake.embedding_model.clone();
+    let store = tokio::task::spawn_blocking(move || -> anyhow::Result<Store> {
         // The credential rules compile once, here, rather than on the first store.
         mop_intake::secrets::Screen::builtin();
-        Store::connect(&db).map(|s| s.with_intake(policy))
+        if let Some(dir) = &model_dir {
+            let model = mop_embed::Model::load(dir).with_context(|| {
+                format!(
+                    "intake.embedding_model {}: cannot load the model (install it with install-model.sh, or remove the key)",
+                    dir.display()
+                )
+            })?;
+            tracing::info!(model = %model.fingerprint(), "the same-lesson rule compares meaning too");
+            crate::store::set_embedding_model(Some(std::sync::Arc::new(model)));
+        }
+        Ok(Store::connect(&db)
+            .with_context(|| format!("cannot open database {shown}"))?
+            .with_intake(policy))
     })
-    .await?
-    .with_context(|| format!("cannot open database {shown}"))?;
+    .await??;
     let store = Arc::new(store);
     let state = Arc::new(AppState::new(store.clone(), config.clone())?);
     let tls = match (&config.server.tls_cert, &config.server.tls_key) {

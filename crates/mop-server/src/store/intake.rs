@@ -9,6 +9,9 @@
 //! commit together.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+
+use mop_embed::Model;
 
 use mop_cards::{Card, CardId};
 use mop_intake::lesson::{Lesson, Thresholds};
@@ -39,14 +42,42 @@ pub struct IntakePolicy {
     pub on_rejected: OnRejected,
 }
 
-/// The version of what `card_intake` holds: the fingerprint format and the screening
-/// rules. A row of another version is made again at start.
+/// The embedding model the same-lesson rule reads meaning with (`[intake]
+/// embedding_model`), for the whole process: every card written gets its vector, and the
+/// rows of cards written before (or with another model) are made again at start.
+static MODEL: parking_lot::RwLock<Option<Arc<Model>>> = parking_lot::RwLock::new(None);
+
+/// Sets the process's embedding model (the server does, from its configuration, before it
+/// opens the database).
+pub fn set_embedding_model(model: Option<Arc<Model>>) {
+    *MODEL.write() = model;
+}
+
+fn model() -> Option<Arc<Model>> {
+    MODEL.read().clone()
+}
+
+/// The version of what `card_intake` holds: the fingerprint format, the screening rules
+/// and the embedding model. A row of another version is made again at start.
 pub(crate) fn intake_version() -> String {
     format!(
-        "lesson{}-screen{}",
+        "lesson{}-screen{}-dense{}",
         mop_intake::lesson::VERSION,
-        mop_intake::secrets::rules_fingerprint()
+        mop_intake::secrets::rules_fingerprint(),
+        model().map_or_else(
+            || "none".to_owned(),
+            |m| m.fingerprint().sha256[..16].to_owned()
+        )
     )
+}
+
+/// The lesson of a title and body: its fingerprint, and its vector when a model is set.
+pub(crate) fn lesson(title: &str, body: &str) -> Lesson {
+    let l = Lesson::of(title, body);
+    match model().and_then(|m| m.embed(&mop_intake::lesson::embedding_text(title, body))) {
+        Some(v) => l.with_vector(&v),
+        None => l,
+    }
 }
 
 /// A finding as the wire carries it.
@@ -82,7 +113,7 @@ pub(crate) fn refuse_credentials(findings: Vec<CredentialFinding>, what: &str) -
 
 /// The lesson of a card: its title and body.
 pub(crate) fn lesson_of(card: &Card) -> Lesson {
-    Lesson::of(&card.summary.title, &card.body)
+    lesson(&card.summary.title, &card.body)
 }
 
 /// Records what intake derives from a card's text (object `sha`), unless it is there
@@ -105,12 +136,12 @@ pub(crate) fn record(tx: &Tx<'_>, ws: &str, card: &Card, raw: &[u8], sha: &str) 
     let credentials = (!findings.is_empty())
         .then(|| serde_json::to_string(&findings).expect("findings serialize"));
     tx.execute(
-        "INSERT INTO card_intake (workspace, card_id, sha256, version, exact, signature, words, numbers, credentials)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+        "INSERT INTO card_intake (workspace, card_id, sha256, version, exact, signature, words, numbers, credentials, vector)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
          ON CONFLICT (workspace, card_id) DO UPDATE SET
             sha256 = excluded.sha256, version = excluded.version, exact = excluded.exact,
             signature = excluded.signature, words = excluded.words, numbers = excluded.numbers,
-            credentials = excluded.credentials",
+            credentials = excluded.credentials, vector = excluded.vector",
         params![
             ws,
             id,
@@ -120,7 +151,8 @@ pub(crate) fn record(tx: &Tx<'_>, ws: &str, card: &Card, raw: &[u8], sha: &str) 
             lesson.signature_bytes(),
             i64::from(lesson.words),
             lesson.numbers_bytes(),
-            credentials
+            credentials,
+            lesson.vector_bytes()
         ],
     )?;
     tx.execute(
@@ -153,18 +185,27 @@ pub(crate) fn forget(tx: &Tx<'_>, ws: &str, id: &str) -> db::Result<()> {
     Ok(())
 }
 
-fn stored_lesson(
-    exact: String,
-    signature: Vec<u8>,
-    words: i64,
-    numbers: Vec<u8>,
-) -> Option<Lesson> {
+/// A stored fingerprint: exact, signature, words, numbers, vector.
+type Stored = (String, Vec<u8>, i64, Vec<u8>, Option<Vec<u8>>);
+
+fn stored_lesson((exact, signature, words, numbers, vector): Stored) -> Option<Lesson> {
     Lesson::from_stored(
         exact,
         &signature,
         words.clamp(0, i64::from(u32::MAX)) as u32,
         &numbers,
     )
+    .map(|l| l.with_stored_vector(vector))
+}
+
+fn read_stored(r: &db::Row<'_>, from: usize) -> db::Result<Stored> {
+    Ok((
+        r.get(from)?,
+        r.get(from + 1)?,
+        r.get(from + 2)?,
+        r.get(from + 3)?,
+        r.get(from + 4)?,
+    ))
 }
 
 /// How many cards a store compares its lesson with, at most: those sharing the most band
@@ -212,23 +253,14 @@ pub(crate) fn candidates(
     ids.sort_unstable();
     ids.dedup();
     let mut stmt = tx.prepare_cached(
-        "SELECT exact, signature, words, numbers FROM card_intake WHERE workspace = ?1 AND card_id = ?2",
+        "SELECT exact, signature, words, numbers, vector FROM card_intake WHERE workspace = ?1 AND card_id = ?2",
     )?;
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
         let row = stmt
-            .query_row(params![ws, id], |r| {
-                Ok((
-                    r.get::<String>(0)?,
-                    r.get::<Vec<u8>>(1)?,
-                    r.get::<i64>(2)?,
-                    r.get::<Vec<u8>>(3)?,
-                ))
-            })
+            .query_row(params![ws, id], |r| read_stored(r, 0))
             .optional()?;
-        if let (Ok(card), Some((e, s, w, n))) = (CardId::parse(&id), row)
-            && let Some(l) = stored_lesson(e, s, w, n)
-        {
+        if let (Ok(card), Some(l)) = (CardId::parse(&id), row.and_then(stored_lesson)) {
             out.push((card, l));
         }
     }
@@ -239,19 +271,12 @@ pub(crate) fn candidates(
 pub(crate) fn lesson_of_card(tx: &Tx<'_>, ws: &str, id: &CardId) -> db::Result<Option<Lesson>> {
     Ok(tx
         .query_row(
-            "SELECT exact, signature, words, numbers FROM card_intake WHERE workspace = ?1 AND card_id = ?2",
+            "SELECT exact, signature, words, numbers, vector FROM card_intake WHERE workspace = ?1 AND card_id = ?2",
             params![ws, id.to_string()],
-            |r| {
-                Ok((
-                    r.get::<String>(0)?,
-                    r.get::<Vec<u8>>(1)?,
-                    r.get::<i64>(2)?,
-                    r.get::<Vec<u8>>(3)?,
-                ))
-            },
+            |r| read_stored(r, 0),
         )
         .optional()?
-        .and_then(|(e, s, w, n)| stored_lesson(e, s, w, n)))
+        .and_then(stored_lesson))
 }
 
 /// A live rejection tombstone.
@@ -265,7 +290,7 @@ pub(crate) struct Tombstone {
 /// The workspace's live (not lifted) tombstones.
 pub(crate) fn tombstones(tx: &Tx<'_>, ws: &str) -> db::Result<Vec<Tombstone>> {
     let mut stmt = tx.prepare_cached(
-        "SELECT id, card_id, exact, signature, words, reason, at, numbers FROM rejections
+        "SELECT id, card_id, reason, at, exact, signature, words, numbers, vector FROM rejections
          WHERE workspace = ?1 AND lifted_at IS NULL ORDER BY at, id",
     )?;
     let rows = stmt.query_map(params![ws], |r| {
@@ -273,17 +298,14 @@ pub(crate) fn tombstones(tx: &Tx<'_>, ws: &str) -> db::Result<Vec<Tombstone>> {
             r.get::<String>(0)?,
             r.get::<String>(1)?,
             r.get::<String>(2)?,
-            r.get::<Vec<u8>>(3)?,
-            r.get::<i64>(4)?,
-            r.get::<String>(5)?,
-            r.get::<String>(6)?,
-            r.get::<Vec<u8>>(7)?,
+            r.get::<String>(3)?,
+            read_stored(r, 4)?,
         ))
     })?;
     let mut out = Vec::new();
     for row in rows {
-        let (id, card_id, exact, signature, words, reason, at, numbers) = row?;
-        if let Some(lesson) = stored_lesson(exact, signature, words, numbers) {
+        let (id, card_id, reason, at, stored) = row?;
+        if let Some(lesson) = stored_lesson(stored) {
             out.push(Tombstone {
                 note: RejectionNote { id, at, reason },
                 card_id,
@@ -317,8 +339,8 @@ pub(crate) fn bury(
         return Ok(());
     };
     tx.execute(
-        "INSERT INTO rejections (workspace, id, card_id, exact, signature, words, numbers, reason, actor, at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        "INSERT INTO rejections (workspace, id, card_id, exact, signature, words, numbers, reason, actor, at, vector)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         params![
             ws,
             uuid::Uuid::new_v4().to_string(),
@@ -329,7 +351,8 @@ pub(crate) fn bury(
             lesson.numbers_bytes(),
             reason,
             actor,
-            now()
+            now(),
+            lesson.vector_bytes()
         ],
     )?;
     Ok(())

@@ -242,7 +242,7 @@ impl Store {
             .map(intake::wire)
             .collect();
         intake::refuse_credentials(findings, "the card")?;
-        let lesson = Lesson::of(&c.title, &c.body);
+        let lesson = intake::lesson(&c.title, &c.body);
         let detail = format!("task={}", p.task_id);
 
         self.write(|tx| {

@@ -32,7 +32,7 @@ use jiff::Timestamp;
 pub use backup::{BackupReport, backup};
 pub use cards::{CardChange, CardState, Expect, HistoryRow, ImportReport, Rejected};
 use db::{DbError, OptionalExtension, Tx, params};
-pub use intake::{IntakePolicy, OnRejected};
+pub use intake::{IntakePolicy, OnRejected, set_embedding_model};
 pub use memories::StoreLimits;
 pub use migrate::{MigrateReport, TableCheck, migrate};
 pub use sync::{BuiltManifest, ManifestKind};

@@ -174,6 +174,7 @@ const MIGRATIONS: &[&str] = &[
         signature   BLOB NOT NULL,          -- MinHash minima, little-endian u32s
         words       INTEGER NOT NULL,
         numbers     BLOB NOT NULL,          -- hashes of its words with digits, little-endian u64s
+        vector      BLOB,                   -- its embedding (one i8 a dimension), with a model
         credentials TEXT,                   -- JSON findings (kind, field, line, column); NULL: none
         PRIMARY KEY (workspace, card_id)
     ) STRICT, WITHOUT ROWID;
@@ -204,6 +205,7 @@ const MIGRATIONS: &[&str] = &[
         signature BLOB NOT NULL,
         words     INTEGER NOT NULL,
         numbers   BLOB NOT NULL,
+        vector    BLOB,
         reason    TEXT NOT NULL,
         actor     TEXT NOT NULL,
         at        TEXT NOT NULL,
@@ -393,6 +395,7 @@ pub(crate) const PG_MIGRATIONS: &[&str] = &[
         signature   BYTEA NOT NULL,
         words       BIGINT NOT NULL,
         numbers     BYTEA NOT NULL,
+        vector      BYTEA,
         credentials TEXT COLLATE "C",
         PRIMARY KEY (workspace, card_id)
     );
@@ -423,6 +426,7 @@ pub(crate) const PG_MIGRATIONS: &[&str] = &[
         signature BYTEA NOT NULL,
         words     BIGINT NOT NULL,
         numbers   BYTEA NOT NULL,
+        vector    BYTEA,
         reason    TEXT COLLATE "C" NOT NULL,
         actor     TEXT COLLATE "C" NOT NULL,
         at        TEXT COLLATE "C" NOT NULL,

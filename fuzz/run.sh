@@ -4,7 +4,7 @@
 #
 #   bash fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]
 #
-# Defaults: 60 s for each of card_parser, memory_md, daemon_requests, object_batch, mcp_jsonrpc. The corpus grows in
+# Defaults: 60 s for each of card_parser, memory_md, daemon_requests, object_batch, mcp_jsonrpc, intake. The corpus grows in
 # $CARGO_TARGET_DIR/fuzz-corpus/<target> (seeded from fuzz/seeds/<target>). A crash stops
 # the run with libFuzzer's report; copy the input it names into fuzz/regressions/<target>/
 # so `tests/fuzz_regressions.rs` replays it in every CI run from then on.
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(card_parser memory_md daemon_requests object_batch mcp_jsonrpc)
+[ ${#targets[@]} -gt 0 ] || targets=(card_parser memory_md daemon_requests object_batch mcp_jsonrpc intake)
 
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked --version 0.13.2
 target_dir=${CARGO_TARGET_DIR:-target}

@@ -71,3 +71,9 @@ fn mcp_jsonrpc_inputs_still_pass() {
     let n = replay("mcp_jsonrpc", mop_fuzz::mcp_jsonrpc);
     assert!(n >= 7, "{n}");
 }
+
+#[test]
+fn intake_inputs_still_pass() {
+    let n = replay("intake", mop_fuzz::intake);
+    assert!(n >= 7, "{n}");
+}

@@ -443,6 +443,14 @@ fn stores_are_bounded_per_task_per_card_and_per_token() {
     assert_eq!(env.revision(), before);
     let (code, _) = env.admin(reqwest::Method::GET, "/history", None);
     assert_eq!(code, 200);
+    // The daemon remembers it: the task's next store is refused on the host, and so does
+    // not spend the host's store budget that other tasks need.
+    let fifth = store(&format!("{MARKER} fifth"), "e");
+    let stderr = String::from_utf8_lossy(&fifth.stderr);
+    assert!(
+        !fifth.status.success() && stderr.contains("the card server said so"),
+        "{stderr}"
+    );
 
     // A per-token rate (20 a minute, bursts of 20): a fresh token's 21st store in a row is
     // refused with Retry-After, and changes nothing.

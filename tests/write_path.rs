@@ -943,6 +943,108 @@ fn a_rejected_lesson_does_not_come_back_until_a_curator_lifts_the_rejection() {
 }
 
 #[test]
+fn another_users_rejected_lesson_is_never_named_to_them_and_a_deleted_card_leaves_no_tombstone() {
+    let Some(env) = setup(ROOMY, "") else { return };
+    let title = "Personal: restart the primary to clear ORA-01555";
+    let body = "When my nightly ETL fails with ORA-01555, I restart the ledger primary; the error is gone after it comes back.";
+    // Alice's card, personal, rejected with a reason that names her.
+    let mut a = vec![OsStr::new("memory")];
+    a.extend(
+        [
+            "store",
+            "--type",
+            "pitfall",
+            "--title",
+            title,
+            "--personal",
+            "--content-stdin",
+        ]
+        .map(OsStr::new),
+    );
+    let mut cmd = as_runner(&a);
+    // What `mop run` sets inside the sandbox: `--personal` binds to the task's user.
+    cmd.env(
+        "MOP_AGENT_SOCKET",
+        env.prepare("n1", "alice")["agent_socket"].as_str().unwrap(),
+    )
+    .env("MOP_TASK_USER", "alice");
+    let first = mop_tests::procs::run_with_stdin(&mut cmd, body.as_bytes());
+    let x = outcome(&first)
+        .1
+        .unwrap_or_else(|| panic!("{}", text(&first)));
+    let (code, v) = env.api(
+        reqwest::Method::POST,
+        &format!("/cards/{x}/reject"),
+        Some(json!({"reason": "alice's runbook note; a restart hides it"}).to_string()),
+    );
+    assert_eq!(code, 200, "{v}");
+    // Bob stores the same words: created, and his answer names no rejection and no reason.
+    let bob = env.store("n2", "bob", "pitfall", title, body);
+    let said = text(&bob);
+    assert_eq!(outcome(&bob).0, "created", "{said}");
+    assert!(
+        !said.contains("rejected") && !said.contains("alice"),
+        "{said}"
+    );
+    // The curators see the mark on his card.
+    let y = outcome(&bob).1.unwrap();
+    let (_, details) = env.api(reqwest::Method::GET, &format!("/cards/{y}/details"), None);
+    assert_eq!(
+        details["card"]["previously_rejected"]["reason"],
+        "alice's runbook note; a restart hides it"
+    );
+    // The control: alice's own repeat is refused with the reason.
+    let again = env.agent_store(&env.prepare("n3", "alice"), title, body);
+    assert!(
+        text(&again).contains("a curator rejected this lesson"),
+        "{}",
+        text(&again)
+    );
+    // Deleted for good, the card takes its tombstone with it.
+    let (code, v) = env.api(
+        reqwest::Method::DELETE,
+        &format!("/cards/{x}?reason=personal%20data"),
+        None,
+    );
+    assert_eq!(code, 200, "{v}");
+    let (_, list) = env.api(reqwest::Method::GET, "/rejections", None);
+    assert_eq!(list.as_array().unwrap().len(), 0, "{list}");
+    let back = env.agent_store(&env.prepare("n4", "alice"), title, body);
+    assert_eq!(outcome(&back).0, "created", "{}", text(&back));
+}
+
+#[test]
+fn an_idempotency_key_belongs_to_one_task() {
+    let server = Server::start_with(ROOMY);
+    let node = server.token("node", &[WS]);
+    let send = |task: &str, title: &str| {
+        let r = mop_tests::http()
+            .post(format!("{}/v1/workspaces/{WS}/memories", server.url))
+            .bearer_auth(&node)
+            .header("idempotency-key", "5f0c0d6a-1111-4222-8333-944455556666")
+            .json(&json!({
+                "provenance": {"task_id": task, "user_id": "alice"},
+                "card": {"type": "pitfall", "title": title, "body": format!("{title}: the details of it.")}
+            }))
+            .send()
+            .unwrap();
+        (r.status().as_u16(), r.json::<Value>().unwrap())
+    };
+    let (code, first) = send("k1", "First lesson of the key");
+    assert_eq!(code, 201, "{first}");
+    // The same store again: its first answer, nothing new.
+    let (code, again) = send("k1", "First lesson of the key");
+    assert_eq!((code, &again["id"]), (200, &first["id"]), "{again}");
+    // Another task's store under that key: refused, and told nothing of the first.
+    let (code, other) = send("k2", "Another lesson entirely");
+    assert_eq!(code, 409, "{other}");
+    assert!(
+        !other.to_string().contains(first["id"].as_str().unwrap()),
+        "{other}"
+    );
+}
+
+#[test]
 fn a_server_set_to_queue_rejected_lessons_marks_them_for_the_curator() {
     let config = format!("{ROOMY}[intake]\non_rejected = \"queue\"\n");
     let Some(env) = setup(&config, "") else {
@@ -1028,6 +1130,26 @@ fn stores_during_an_outage_are_queued_and_land_once_when_the_server_is_back() {
         "Grow undo before the run.",
     );
     assert_eq!(outcome(&sandboxed).0, "queued", "{}", text(&sandboxed));
+    // A credential is refused at once, as the server would, rather than kept on this
+    // host's disk while the server is away.
+    let secret = "ghp_Zq8Rk2Vn6Tw0Ym4Xp1Ls5Hd9Jf3Gc7Bb2Na6Ke";
+    let leaked = env.agent_store(
+        &plan,
+        "Outage token",
+        &format!("The job pushes with {secret}."),
+    );
+    assert!(!leaked.status.success(), "{}", text(&leaked));
+    assert!(
+        text(&leaked).contains("github-pat") && !text(&leaked).contains(secret),
+        "{}",
+        text(&leaked)
+    );
+    assert!(
+        !all_bytes(env.daemon.dir.path())
+            .iter()
+            .any(|(_, b)| contains(b, secret)),
+        "the credential is on the host's disk"
+    );
     let s = env.status();
     assert_eq!(s["stores"]["queued"], 2, "{}", s["stores"]);
     assert!(s["stores"]["bytes"].as_u64().unwrap() > 0);

@@ -419,3 +419,53 @@ mod fake {
         }
     }
 }
+
+/// The write path's screening of agent text (`mop-intake`): any text gives findings or none,
+/// never a panic. Findings come in order of position, one per position, inside the text
+/// (line and column from 1, no further than its last line); a card file's findings name a
+/// field. A lesson is deterministic, survives the round trip through its stored form, and
+/// is the same lesson as itself.
+pub fn intake(data: &[u8]) {
+    use mop_intake::lesson::{Lesson, Thresholds};
+    use mop_intake::secrets::Screen;
+    let text = String::from_utf8_lossy(data);
+    let screen = Screen::builtin();
+    let found = screen.scan("body", &text);
+    let lines = text.split('\n').count() as u32;
+    for pair in found.windows(2) {
+        assert!(
+            (pair[0].line, pair[0].column) < (pair[1].line, pair[1].column),
+            "findings out of order or repeated: {pair:?}"
+        );
+    }
+    for f in &found {
+        assert!(
+            f.line >= 1 && f.column >= 1 && f.line <= lines,
+            "{f:?} in {lines} lines"
+        );
+        assert_eq!(f.field, "body");
+    }
+    for f in screen.scan_card_file(&text) {
+        assert!(!f.field.is_empty() && f.line >= 1 && f.column >= 1, "{f:?}");
+    }
+
+    let cut = text
+        .char_indices()
+        .nth(text.chars().count() / 3)
+        .map_or(text.len(), |(i, _)| i);
+    let (title, body) = text.split_at(cut);
+    let lesson = Lesson::of(title, body);
+    assert_eq!(lesson, Lesson::of(title, body), "a lesson is deterministic");
+    let stored = Lesson::from_stored(
+        lesson.exact.clone(),
+        &lesson.signature_bytes(),
+        lesson.words,
+        &lesson.numbers_bytes(),
+    )
+    .expect("a lesson's stored form reads back");
+    assert_eq!(stored, lesson, "the stored form changes nothing");
+    assert!(
+        lesson.same_as(&lesson, &Thresholds::default()).is_some(),
+        "a lesson is the same as itself"
+    );
+}

@@ -21,6 +21,7 @@
 //! (field, line and column, 1-based, columns in characters). Never the value: nothing
 //! here returns or logs it.
 
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use aho_corasick::AhoCorasick;
@@ -97,45 +98,82 @@ struct Group {
     all: bool,
     target: Target,
     regexes: Vec<Regex>,
-    /// Lower case.
-    stopwords: Vec<String>,
+    /// The stopwords, any case: one automaton, so a group of a thousand costs one pass.
+    stopwords: Option<AhoCorasick>,
     /// The group names file paths: a text has none, so that category never matches.
     has_paths: bool,
 }
 
 impl Group {
-    fn excuses(&self, secret: &[u8], whole: &[u8], line: &[u8]) -> bool {
-        let target = match self.target {
-            Target::Secret => secret,
-            Target::Match => whole,
-            Target::Line => line,
-        };
-        let mut results = Vec::with_capacity(3);
+    /// Whether the group excuses a match; `line` gives the match's line when a regex of
+    /// the group looks at lines (its answer is the same for every match of one line, so
+    /// the caller keeps it).
+    fn excuses(&self, secret: &[u8], whole: &[u8], line: &mut dyn FnMut(&Group) -> bool) -> bool {
+        let mut results = [None; 3];
         if !self.regexes.is_empty() {
-            results.push(self.regexes.iter().any(|r| r.is_match(target)));
+            results[0] = Some(match self.target {
+                Target::Secret => self.regexes.iter().any(|r| r.is_match(secret)),
+                Target::Match => self.regexes.iter().any(|r| r.is_match(whole)),
+                Target::Line => line(self),
+            });
         }
-        if !self.stopwords.is_empty() {
-            let lower = secret.to_ascii_lowercase();
-            results.push(
-                self.stopwords
-                    .iter()
-                    .any(|w| memchr_find(&lower, w.as_bytes())),
-            );
+        if let Some(words) = &self.stopwords {
+            results[1] = Some(words.is_match(secret));
         }
         if self.has_paths {
-            results.push(false);
+            results[2] = Some(false);
         }
+        let mut given = results.iter().flatten();
         if self.all {
-            !results.is_empty() && results.iter().all(|r| *r)
+            results.iter().any(Option::is_some) && given.all(|r| *r)
         } else {
-            results.iter().any(|r| *r)
+            given.any(|r| *r)
         }
+    }
+
+    fn excuses_line(&self, line: &[u8]) -> bool {
+        self.regexes.iter().any(|r| r.is_match(line))
     }
 }
 
-fn memchr_find(hay: &[u8], needle: &[u8]) -> bool {
-    needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
+/// Where each line of a text starts, for positions in O(log n).
+struct Lines(Vec<usize>);
+
+impl Lines {
+    fn of(text: &[u8]) -> Lines {
+        let mut starts = vec![0];
+        starts.extend(
+            text.iter()
+                .enumerate()
+                .filter(|(_, b)| **b == b'\n')
+                .map(|(i, _)| i + 1),
+        );
+        Lines(starts)
+    }
+
+    /// The 0-based line of byte `at`.
+    fn index(&self, at: usize) -> usize {
+        self.0.partition_point(|s| *s <= at) - 1
+    }
+
+    /// The bytes of line `i`, without its newline.
+    fn get<'t>(&self, text: &'t [u8], i: usize) -> &'t [u8] {
+        let end = self.0.get(i + 1).map_or(text.len(), |n| n - 1);
+        &text[self.0[i]..end]
+    }
+
+    /// 1-based line and character column of byte `at`.
+    fn position(&self, text: &str, at: usize) -> (u32, u32) {
+        let i = self.index(at);
+        let column = text[self.0[i]..at].chars().count() + 1;
+        (i as u32 + 1, column as u32)
+    }
 }
+
+/// Matches looked at per text at most: past them the text is refused on what was found
+/// already (one credential is reason enough), and a text built of near-misses cannot make
+/// the screen slow.
+const MAX_HITS: usize = 64;
 
 struct Rule {
     id: String,
@@ -256,7 +294,18 @@ impl Screen {
                             .iter()
                             .map(|r| compile(r, file, &spec.id))
                             .collect::<Result<_, _>>()?,
-                        stopwords: g.stopwords.iter().map(|w| w.to_ascii_lowercase()).collect(),
+                        stopwords: (!g.stopwords.is_empty())
+                            .then(|| {
+                                AhoCorasick::builder()
+                                    .ascii_case_insensitive(true)
+                                    .build(&g.stopwords)
+                            })
+                            .transpose()
+                            .map_err(|e| RulesError::Pattern {
+                                file,
+                                id: spec.id.clone(),
+                                message: e.to_string(),
+                            })?,
                         has_paths: !g.paths.is_empty(),
                     })
                 })
@@ -312,7 +361,25 @@ impl Screen {
     /// The credentials in `text`, the value of `field`, in order of position; one finding
     /// per position (a provider's rule wins over a generic one).
     pub fn scan(&self, field: &str, text: &str) -> Vec<Finding> {
+        let found = self.scan_exactly(field, text);
+        if !found.is_empty() {
+            return found;
+        }
+        // A credential broken up by invisible characters, or written in fullwidth or
+        // other compatibility forms, is still one: look again at the text as it reads
+        // (positions are then in that text).
+        let plain = readable(text);
+        if plain != text {
+            return self.scan_exactly(field, &plain);
+        }
+        found
+    }
+
+    fn scan_exactly(&self, field: &str, text: &str) -> Vec<Finding> {
         let bytes = text.as_bytes();
+        let lines = Lines::of(bytes);
+        // Line-target allowlist answers, by (rule, group, line).
+        let mut by_line: HashMap<(usize, usize, usize), bool> = HashMap::new();
         let mut woken = vec![false; self.rules.len()];
         for i in &self.always {
             woken[*i] = true;
@@ -324,24 +391,30 @@ impl Screen {
         }
         // (start of the secret, rank, rule)
         let mut hits: Vec<(usize, u8, usize)> = Vec::new();
-        for (index, rule) in self.rules.iter().enumerate() {
+        let mut looked = 0;
+        'rules: for (index, rule) in self.rules.iter().enumerate() {
             if !woken[index] {
                 continue;
             }
             for caps in rule.re.captures_iter(bytes) {
+                looked += 1;
+                if looked > MAX_HITS {
+                    break 'rules;
+                }
                 let whole = caps.get(0).expect("group 0 is the match");
                 let secret = match rule.secret_group {
                     Some(g) => caps.get(g),
                     None => caps.iter().skip(1).flatten().find(|m| !m.is_empty()),
                 }
                 .unwrap_or(whole);
-                if self.excused(
-                    rule,
-                    bytes,
-                    secret.as_bytes(),
-                    whole.as_bytes(),
-                    whole.start(),
-                ) {
+                let line = lines.index(whole.start());
+                let mut line_check = |g: &Group| {
+                    let key = (index, std::ptr::from_ref(g) as usize, line);
+                    *by_line
+                        .entry(key)
+                        .or_insert_with(|| g.excuses_line(lines.get(bytes, line)))
+                };
+                if excused(rule, secret.as_bytes(), whole.as_bytes(), &mut line_check) {
                     continue;
                 }
                 hits.push((secret.start(), rule.rank, index));
@@ -355,7 +428,7 @@ impl Screen {
                 continue;
             }
             last_start = Some(start);
-            let (line, column) = position(text, start);
+            let (line, column) = lines.position(text, start);
             out.push(Finding {
                 field: field.to_owned(),
                 line,
@@ -364,20 +437,6 @@ impl Screen {
             });
         }
         out
-    }
-
-    fn excused(&self, rule: &Rule, text: &[u8], secret: &[u8], whole: &[u8], at: usize) -> bool {
-        if rule.min_entropy > 0.0 && entropy(secret) <= rule.min_entropy {
-            return true;
-        }
-        if rule.generic && !secret.iter().any(u8::is_ascii_digit) {
-            return true;
-        }
-        let line = line_around(text, at);
-        if rule.allow.iter().any(|g| g.excuses(secret, whole, line)) {
-            return true;
-        }
-        rule.generic && is_plain_identifier(secret)
     }
 
     /// The credentials in a card's fields: each `(field, text)` scanned on its own.
@@ -417,6 +476,32 @@ impl Screen {
     }
 }
 
+/// Whether the rule's entropy floor, digit rule, allowlists or the identifier filter
+/// excuse a match.
+fn excused(rule: &Rule, secret: &[u8], whole: &[u8], line: &mut dyn FnMut(&Group) -> bool) -> bool {
+    if rule.min_entropy > 0.0 && entropy(secret) <= rule.min_entropy {
+        return true;
+    }
+    if rule.generic && !secret.iter().any(u8::is_ascii_digit) {
+        return true;
+    }
+    if rule.allow.iter().any(|g| g.excuses(secret, whole, line)) {
+        return true;
+    }
+    rule.generic && is_plain_identifier(secret)
+}
+
+/// The text as a reader sees it: invisible characters (zero-width, soft hyphens, controls
+/// other than line breaks and tabs) dropped, compatibility forms (fullwidth letters and
+/// the like) folded by NFKC.
+fn readable(text: &str) -> String {
+    use unicode_normalization::UnicodeNormalization;
+    text.chars()
+        .filter(|c| matches!(c, '\n' | '\t') || !mop_cards::is_hidden_char(*c))
+        .nfkc()
+        .collect()
+}
+
 /// The 1-based line of a card file's body (after the closing `---`), if it has one.
 fn body_line(raw: &str) -> Option<u32> {
     let mut lines = raw.lines().enumerate();
@@ -440,33 +525,6 @@ fn frontmatter_key(lines: &[&str], line: u32) -> Option<String> {
             (!key.starts_with([' ', '\t', '-', '#']) && !key.is_empty())
                 .then(|| key.trim().to_owned())
         })
-}
-
-/// 1-based line and character column of byte `at`.
-fn position(text: &str, at: usize) -> (u32, u32) {
-    let before = &text.as_bytes()[..at];
-    let line_start = before
-        .iter()
-        .rposition(|b| *b == b'\n')
-        .map_or(0, |i| i + 1);
-    let line = before.iter().filter(|b| **b == b'\n').count() + 1;
-    let column = String::from_utf8_lossy(&before[line_start..])
-        .chars()
-        .count()
-        + 1;
-    (line as u32, column as u32)
-}
-
-fn line_around(text: &[u8], at: usize) -> &[u8] {
-    let start = text[..at]
-        .iter()
-        .rposition(|b| *b == b'\n')
-        .map_or(0, |i| i + 1);
-    let end = text[at..]
-        .iter()
-        .position(|b| *b == b'\n')
-        .map_or(text.len(), |i| at + i);
-    &text[start..end]
 }
 
 /// Shannon entropy in bits per byte, as gitleaks computes it.
@@ -616,6 +674,50 @@ mod tests {
         ] {
             assert_eq!(s.scan("body", text), vec![], "{text}");
         }
+    }
+
+    #[test]
+    fn a_credential_hidden_by_invisible_or_fullwidth_characters_is_still_found() {
+        let s = Screen::builtin();
+        let token = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
+        let broken = format!("token ghp_\u{200B}{}", &token[4..]);
+        let found = s.scan("body", &broken);
+        assert_eq!(found.len(), 1, "{broken:?}");
+        assert_eq!(found[0].kind, "github-pat");
+        let fullwidth: String = format!("key {token}")
+            .chars()
+            .map(|c| match c {
+                'a'..='z' | 'A'..='Z' | '0'..='9' => {
+                    char::from_u32(c as u32 - 0x21 + 0xFF01).unwrap()
+                }
+                other => other,
+            })
+            .collect();
+        assert_eq!(s.scan("body", &fullwidth).len(), 1, "{fullwidth}");
+        // The control: plain prose with a zero-width space is not a credential.
+        assert!(s.scan("body", "deploy\u{200B}ment notes").is_empty());
+    }
+
+    #[test]
+    fn a_text_of_many_matches_is_looked_at_up_to_the_cap() {
+        let s = Screen::builtin();
+        let alnum = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        let mut x: u64 = 42;
+        let mut next = || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            alnum[(x >> 33) as usize % alnum.len()] as char
+        };
+        let text: String = (0..200)
+            .map(|_| format!("ghp_{} ", (0..36).map(|_| next()).collect::<String>()))
+            .collect();
+        let found = s.scan("body", &text);
+        assert!(
+            !found.is_empty() && found.len() <= MAX_HITS,
+            "{}",
+            found.len()
+        );
     }
 
     #[test]

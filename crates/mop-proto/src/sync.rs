@@ -117,6 +117,20 @@ pub struct NewCard {
     pub body: String,
 }
 
+impl NewCard {
+    /// Every field of the card as text, by name: what credential screening reads.
+    pub fn text_fields(&self) -> [(&'static str, String); 6] {
+        [
+            ("title", self.title.clone()),
+            ("description", self.description.clone().unwrap_or_default()),
+            ("body", self.body.clone()),
+            ("labels", self.labels.join(" ")),
+            ("error_codes", self.error_codes.join(" ")),
+            ("stacks", self.stacks.join(" ")),
+        ]
+    }
+}
+
 /// `POST /v1/workspaces/{ws}/memories`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -172,6 +186,21 @@ impl fmt::Display for CredentialFinding {
             self.kind, self.field, self.line, self.column
         )
     }
+}
+
+/// What a refused store is told about the credentials in it (`what`: "the card"): the
+/// kind and place of each, never a value, and what to do instead. The server and a daemon
+/// that refuses before queueing say the same.
+pub fn credential_refusal(what: &str, findings: &[CredentialFinding]) -> String {
+    format!(
+        "{what} carries {} credential(s): {}; nothing was stored. Store the lesson without the credential (name where it lives, e.g. the vault path, instead)",
+        findings.len(),
+        findings
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    )
 }
 
 /// A curator's rejection of a lesson, as a later store that repeats it is told.

@@ -188,6 +188,26 @@ struct Inner {
     sent: u64,
     dropped: u64,
     last_error: Option<String>,
+    /// The latest refusals on replay (at most [`REFUSALS_SHOWN`], newest first), kept in
+    /// memory so `mopd status` and the metrics read no file.
+    refused: Vec<RefusedStore>,
+}
+
+/// Refusals `mopd status` lists.
+const REFUSALS_SHOWN: usize = 20;
+
+fn refusal(d: &Done) -> Option<RefusedStore> {
+    match &d.result {
+        Resolution::Refused { status, code, .. } => Some(RefusedStore {
+            store_id: d.store_id.clone(),
+            workspace: d.workspace.clone(),
+            task_id: d.task_id.clone(),
+            status: *status,
+            code: code.clone(),
+            at: d.resolved_at,
+        }),
+        _ => None,
+    }
 }
 
 /// The host's queue of stores.
@@ -266,6 +286,16 @@ impl Spool {
                 "queued stores found; they are sent when the server takes them"
             );
         }
+        // The refusals kept from before, read once here.
+        inner.refused = std::fs::read_dir(paths.spool_done())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| serde_json::from_slice::<Done>(&std::fs::read(e.path()).ok()?).ok())
+            .filter_map(|d| refusal(&d))
+            .collect();
+        inner.refused.sort_by_key(|r| std::cmp::Reverse(r.at));
+        inner.refused.truncate(REFUSALS_SHOWN);
         Ok(Spool {
             paths: paths.clone(),
             inner: Mutex::new(inner),
@@ -373,18 +403,22 @@ impl Spool {
         out
     }
 
-    /// A waiting store, read from its file.
-    fn load(&self, seq: u64) -> Option<Queued> {
+    /// A waiting store, read from its file (`None`: not queued). One whose file is gone
+    /// or unreadable is resolved as dropped (its task's receipt then says so, and stops
+    /// waiting for it): `Err` with what became of it.
+    fn load(&self, seq: u64) -> Option<Result<Queued, Done>> {
         let id = self.inner.lock().queue.get(&seq)?.store_id.clone();
         let path = self.paths.spool_entry(seq, &id);
-        match std::fs::read(&path).map(|b| serde_json::from_slice(&b)) {
-            Ok(Ok(q)) => Some(q),
-            other => {
-                tracing::error!(file = %path.display(), error = ?other.err(), "a queued store's file is gone or unreadable; it is forgotten");
-                self.inner.lock().queue.remove(&seq);
-                None
-            }
-        }
+        let why = match std::fs::read(&path).map(|b| serde_json::from_slice::<Queued>(&b)) {
+            Ok(Ok(q)) => return Some(Ok(q)),
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => e.to_string(),
+        };
+        tracing::error!(file = %path.display(), error = %why, "a queued store's file is gone or unreadable; it is dropped");
+        let reason = format!(
+            "this host could not read it back from its queue ({why}); it was dropped unsent: store it again"
+        );
+        self.resolve(seq, Resolution::Dropped { reason }).map(Err)
     }
 
     /// Notes a try that failed for now.
@@ -427,6 +461,10 @@ impl Spool {
                 inner.last_error = None;
             }
             Resolution::Dropped { .. } => inner.dropped += 1,
+        }
+        if let Some(r) = refusal(&done) {
+            inner.refused.insert(0, r);
+            inner.refused.truncate(REFUSALS_SHOWN);
         }
         Some(done)
     }
@@ -522,25 +560,6 @@ impl Spool {
     pub fn info(&self, now: Timestamp) -> SpoolInfo {
         let inner = self.inner.lock();
         let oldest = inner.queue.values().map(|e| e.queued_at).min();
-        let mut refused: Vec<RefusedStore> = std::fs::read_dir(self.paths.spool_done())
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| serde_json::from_slice::<Done>(&std::fs::read(e.path()).ok()?).ok())
-            .filter_map(|d| match d.result {
-                Resolution::Refused { status, code, .. } => Some(RefusedStore {
-                    store_id: d.store_id,
-                    workspace: d.workspace,
-                    task_id: d.task_id,
-                    status,
-                    code,
-                    at: d.resolved_at,
-                }),
-                _ => None,
-            })
-            .collect();
-        refused.sort_by_key(|r| std::cmp::Reverse(r.at));
-        refused.truncate(20);
         SpoolInfo {
             queued: inner.queue.len(),
             bytes: inner.queue.values().map(|e| e.bytes).sum(),
@@ -549,7 +568,7 @@ impl Spool {
             sent: inner.sent,
             dropped: inner.dropped,
             last_error: inner.last_error.clone(),
-            refused,
+            refused: inner.refused.clone(),
         }
     }
 }
@@ -601,7 +620,15 @@ pub async fn replayer(
                 if *stop.borrow() {
                     return;
                 }
-                let Some(q) = spool.load(seq) else { continue };
+                let q = match spool.load(seq) {
+                    Some(Ok(q)) => q,
+                    Some(Err(done)) => {
+                        state.metrics.store_replay("dropped");
+                        note_in_receipt(&receipts, &done);
+                        continue;
+                    }
+                    None => continue,
+                };
                 let result = match client.store(&q.workspace, &q.request, &q.store_id).await {
                     Ok(r) => Resolution::Stored {
                         outcome: r.outcome,
@@ -612,11 +639,13 @@ pub async fn replayer(
                         tracing::warn!(store = %q.store_id, workspace = %ws, error = %e, "the server cannot take queued stores yet; trying again with backoff");
                         state.metrics.store_replay("retry");
                         spool.attempted(seq, &e.to_string());
+                        // A 429's Retry-After, no longer than the longest configured wait
+                        // (a proxy must not park the queue).
                         let asked = match &e {
                             ClientError::Status {
                                 retry_after: Some(s),
                                 ..
-                            } => Duration::from_secs(*s),
+                            } => Duration::from_secs((*s).min(limits.retry_max_secs)),
                             _ => Duration::ZERO,
                         };
                         wait = Some(backoff.max(asked));
@@ -721,7 +750,7 @@ mod tests {
         let order: Vec<String> = again
             .waiting("acme")
             .into_iter()
-            .map(|s| again.load(s).unwrap().store_id)
+            .map(|s| again.load(s).unwrap().unwrap().store_id)
             .collect();
         assert_eq!(
             order,

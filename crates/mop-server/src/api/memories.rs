@@ -13,7 +13,7 @@ use mop_proto::sync::{IDEMPOTENCY_KEY, StoreOutcome, StoreRequest, StoreResponse
 
 use super::{ApiError, Caller, blocking, json, read_body};
 use crate::state::AppState;
-use crate::store::StoreLimits;
+use crate::store::{Store, StoreLimits};
 
 pub(crate) async fn store(
     State(state): State<Arc<AppState>>,
@@ -38,12 +38,29 @@ pub(crate) async fn store(
     let actor = caller.actor();
     if let Some(k) = key.clone() {
         let (store, ws2, actor2) = (state.store.clone(), ws.clone(), actor.clone());
-        if let Some(first) = blocking(move || store.first_store_answer(&ws2, &actor2, &k)).await? {
+        let task = req.provenance.task_id.clone();
+        if let Some(first) =
+            blocking(move || store.first_store_answer(&ws2, &actor2, &k, &task)).await?
+        {
             tracing::info!(workspace = %ws, token = %caller.0.id, outcome = first.outcome.word(), "store repeated: its first answer again");
             state.metrics.store("repeated");
             return Ok((StatusCode::OK, Json(first)));
         }
     }
+    // Checked and screened first: a store refused on its own (a credential, a bad field)
+    // costs no write, so it does not spend the host's store budget either.
+    let prepared = {
+        let (req, key) = (req.clone(), key.clone());
+        match blocking(move || Store::prepare_store(&req, key.as_deref())).await {
+            Ok(p) => p,
+            Err(e) => {
+                // Counts and kinds only: never the card's text or the credential.
+                tracing::info!(workspace = %ws, token = %caller.0.id, code = e.code(), "store refused");
+                state.metrics.store(e.code());
+                return Err(e);
+            }
+        }
+    };
     if let Err(retry_after) = state.take_store_budget(&caller.0.id) {
         tracing::warn!(workspace = %ws, token = %caller.0.id, "store refused: token over its store rate");
         return Err(ApiError::new(
@@ -62,9 +79,7 @@ pub(crate) async fn store(
     let limits = StoreLimits {
         stores_per_task: state.config.limits.stores_per_task,
     };
-    let key2 = key.clone();
-    let result =
-        blocking(move || store.store_memory(&ws2, &req, &actor, limits, key2.as_deref())).await;
+    let result = blocking(move || store.store_prepared(&ws2, &prepared, &actor, limits)).await;
     let mut response = match result {
         Ok(r) => r,
         Err(e) => {

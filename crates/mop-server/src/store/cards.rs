@@ -844,6 +844,13 @@ impl Store {
                     .map_err(&e)?
             };
             remove_card(tx, ws, id, &row.sha256, rev).map_err(&e)?;
+            // For good means its rejection tombstone too: its hashes of the normalised text
+            // and of the words with digits could confirm guesses of what it said.
+            tx.execute(
+                "DELETE FROM rejections WHERE workspace = ?1 AND card_id = ?2",
+                params![ws, id.to_string()],
+            )
+            .map_err(&e)?;
             for sha in &versions {
                 tx.execute(
                     "DELETE FROM objects WHERE workspace = ?1 AND sha256 = ?2

@@ -389,9 +389,14 @@ impl Store {
             &[]
         };
         let Some(raw) = edited else {
-            let (current, _) = self.card_text(ws, id)?;
-            let allowed = screen_admin(&current, id, allow)?;
+            // The text screened is the text verified: one transaction.
             return self.write(|tx| {
+                let e = self.err("verify");
+                let row = load_row(tx, ws, id)
+                    .map_err(&e)?
+                    .ok_or_else(|| not_found(ws, id))?;
+                let current = super::cards::load_object(tx, ws, &row.sha256).map_err(&e)?;
+                let allowed = screen_admin(&current, id, allow)?;
                 self.set_state_in(
                     tx,
                     ws,
@@ -453,11 +458,14 @@ impl Store {
         }
         let detail = format!("reason={reason}");
         self.write(|tx| {
+            let e = self.err("keep tombstone");
+            let row = load_row(tx, ws, id)
+                .map_err(&e)?
+                .ok_or_else(|| not_found(ws, id))?;
             let change =
                 self.set_state_in(tx, ws, id, CardState::Reject, actor, expect, Some(&detail))?;
             if change.changed {
-                super::intake::bury(tx, ws, id, reason, actor)
-                    .map_err(self.err("keep tombstone"))?;
+                super::intake::bury(tx, ws, id, &row.summary, reason, actor).map_err(&e)?;
             }
             Ok(change)
         })

@@ -279,18 +279,60 @@ pub(crate) fn lesson_of_card(tx: &Tx<'_>, ws: &str, id: &CardId) -> db::Result<O
         .and_then(stored_lesson))
 }
 
+/// Who could see a rejected card, as its tombstone keeps it: a refusal names the
+/// rejection only to a task that could have seen the card (another task learns nothing
+/// of someone else's rejected lesson; its store is created and marked for the curators).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Seen {
+    /// The card's user binding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The card's asset binding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asset: Option<String>,
+    /// For an unverified card, its author (`Some(None)`: no author, nobody).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<Option<String>>,
+}
+
+impl Seen {
+    fn of(s: &mop_cards::CardSummary) -> Seen {
+        Seen {
+            user: s.scope.user_id.clone(),
+            asset: s.scope.asset_id.clone(),
+            author: (s.trust == mop_cards::Trust::Unverified)
+                .then(|| s.restricted_to_author().map(str::to_owned)),
+        }
+    }
+
+    /// Whether a task of `user` on `asset` could have seen the card.
+    pub fn by(&self, user: Option<&str>, asset: Option<&str>) -> bool {
+        let ok = |card: &Option<String>, task: Option<&str>| {
+            card.as_deref().is_none_or(|c| task == Some(c))
+        };
+        ok(&self.user, user)
+            && ok(&self.asset, asset)
+            && self
+                .author
+                .as_ref()
+                .is_none_or(|a| a.is_some() && a.as_deref() == user)
+    }
+}
+
 /// A live rejection tombstone.
 #[derive(Debug, Clone)]
 pub(crate) struct Tombstone {
     pub note: RejectionNote,
     pub card_id: String,
     pub lesson: Lesson,
+    /// Who could see the rejected card.
+    pub seen: Seen,
 }
 
 /// The workspace's live (not lifted) tombstones.
 pub(crate) fn tombstones(tx: &Tx<'_>, ws: &str) -> db::Result<Vec<Tombstone>> {
     let mut stmt = tx.prepare_cached(
-        "SELECT id, card_id, reason, at, exact, signature, words, numbers, vector FROM rejections
+        "SELECT id, card_id, reason, at, scope, exact, signature, words, numbers, vector FROM rejections
          WHERE workspace = ?1 AND lifted_at IS NULL ORDER BY at, id",
     )?;
     let rows = stmt.query_map(params![ws], |r| {
@@ -299,17 +341,24 @@ pub(crate) fn tombstones(tx: &Tx<'_>, ws: &str) -> db::Result<Vec<Tombstone>> {
             r.get::<String>(1)?,
             r.get::<String>(2)?,
             r.get::<String>(3)?,
-            read_stored(r, 4)?,
+            r.get::<String>(4)?,
+            read_stored(r, 5)?,
         ))
     })?;
     let mut out = Vec::new();
     for row in rows {
-        let (id, card_id, reason, at, stored) = row?;
+        let (id, card_id, reason, at, scope, stored) = row?;
+        // Unreadable: nobody is named the rejection (the store is marked instead).
+        let seen = serde_json::from_str(&scope).unwrap_or(Seen {
+            author: Some(None),
+            ..Seen::default()
+        });
         if let Some(lesson) = stored_lesson(stored) {
             out.push(Tombstone {
                 note: RejectionNote { id, at, reason },
                 card_id,
                 lesson,
+                seen,
             });
         }
     }
@@ -327,20 +376,23 @@ pub(crate) fn matching_tombstone<'a>(
         .find(|s| s.lesson.same_as(lesson, t).is_some())
 }
 
-/// Keeps a tombstone of a rejected card: its fingerprint, the reason and the curator.
+/// Keeps a tombstone of a rejected card: its fingerprint, who could see it, the reason
+/// and the curator.
 pub(crate) fn bury(
     tx: &Tx<'_>,
     ws: &str,
     card: &CardId,
+    summary: &mop_cards::CardSummary,
     reason: &str,
     actor: &str,
 ) -> db::Result<()> {
     let Some(lesson) = lesson_of_card(tx, ws, card)? else {
         return Ok(());
     };
+    let seen = serde_json::to_string(&Seen::of(summary)).expect("scopes serialize");
     tx.execute(
-        "INSERT INTO rejections (workspace, id, card_id, exact, signature, words, numbers, reason, actor, at, vector)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        "INSERT INTO rejections (workspace, id, card_id, exact, signature, words, numbers, reason, actor, at, vector, scope)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         params![
             ws,
             uuid::Uuid::new_v4().to_string(),
@@ -352,7 +404,8 @@ pub(crate) fn bury(
             reason,
             actor,
             now(),
-            lesson.vector_bytes()
+            lesson.vector_bytes(),
+            seen
         ],
     )?;
     Ok(())
@@ -407,21 +460,21 @@ pub(crate) fn join_group(tx: &Tx<'_>, ws: &str, new: &CardId, existing: &CardId)
     Ok(())
 }
 
-/// The first answer given to a store with this key, if any.
+/// The first answer given to a store with this key, and the task that store was of.
 pub(crate) fn first_answer(
     tx: &Tx<'_>,
     ws: &str,
     actor: &str,
     key: &str,
-) -> db::Result<Option<StoreResponse>> {
-    let answer: Option<String> = tx
+) -> db::Result<Option<(String, Option<StoreResponse>)>> {
+    Ok(tx
         .query_row(
-            "SELECT answer FROM store_answers WHERE workspace = ?1 AND actor = ?2 AND key = ?3",
+            "SELECT task_id, answer FROM store_answers WHERE workspace = ?1 AND actor = ?2 AND key = ?3",
             params![ws, actor, key],
-            |r| r.get(0),
+            |r| Ok((r.get::<String>(0)?, r.get::<String>(1)?)),
         )
-        .optional()?;
-    Ok(answer.and_then(|a| serde_json::from_str(&a).ok()))
+        .optional()?
+        .map(|(task, answer)| (task, serde_json::from_str(&answer).ok())))
 }
 
 /// Keeps a store's answer under its key.
@@ -430,14 +483,16 @@ pub(crate) fn keep_answer(
     ws: &str,
     actor: &str,
     key: &str,
+    task: &str,
     answer: &StoreResponse,
 ) -> db::Result<()> {
     tx.execute(
-        "INSERT INTO store_answers (workspace, actor, key, answer, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO store_answers (workspace, actor, key, task_id, answer, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         params![
             ws,
             actor,
             key,
+            task,
             serde_json::to_string(answer).expect("answers serialize"),
             now()
         ],

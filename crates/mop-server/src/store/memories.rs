@@ -74,6 +74,17 @@ fn repeat_note(id: &CardId, verified: bool) -> String {
     }
 }
 
+/// A store checked, screened and fingerprinted ([`Store::prepare_store`]), ready for the
+/// transaction.
+#[derive(Debug, Clone)]
+pub struct PreparedStore {
+    req: StoreRequest,
+    key: Option<String>,
+    new_card: Card,
+    lesson: Lesson,
+    now: Timestamp,
+}
+
 /// A live card the lesson matched: where a merged-away card leads, and how close it was.
 struct Match {
     row: Row,
@@ -81,17 +92,34 @@ struct Match {
 }
 
 impl Store {
-    /// The first answer to a store with idempotency key `key` from `actor`, if any (read
-    /// only: the API asks before it spends the token's store budget on a replay).
+    /// The first answer to a store of task `task` with idempotency key `key` from `actor`,
+    /// if any (read only: the API asks before it spends the token's store budget on a
+    /// replay). A key another task's store used is refused, never answered.
     pub fn first_store_answer(
         &self,
         ws: &str,
         actor: &str,
         key: &str,
+        task: &str,
     ) -> Result<Option<StoreResponse>> {
-        self.read(|tx| {
-            intake::first_answer(tx, ws, actor, key).map_err(self.err("read store answer"))
-        })
+        self.read(|tx| self.answer_for(tx, ws, actor, key, task))
+    }
+
+    fn answer_for(
+        &self,
+        tx: &Tx<'_>,
+        ws: &str,
+        actor: &str,
+        key: &str,
+        task: &str,
+    ) -> Result<Option<StoreResponse>> {
+        match intake::first_answer(tx, ws, actor, key).map_err(self.err("read store answer"))? {
+            None => Ok(None),
+            Some((owner, _)) if owner != task => Err(StoreError::Conflict(
+                "the Idempotency-Key was used by another task's store; nothing was stored (send each store with a key of its own)".into(),
+            )),
+            Some((_, answer)) => Ok(answer),
+        }
     }
 
     /// The live cards whose lesson is the same as `lesson`, best first; a card merged away
@@ -148,6 +176,14 @@ impl Store {
         limits: StoreLimits,
         key: Option<&str>,
     ) -> Result<StoreResponse> {
+        let prepared = Store::prepare_store(req, key)?;
+        self.store_prepared(ws, &prepared, actor, limits)
+    }
+
+    /// What a store can be judged on without the database: its fields checked, its text
+    /// screened for credentials, its lesson fingerprinted. A refusal here costs no write
+    /// (the API checks this before it spends the token's store budget).
+    pub fn prepare_store(req: &StoreRequest, key: Option<&str>) -> Result<PreparedStore> {
         let p = &req.provenance;
         let c = &req.card;
         if !is_task_id(&p.task_id) {
@@ -224,32 +260,48 @@ impl Store {
                 p.task_id
             )));
         }
-        let (labels, codes, stacks) = (
-            c.labels.join(" "),
-            c.error_codes.join(" "),
-            c.stacks.join(" "),
-        );
+        let fields = c.text_fields();
         let findings: Vec<_> = Screen::builtin()
-            .scan_fields([
-                ("title", c.title.as_str()),
-                ("description", c.description.as_deref().unwrap_or("")),
-                ("body", c.body.as_str()),
-                ("labels", labels.as_str()),
-                ("error_codes", codes.as_str()),
-                ("stacks", stacks.as_str()),
-            ])
+            .scan_fields(fields.iter().map(|(name, text)| (*name, text.as_str())))
             .into_iter()
             .map(intake::wire)
             .collect();
         intake::refuse_credentials(findings, "the card")?;
         let lesson = intake::lesson(&c.title, &c.body);
+        Ok(PreparedStore {
+            req: req.clone(),
+            key: key.map(str::to_owned),
+            new_card,
+            lesson,
+            now: now_ts,
+        })
+    }
+
+    /// Stores a prepared store: the idempotency key, the quota, rejections, and the same
+    /// lesson, in one transaction.
+    pub fn store_prepared(
+        &self,
+        ws: &str,
+        prepared: &PreparedStore,
+        actor: &str,
+        limits: StoreLimits,
+    ) -> Result<StoreResponse> {
+        let PreparedStore {
+            req,
+            key,
+            new_card,
+            lesson,
+            now: now_ts,
+        } = prepared;
+        let (key, now_ts) = (key.as_deref(), *now_ts);
+        let p = &req.provenance;
         let detail = format!("task={}", p.task_id);
 
         self.write(|tx| {
             let e = self.err("store memory");
             ensure_workspace(tx, ws).map_err(&e)?;
             if let Some(k) = key
-                && let Some(first) = intake::first_answer(tx, ws, actor, k).map_err(&e)?
+                && let Some(first) = self.answer_for(tx, ws, actor, k, &p.task_id)?
             {
                 return Ok(first);
             }
@@ -274,17 +326,30 @@ impl Store {
             }
             let stones = intake::tombstones(tx, ws).map_err(&e)?;
             let mut previously_rejected: Option<RejectionNote> = None;
-            if let Some(stone) = intake::matching_tombstone(&stones, &lesson, &self.intake.same_lesson) {
-                match self.intake.on_rejected {
-                    OnRejected::Refuse => {
+            let mut marked_only = false;
+            if let Some(stone) = intake::matching_tombstone(&stones, lesson, &self.intake.same_lesson) {
+                // Named only to a task that could have seen the rejected card: another
+                // user's rejected lesson is not theirs to learn of (the curators still see
+                // the mark).
+                let theirs = stone.seen.by(p.user_id.as_deref(), p.asset_id.as_deref());
+                match (self.intake.on_rejected, theirs) {
+                    (OnRejected::Refuse, true) => {
                         return Err(StoreError::Rejected { note: stone.note.clone() });
                     }
-                    OnRejected::Queue => previously_rejected = Some(stone.note.clone()),
+                    (OnRejected::Queue, true) => previously_rejected = Some(stone.note.clone()),
+                    (_, false) => {
+                        previously_rejected = Some(stone.note.clone());
+                        marked_only = true;
+                    }
                 }
             }
-            let answer = self.decide(tx, ws, actor, req, &new_card, &lesson, &detail, now_ts, previously_rejected)?;
+            let mut answer = self.decide(tx, ws, actor, req, new_card, lesson, &detail, now_ts, previously_rejected)?;
+            if marked_only {
+                answer.previously_rejected = None;
+                answer.note = String::new();
+            }
             if let Some(k) = key {
-                intake::keep_answer(tx, ws, actor, k, &answer).map_err(&e)?;
+                intake::keep_answer(tx, ws, actor, k, &p.task_id, &answer).map_err(&e)?;
             }
             Ok(answer)
         })

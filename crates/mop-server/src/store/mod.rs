@@ -33,7 +33,7 @@ pub use backup::{BackupReport, backup};
 pub use cards::{CardChange, CardState, Expect, HistoryRow, ImportReport, Rejected};
 use db::{DbError, OptionalExtension, Tx, params};
 pub use intake::{IntakePolicy, OnRejected, set_embedding_model};
-pub use memories::StoreLimits;
+pub use memories::{PreparedStore, StoreLimits};
 pub use migrate::{MigrateReport, TableCheck, migrate};
 pub use sync::{BuiltManifest, ManifestKind};
 pub use tokens::{NewToken, Role, TokenInfo, TokenRow, token_hash};
@@ -96,11 +96,7 @@ pub enum StoreError {
     Limit(String),
     /// The text carries credentials; nothing was stored. The message names each one's
     /// kind and place, never its value.
-    #[error(
-        "{what} carries {} credential(s): {}; nothing was stored. Store the lesson without the credential (name where it lives, e.g. the vault path, instead)",
-        findings.len(),
-        findings.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
-    )]
+    #[error("{}", mop_proto::sync::credential_refusal(what, findings))]
     Credential {
         /// What was screened (`the card`, `card <id>`).
         what: String,

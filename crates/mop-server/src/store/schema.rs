@@ -206,6 +206,7 @@ const MIGRATIONS: &[&str] = &[
         words     INTEGER NOT NULL,
         numbers   BLOB NOT NULL,
         vector    BLOB,
+        scope     TEXT NOT NULL,            -- who could see the rejected card (JSON): whom a refusal may name it to
         reason    TEXT NOT NULL,
         actor     TEXT NOT NULL,
         at        TEXT NOT NULL,
@@ -218,6 +219,7 @@ const MIGRATIONS: &[&str] = &[
         workspace TEXT NOT NULL,
         actor     TEXT NOT NULL,
         key       TEXT NOT NULL,
+        task_id   TEXT NOT NULL,            -- the store's task: the key is its, and no other's
         answer    TEXT NOT NULL,            -- the first answer, as JSON
         at        TEXT NOT NULL,
         PRIMARY KEY (workspace, actor, key)
@@ -427,6 +429,7 @@ pub(crate) const PG_MIGRATIONS: &[&str] = &[
         words     BIGINT NOT NULL,
         numbers   BYTEA NOT NULL,
         vector    BYTEA,
+        scope     TEXT COLLATE "C" NOT NULL,
         reason    TEXT COLLATE "C" NOT NULL,
         actor     TEXT COLLATE "C" NOT NULL,
         at        TEXT COLLATE "C" NOT NULL,
@@ -439,6 +442,7 @@ pub(crate) const PG_MIGRATIONS: &[&str] = &[
         workspace TEXT COLLATE "C" NOT NULL,
         actor     TEXT COLLATE "C" NOT NULL,
         key       TEXT COLLATE "C" NOT NULL,
+        task_id   TEXT COLLATE "C" NOT NULL,
         answer    TEXT COLLATE "C" NOT NULL,
         at        TEXT COLLATE "C" NOT NULL,
         PRIMARY KEY (workspace, actor, key)

@@ -28,7 +28,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use mop_cards::{CardId, CardLine};
 use mop_proto::receipts::{Activity, GetEvent, RetrieveEvent, StoreEvent};
-use mop_proto::sync::{StoreOutcome, StoreProvenance, StoreRequest, StoreResponse, store_errors};
+use mop_proto::sync::{
+    CredentialFinding, StoreOutcome, StoreProvenance, StoreRequest, StoreResponse,
+    credential_refusal, store_errors,
+};
 use mop_proto::{AgentCard, AgentStoreRequest, ListResponse, RetrieveRequest, RetrieveResponse};
 use tokio::net::UnixListener;
 
@@ -75,6 +78,7 @@ impl AgentSockets for AgentServer {
         .with_state(AgentState {
             tasks: self.tasks.clone(),
             task,
+            quota_reached: Arc::default(),
         });
         tokio::spawn(mop_serve::serve(listener, app, limits, async move {
             let _ = stop.wait_for(|s| *s).await;
@@ -87,6 +91,10 @@ impl AgentSockets for AgentServer {
 struct AgentState {
     tasks: Arc<Tasks>,
     task: Arc<Task>,
+    /// The server said this task made the most stores one task may make: later stores
+    /// are refused here, so the task cannot spend the host's store budget that other
+    /// tasks need.
+    quota_reached: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl AgentState {
@@ -331,6 +339,17 @@ async fn store(State(s): State<AgentState>, body: Bytes) -> Response {
             "a task may bind a card only to its own asset".into(),
         );
     }
+    if s.quota_reached.load(std::sync::atomic::Ordering::Relaxed) {
+        return refused(
+            StatusCode::TOO_MANY_REQUESTS,
+            store_errors::QUOTA,
+            format!(
+                "task {} has made the most stores one task may make (the card server said so; limits.stores_per_task); \
+                 nothing was stored. Fold what is left into fewer, fuller cards",
+                lease.task.task_id
+            ),
+        );
+    }
     let ws = lease.task.workspace.clone();
     let store_id = uuid::Uuid::new_v4().to_string();
     let request = StoreRequest {
@@ -379,6 +398,10 @@ async fn store(State(s): State<AgentState>, body: Bytes) -> Response {
             // Counts and kinds only: never the card's text.
             tracing::info!(task = %lease.task.task_id, status, code = code.as_deref().unwrap_or("-"), "the server refused a store");
             let code = code.unwrap_or_else(|| "refused".into());
+            if code == store_errors::QUOTA {
+                s.quota_reached
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
             refused(
                 StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
                 &code,
@@ -397,6 +420,35 @@ async fn queue(
     store_id: String,
     why: &str,
 ) -> Response {
+    // Before a store is kept on this host's disk, it is screened as the server screens it:
+    // a credential is refused now (the same answer the server gives) instead of waiting in
+    // the queue in the clear.
+    let fields = request.card.text_fields();
+    let findings: Vec<CredentialFinding> = mop_intake::secrets::Screen::builtin()
+        .scan_fields(fields.iter().map(|(name, text)| (*name, text.as_str())))
+        .into_iter()
+        .map(|f| CredentialFinding {
+            kind: f.kind,
+            field: f.field,
+            line: f.line,
+            column: f.column,
+        })
+        .collect();
+    if !findings.is_empty() {
+        s.record_store(StoreEvent {
+            at: jiff::Timestamp::now(),
+            outcome: "refused".into(),
+            id: None,
+            status: Some(422),
+            store_id: None,
+            code: Some(store_errors::CREDENTIAL.into()),
+        });
+        return error_with_code(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            store_errors::CREDENTIAL,
+            credential_refusal("the card", &findings),
+        );
+    }
     let queued = Queued {
         store_id: store_id.clone(),
         workspace: lease.task.workspace.clone(),

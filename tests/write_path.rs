@@ -106,7 +106,18 @@ impl Env {
     /// `mop run` of task `task` for `user` as the runner, running `script` in a sandbox
     /// whose working directory holds `files`.
     fn mop_run(&self, task: &str, user: &str, files: &[(String, String)], script: &str) -> Output {
-        let w = self.workdir();
+        self.mop_run_in(&self.workdir(), task, user, files, script)
+    }
+
+    /// [`Env::mop_run`] in the working directory `w`, which the caller reads afterwards.
+    fn mop_run_in(
+        &self,
+        w: &tempfile::TempDir,
+        task: &str,
+        user: &str,
+        files: &[(String, String)],
+        script: &str,
+    ) -> Output {
         for (name, content) in files {
             let p = w.path().join(name);
             std::fs::write(&p, content).unwrap();
@@ -321,37 +332,7 @@ fn credentials_are_refused_by_kind_and_place_and_found_nowhere_while_look_alikes
         "i=0; while [ $i -lt {n} ]; do mop memory store --type fact --title \"$(cat t$i)\" --content-file b$i > o$i 2> e$i; echo $? > r$i; i=$((i+1)); done"
     );
     let w = env.workdir();
-    for (name, content) in &files {
-        std::fs::write(w.path().join(name), content).unwrap();
-    }
-    let socket = env.daemon.socket();
-    let a: Vec<&OsStr> = [
-        OsStr::new("run"),
-        OsStr::new("--socket"),
-        socket.as_os_str(),
-        OsStr::new("--workdir"),
-        w.path().as_os_str(),
-    ]
-    .into_iter()
-    .chain(
-        [
-            "--workspace",
-            WS,
-            "--task-id",
-            "paster",
-            "--user",
-            "alice",
-            "--title",
-            "Deploy the billing service",
-            "--",
-            "/bin/sh",
-            "-c",
-            &script,
-        ]
-        .map(OsStr::new),
-    )
-    .collect();
-    let out = run(&mut as_runner(&a));
+    let out = env.mop_run_in(&w, "paster", "alice", &files, &script);
     assert!(out.status.success(), "{}", text(&out));
     let read = |name: String| std::fs::read_to_string(w.path().join(name)).unwrap_or_default();
     let mut wrong = Vec::new();
@@ -390,6 +371,7 @@ fn credentials_are_refused_by_kind_and_place_and_found_nowhere_while_look_alikes
     // Nothing of any credential anywhere: not in the database, the server's or the
     // daemon's logs, the host's pool, its receipts or its queue.
     env.daemon.sync(WS);
+    let socket = env.daemon.socket();
     let receipt = run(&mut as_runner(&[
         OsStr::new("receipt"),
         OsStr::new("paster"),
@@ -793,34 +775,7 @@ fn retrieve_lists_verified_matches_first_through_the_cli_and_mcp() {
         '{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"memory_retrieve\",\"arguments\":{\"query\":\"ORA-01555 undo retention\",\"limit\":5}}}' \
         | (cat; sleep 2) | mop mcp > mcp.out";
     let w = env.workdir();
-    let socket = env.daemon.socket();
-    let a: Vec<&OsStr> = [
-        OsStr::new("run"),
-        OsStr::new("--socket"),
-        socket.as_os_str(),
-        OsStr::new("--workdir"),
-        w.path().as_os_str(),
-    ]
-    .into_iter()
-    .chain(
-        [
-            "--workspace",
-            WS,
-            "--task-id",
-            "reader",
-            "--user",
-            "alice",
-            "--title",
-            "ORA-01555 in the ETL",
-            "--",
-            "/bin/sh",
-            "-c",
-            script,
-        ]
-        .map(OsStr::new),
-    )
-    .collect();
-    let out = run(&mut as_runner(&a));
+    let out = env.mop_run_in(&w, "reader", "alice", &[], script);
     assert!(out.status.success(), "{}", text(&out));
     let hits: Value =
         serde_json::from_str(&std::fs::read_to_string(w.path().join("hits.json")).unwrap())
@@ -989,6 +944,19 @@ fn another_users_rejected_lesson_is_never_named_to_them_and_a_deleted_card_leave
     // The curators see the mark on his card.
     let y = outcome(&bob).1.unwrap();
     let (_, details) = env.api(reqwest::Method::GET, &format!("/cards/{y}/details"), None);
+    // Nor do his later stores of it answer otherwise than with no rejection at all: his
+    // next task reinforces his own card once, then is told it already counted (a
+    // rejection that changed the outcome would confirm his guess of what was rejected).
+    let plan = env.prepare("n2b", "bob");
+    let again = env.agent_store(&plan, title, body);
+    assert_eq!(
+        outcome(&again),
+        ("reinforced".to_owned(), Some(y.clone())),
+        "{}",
+        text(&again)
+    );
+    let thrice = env.agent_store(&plan, title, body);
+    assert_eq!(outcome(&thrice).0, "unchanged", "{}", text(&thrice));
     assert_eq!(
         details["card"]["previously_rejected"]["reason"],
         "alice's runbook note; a restart hides it"

@@ -264,17 +264,7 @@ fn closest_negatives(
     lessons: &[mop_tests::lessons::EvalLesson],
     split: &str,
 ) -> Vec<(f32, String)> {
-    use mop_intake::lesson::Lesson;
-    let items: Vec<(&str, usize, Lesson)> = lessons
-        .iter()
-        .filter(|l| l.split == split)
-        .flat_map(|l| {
-            l.wordings
-                .iter()
-                .enumerate()
-                .map(move |(i, (t, b))| (l.id.as_str(), i, Lesson::of(t, b)))
-        })
-        .collect();
+    let items = mop_tests::lessons::items(lessons, split, None);
     let mut out = Vec::new();
     for (i, a) in items.iter().enumerate() {
         for b in &items[i + 1..] {

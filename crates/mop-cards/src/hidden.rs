@@ -2,23 +2,41 @@
 //! person reviewing one (in a terminal or a browser) must see these marked, never obeyed.
 
 /// Whether a character could change how text reads without being seen: control characters
-/// (terminal escape sequences among them), bidirectional overrides and isolates, zero-width
-/// and other invisible format characters, line and paragraph separators, and the Unicode
-/// tag characters (which can spell out a whole hidden sentence).
+/// (terminal escape sequences among them), bidirectional overrides and isolates, line and
+/// paragraph separators, interlinear annotation marks, and every default-ignorable code
+/// point (zero-width and joiner characters, Hangul fillers, the Unicode tag characters,
+/// which can spell out a whole hidden sentence) except the emoji variation selectors
+/// U+FE00..U+FE0F, which ordinary text carries (⚠️) and which hide nothing.
 pub fn is_hidden_char(c: char) -> bool {
     c.is_control()
-        || matches!(
-            c,
-            '\u{00AD}'
-                | '\u{061C}'
-                | '\u{180E}'
-                | '\u{200B}'..='\u{200F}'
-                | '\u{2028}'..='\u{202E}'
-                | '\u{2060}'..='\u{206F}'
-                | '\u{FEFF}'
-                | '\u{FFF9}'..='\u{FFFB}'
-                | '\u{E0000}'..='\u{E007F}'
-        )
+        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{FFF9}'..='\u{FFFB}')
+        || (is_default_ignorable(c) && !matches!(c, '\u{FE00}'..='\u{FE0F}'))
+}
+
+/// Unicode's `Default_Ignorable_Code_Point` (DerivedCoreProperties.txt, Unicode 15.1):
+/// characters a renderer shows as nothing. A text with them taken out reads as the text
+/// with them in, which is how the credential screen reads a card.
+pub fn is_default_ignorable(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{034F}'
+            | '\u{061C}'
+            | '\u{115F}'..='\u{1160}'
+            | '\u{17B4}'..='\u{17B5}'
+            | '\u{180B}'..='\u{180F}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}'
+            | '\u{FEFF}'
+            | '\u{FFA0}'
+            | '\u{FFF0}'..='\u{FFF8}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0000}'..='\u{E0FFF}'
+    )
 }
 
 /// Multi-line text with every hidden character except line feeds and tabs shown as a
@@ -51,5 +69,15 @@ mod tests {
         assert_eq!(n, 3);
         assert_eq!(reveal_hidden("plain").1, 0);
         assert!(is_hidden_char('\u{1b}') && is_hidden_char('\n') && !is_hidden_char('é'));
+        // Invisible joiners and fillers of every kind are marked; an emoji's variation
+        // selector is not (it is ignorable, but shows nothing that could mislead).
+        for c in ['\u{034F}', '\u{180B}', '\u{3164}', '\u{1D173}', '\u{E0100}'] {
+            assert!(
+                is_hidden_char(c) && is_default_ignorable(c),
+                "U+{:04X}",
+                c as u32
+            );
+        }
+        assert!(!is_hidden_char('\u{FE0F}') && is_default_ignorable('\u{FE0F}'));
     }
 }

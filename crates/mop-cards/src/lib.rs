@@ -36,7 +36,7 @@ pub use card::{
 pub use codes::{CodeExtractor, CodePattern, PatternError, collapse_upper, default_code_patterns};
 pub use config::{ConfigError, Rules, SelectionConfig};
 pub use error::{CardError, Rule};
-pub use hidden::{is_hidden_char, reveal_hidden};
+pub use hidden::{is_default_ignorable, is_hidden_char, reveal_hidden};
 pub use id::{CardId, IdError, is_scope_id, is_slug, is_task_id};
 pub use lines::CardLine;
 pub use memory_md::{escape_inline, is_primary_anchor, render_memory_md};

@@ -170,9 +170,11 @@ impl Lines {
     }
 }
 
-/// Matches looked at per text at most: past them the text is refused on what was found
-/// already (one credential is reason enough), and a text built of near-misses cannot make
-/// the screen slow.
+/// Credentials found per text at most: past them the text is refused on what was found
+/// already (one is reason enough), and a text of thousands of them cannot make the screen
+/// slow. Near-misses (matches a look-alike filter excuses) do not count: a text padded with
+/// them must not hide a credential after them. Their number is bounded by the text's
+/// length (a card body is at most 64 KiB).
 const MAX_HITS: usize = 64;
 
 struct Rule {
@@ -391,16 +393,11 @@ impl Screen {
         }
         // (start of the secret, rank, rule)
         let mut hits: Vec<(usize, u8, usize)> = Vec::new();
-        let mut looked = 0;
         'rules: for (index, rule) in self.rules.iter().enumerate() {
             if !woken[index] {
                 continue;
             }
             for caps in rule.re.captures_iter(bytes) {
-                looked += 1;
-                if looked > MAX_HITS {
-                    break 'rules;
-                }
                 let whole = caps.get(0).expect("group 0 is the match");
                 let secret = match rule.secret_group {
                     Some(g) => caps.get(g),
@@ -418,6 +415,9 @@ impl Screen {
                     continue;
                 }
                 hits.push((secret.start(), rule.rank, index));
+                if hits.len() >= MAX_HITS {
+                    break 'rules;
+                }
             }
         }
         hits.sort();
@@ -497,7 +497,10 @@ fn excused(rule: &Rule, secret: &[u8], whole: &[u8], line: &mut dyn FnMut(&Group
 fn readable(text: &str) -> String {
     use unicode_normalization::UnicodeNormalization;
     text.chars()
-        .filter(|c| matches!(c, '\n' | '\t') || !mop_cards::is_hidden_char(*c))
+        .filter(|&c| {
+            matches!(c, '\n' | '\t')
+                || !(mop_cards::is_hidden_char(c) || mop_cards::is_default_ignorable(c))
+        })
         .nfkc()
         .collect()
 }
@@ -694,8 +697,51 @@ mod tests {
             })
             .collect();
         assert_eq!(s.scan("body", &fullwidth).len(), 1, "{fullwidth}");
+        // Every invisible character Unicode calls default-ignorable, not only the usual
+        // zero-width ones: a combining grapheme joiner, a variation selector, a Mongolian
+        // free variation selector, a musical format control, a Hangul filler.
+        for c in [
+            '\u{034F}',
+            '\u{FE0F}',
+            '\u{E0100}',
+            '\u{180B}',
+            '\u{1D173}',
+            '\u{3164}',
+        ] {
+            let split = format!("token {}{c}{}", &token[..24], &token[24..]);
+            let found = s.scan("body", &split);
+            assert!(
+                found.iter().any(|f| f.kind == "github-pat"),
+                "U+{:04X}: {found:?}",
+                c as u32
+            );
+        }
         // The control: plain prose with a zero-width space is not a credential.
         assert!(s.scan("body", "deploy\u{200B}ment notes").is_empty());
+    }
+
+    #[test]
+    fn near_misses_before_a_credential_do_not_hide_it() {
+        let s = Screen::builtin();
+        let token = format!("ghp_{}", "x7Qm2Lp9Rk4Tz8Vb3Nw6Hc1Jd5Fg0Ys2Ae7U");
+        for decoy in [
+            "api_key = aaaaaaaaaaaa",
+            "password = changeme",
+            "AKIAIOSFODNN7EXAMPLE",
+        ] {
+            let mut text: String = (0..500).map(|_| format!("{decoy}\n")).collect();
+            text.push_str(&format!("token {token}\n"));
+            let found = s.scan("body", &text);
+            assert!(
+                found
+                    .iter()
+                    .any(|f| f.kind == "github-pat" && f.line == 501),
+                "{decoy}: {found:?}"
+            );
+            // The control: the decoys alone are no credential.
+            let alone: String = (0..500).map(|_| format!("{decoy}\n")).collect();
+            assert!(s.scan("body", &alone).is_empty(), "{decoy}");
+        }
     }
 
     #[test]

@@ -85,6 +85,17 @@ pub struct PreparedStore {
     now: Timestamp,
 }
 
+/// Whether the store's lesson matches a rejection tombstone, and whose.
+enum Rejected {
+    No,
+    /// A rejected card the task could have seen: the task is told (refused, or created
+    /// marked under `on_rejected = "queue"`).
+    Theirs(RejectionNote),
+    /// Another user's or asset's rejected card: the store goes on as if there were none;
+    /// only the curators see the mark.
+    Elsewhere(RejectionNote),
+}
+
 /// A live card the lesson matched: where a merged-away card leads, and how close it was.
 struct Match {
     row: Row,
@@ -325,8 +336,7 @@ impl Store {
                 )));
             }
             let stones = intake::tombstones(tx, ws).map_err(&e)?;
-            let mut previously_rejected: Option<RejectionNote> = None;
-            let mut marked_only = false;
+            let mut rejected = Rejected::No;
             if let Some(stone) = intake::matching_tombstone(&stones, lesson, &self.intake.same_lesson) {
                 // Named only to a task that could have seen the rejected card: another
                 // user's rejected lesson is not theirs to learn of (the curators still see
@@ -336,18 +346,11 @@ impl Store {
                     (OnRejected::Refuse, true) => {
                         return Err(StoreError::Rejected { note: stone.note.clone() });
                     }
-                    (OnRejected::Queue, true) => previously_rejected = Some(stone.note.clone()),
-                    (_, false) => {
-                        previously_rejected = Some(stone.note.clone());
-                        marked_only = true;
-                    }
+                    (OnRejected::Queue, true) => rejected = Rejected::Theirs(stone.note.clone()),
+                    (_, false) => rejected = Rejected::Elsewhere(stone.note.clone()),
                 }
             }
-            let mut answer = self.decide(tx, ws, actor, req, new_card, lesson, &detail, now_ts, previously_rejected)?;
-            if marked_only {
-                answer.previously_rejected = None;
-                answer.note = String::new();
-            }
+            let answer = self.decide(tx, ws, actor, req, new_card, lesson, &detail, now_ts, rejected)?;
             if let Some(k) = key {
                 intake::keep_answer(tx, ws, actor, k, &p.task_id, &answer).map_err(&e)?;
             }
@@ -367,17 +370,19 @@ impl Store {
         lesson: &Lesson,
         detail: &str,
         now_ts: Timestamp,
-        previously_rejected: Option<RejectionNote>,
+        rejected: Rejected,
     ) -> Result<StoreResponse> {
         let e = self.err("store memory");
         let p = &req.provenance;
         let visible =
             |s: &CardSummary| s.is_visible_to(p.user_id.as_deref(), p.asset_id.as_deref());
-        let matches = if previously_rejected.is_some() {
+        let matches = if let Rejected::Theirs(_) = rejected {
             // A lesson a curator turned down is not more evidence for anything: it goes to
             // the queue as itself.
             Vec::new()
         } else {
+            // A rejection elsewhere changes nothing the task can observe (the answer would
+            // otherwise tell it that someone's rejected lesson matches its guess).
             self.same_lesson_cards(tx, ws, lesson)?
         };
         if let Some(m) = matches.iter().find(|m| visible(&m.row.summary)) {
@@ -451,7 +456,7 @@ impl Store {
             intake::join_group(tx, ws, &id, &other.row.summary.id).map_err(&e)?;
             audit_detail.push_str(&format!(" duplicate_of={}", other.row.summary.id));
         }
-        if let Some(r) = &previously_rejected {
+        if let Rejected::Theirs(r) | Rejected::Elsewhere(r) = &rejected {
             audit_detail.push_str(&format!(" previously_rejected={}", r.id));
         }
         audit(
@@ -468,6 +473,10 @@ impl Store {
         )
         .map_err(&e)?;
         note_contribution(tx, ws, actor, &p.task_id, &id, now_ts).map_err(&e)?;
+        let previously_rejected = match rejected {
+            Rejected::Theirs(r) => Some(r),
+            Rejected::No | Rejected::Elsewhere(_) => None,
+        };
         let note = match &previously_rejected {
             Some(r) => format!(
                 "A curator rejected this lesson on {}: {}. It waits for review marked \"previously rejected\"; unless the situation changed, do not rely on it.",

@@ -525,8 +525,9 @@ fn frontmatter_key(lines: &[&str], line: u32) -> Option<String> {
         .rev()
         .find_map(|l| {
             let (key, _) = l.split_once(':')?;
-            (!key.starts_with([' ', '\t', '-', '#']) && !key.is_empty())
-                .then(|| key.trim().to_owned())
+            // Trimmed first: a key of only other whitespace (a vertical tab) names nothing.
+            let name = key.trim();
+            (!key.starts_with([' ', '\t', '-', '#']) && !name.is_empty()).then(|| name.to_owned())
         })
 }
 

@@ -2,7 +2,7 @@
 //! soft descriptor limit a systemd service gets by default (`ulimit -Sn 1024`):
 //!
 //! - 1,100 half-open connections and slowloris clients against mop-server, while health
-//!   checks and polls must keep answering within a second;
+//!   checks and polls must keep answering, each within [`ANSWER_WITHIN`];
 //! - an agent opening 3,000 connections to its own task's agent socket, while another
 //!   runner's live task must keep its lease and its socket.
 //!
@@ -21,6 +21,12 @@ use mop_tests::procs::{
 use mop_tests::{example_cards_dir, profiles_config};
 
 const WS: &str = "acme";
+
+/// How soon a health check or poll must answer once connected, flood or not. Answers take
+/// milliseconds (the median is printed); the bound leaves room for a machine that runs
+/// other test binaries at once (a CI run missed 1 s once), and the unprotected control
+/// still answers none within it.
+const ANSWER_WITHIN: Duration = Duration::from_secs(3);
 
 /// The test itself holds thousands of sockets.
 fn raise_own_fd_limit() {
@@ -145,13 +151,10 @@ fn half_open_and_slow_connections_leave_health_and_polls_answering() {
     assert_eq!(failed, 0, "the protected server accepts every connection");
     let mut latencies = Vec::new();
     for _ in 0..10 {
+        latencies.push(health(&addr, ANSWER_WITHIN).expect("health answers during the flood"));
         latencies.push(
-            health(&addr, Duration::from_secs(1))
-                .expect("health answers within 1 s during the flood"),
-        );
-        latencies.push(
-            poll_304(&addr, &node, &etag, Duration::from_secs(1))
-                .expect("an unchanged poll answers 304 within 1 s during the flood"),
+            poll_304(&addr, &node, &etag, ANSWER_WITHIN)
+                .expect("an unchanged poll answers 304 during the flood"),
         );
         // More connections arrive all the time.
         conns.extend(flood(&addr, 50, 10, wait).0);
@@ -196,7 +199,7 @@ fn half_open_and_slow_connections_leave_health_and_polls_answering() {
     );
     let addr = addr_of(&open);
     assert!(
-        health(&addr, Duration::from_secs(1)).is_some(),
+        health(&addr, ANSWER_WITHIN).is_some(),
         "answers before the flood"
     );
     let (conns, failed) = flood(&addr, 1_100, 100, Duration::from_millis(300));
@@ -206,7 +209,7 @@ fn half_open_and_slow_connections_leave_health_and_polls_answering() {
     );
     std::thread::sleep(Duration::from_millis(500));
     let answered = (0..3)
-        .filter(|_| health(&addr, Duration::from_secs(1)).is_some())
+        .filter(|_| health(&addr, ANSWER_WITHIN).is_some())
         .count();
     assert_eq!(answered, 0, "unprotected, the flood must take health down");
     drop(conns);

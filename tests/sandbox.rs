@@ -535,7 +535,11 @@ fn a_runner_killed_in_its_first_milliseconds_leaves_no_command_running() {
     let Some(env) = setup() else { return };
     let mut dirs = Vec::new();
     let mut bwrap_was_up = 0;
-    for i in 0..40u64 {
+    // 40 kills 0.5 ms apart, then on with longer delays while no kill found bwrap up (a
+    // loaded machine starts it later): the sweep must cover the moments bwrap is set up.
+    let mut i = 0u64;
+    while i < 40 || (bwrap_was_up < 3 && i < 200) {
+        i += 1;
         let w = env.workdir();
         let task = format!("orphan-{i}");
         let mut child = env
@@ -549,7 +553,7 @@ fn a_runner_killed_in_its_first_milliseconds_leaves_no_command_running() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_micros(500 * i));
+        std::thread::sleep(Duration::from_micros(500 * (i - 1)));
         if !mop_tests::procs::task_processes(&task).is_empty() {
             bwrap_was_up += 1;
         }
@@ -561,12 +565,20 @@ fn a_runner_killed_in_its_first_milliseconds_leaves_no_command_running() {
         let _ = child.wait();
         dirs.push((task, w));
     }
-    // Whatever a killed run left must be gone within moments (--die-with-parent).
-    std::thread::sleep(Duration::from_secs(2));
-    let mut leftovers = Vec::new();
-    for (task, _) in &dirs {
-        leftovers.extend(mop_tests::procs::task_processes(task));
-    }
+    let runs = i;
+    // Whatever a killed run left must be gone within moments (--die-with-parent, the
+    // guard); a loaded machine gets 10 s, and an orphan sleeps for 30.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let leftovers = loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let left: Vec<u32> = dirs
+            .iter()
+            .flat_map(|(task, _)| mop_tests::procs::task_processes(task))
+            .collect();
+        if left.is_empty() || std::time::Instant::now() > deadline {
+            break left;
+        }
+    };
     // A command that ran past its kill would have left `ran` behind and kept sleeping.
     let started: Vec<&str> = dirs
         .iter()
@@ -574,11 +586,32 @@ fn a_runner_killed_in_its_first_milliseconds_leaves_no_command_running() {
         .map(|(t, _)| t.as_str())
         .collect();
     eprintln!(
-        "40 runs killed after 0–20 ms: bwrap already up at {bwrap_was_up} kills; commands started before the kill: {started:?}; processes left: {leftovers:?}"
+        "{runs} runs killed after 0–{} ms: bwrap already up at {bwrap_was_up} kills; commands started before the kill: {started:?}; processes left: {leftovers:?}",
+        (runs - 1) / 2
     );
+    let described: Vec<String> = leftovers
+        .iter()
+        .map(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            let field = |k: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(k))
+                    .unwrap_or("?")
+                    .trim()
+                    .to_owned()
+            };
+            format!(
+                "{pid} ({}, state {}, parent {})",
+                field("Name:"),
+                field("State:"),
+                field("PPid:")
+            )
+        })
+        .collect();
     assert!(
         leftovers.is_empty(),
-        "processes outlived their mop run: {leftovers:?}"
+        "processes outlived their mop run: {described:?}"
     );
     assert!(
         bwrap_was_up > 0,

@@ -6,7 +6,10 @@
 //! first process go on, that process waits forever; killed in the moment after the go
 //! signal and before the sandbox's pid 1 armed its own parent-death signal, pid 1 lives on
 //! and the command runs as an orphan. The seccomp gate ([`crate::confine`]) keeps the
-//! command from starting before the go signal; the guard closes the rest.
+//! command from starting before the go signal; the guard closes the rest. bwrap's own
+//! monitor process is covered from its fork on: `mop run` arms its parent-death signal
+//! before exec ([`crate::sys::prepare_bwrap_exec`]), so no bwrap outlives `mop run` long
+//! enough to fork a sandbox after the guard's cut-off.
 //!
 //! `mop run` starts the guard before bwrap, in a process group of its own (so terminal
 //! signals do not reach it), with the read end of a pipe as its stdin: as a fork of

@@ -312,7 +312,7 @@ fn sandboxed(
     // Spawned from the main thread (see the module comment); tokio only reaps it.
     let mut std_cmd = Command::new(bwrap);
     std_cmd.args(&args).env_clear();
-    sys::set_limits_on_exec(&mut std_cmd, rlimits(&r.profile.limits));
+    sys::prepare_bwrap_exec(&mut std_cmd, rlimits(&r.profile.limits));
     let mut child = {
         let _rt = rt.enter();
         tokio::process::Command::from(std_cmd)

@@ -73,20 +73,31 @@ pub fn landlock_abi() -> Option<i32> {
     (v > 0).then_some(v as i32)
 }
 
-/// Sets resource limits (soft and hard) in the child between fork and exec, so they apply
-/// to bwrap and everything it starts, and not to `mop run` itself.
-pub fn set_limits_on_exec(
+/// Prepares bwrap's start, between fork and exec: the resource limits (soft and hard), so
+/// they apply to bwrap and everything it starts and not to `mop run` itself; and a
+/// parent-death signal armed before exec.
+///
+/// Why the signal here: bwrap's own `--die-with-parent` arms it only once bwrap runs, so a
+/// `mop run` killed while bwrap was still being exec'd left a bwrap that went on, and
+/// that could fork the sandbox after the guard's cut-off. Armed in the fork, the signal
+/// covers bwrap from its first instruction (it survives exec of a binary that gains no
+/// privileges); the parent check closes the moment between fork and arming.
+pub fn prepare_bwrap_exec(
     cmd: &mut std::process::Command,
     limits: Vec<(nix::sys::resource::Resource, u64)>,
 ) {
     use std::os::unix::process::CommandExt;
-    if limits.is_empty() {
-        return;
-    }
-    // SAFETY: the closure runs in the forked child before exec; setrlimit is
-    // async-signal-safe and the closure allocates nothing (the Vec was built before).
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs in the forked child before exec; prctl, getppid and
+    // setrlimit are async-signal-safe and the closure allocates nothing (the Vec was built
+    // before).
     unsafe {
         cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(std::io::Error::from)?;
+            if nix::unistd::getppid() != parent {
+                return Err(std::io::Error::other("mop run ended before bwrap started"));
+            }
             for (resource, value) in &limits {
                 nix::sys::resource::setrlimit(*resource, *value, *value)
                     .map_err(std::io::Error::from)?;

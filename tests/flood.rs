@@ -335,7 +335,13 @@ fn agent_flood(server: &Server, extra: &str) -> (AgentFlood, Daemon) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let victim_socket = daemon.dir.path().join("run/t/victim/agent.sock");
+    // Its agent socket (its directory has a random name; the lease names it).
+    let lease: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(daemon.dir.path().join("state/leases/victim.json")).unwrap(),
+    )
+    .unwrap();
+    let victim_socket =
+        std::path::PathBuf::from(lease["socket_dir"].as_str().unwrap()).join("agent.sock");
     // The attacking task (another task of the same runner user, as an agent inside it).
     let out = run(&mut as_runner(&[
         "prepare".as_ref(),

@@ -217,7 +217,7 @@ fn a_thousand_pollers_and_fifty_storers_lose_nothing_and_keep_p99() {
     // Fifty storers share one node token, as the tasks of one big host would: the store
     // limits (tests/poisoning.rs checks them) are raised so that the load is all stores.
     let mut server = Server::start_with(
-        "[limits]\nstores_per_task = 1000000\nstores_per_token_per_minute = 1000000\n",
+        "[limits]\nstores_per_task = 1000000\nstores_per_token_per_minute = 1000000\nstores_per_task_per_minute = 1000000\n",
     );
     let node = server.token("node", &[WS]);
     assert!(server.import(&example_cards_dir(), WS).status.success());

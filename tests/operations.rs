@@ -245,34 +245,6 @@ fn an_online_backup_is_consistent_while_stores_go_on() {
     assert!(out.status.success(), "{}", output_text(&out));
 }
 
-/// A self-signed certificate for 127.0.0.1 with the given common name.
-fn certificate(dir: &Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-    let (cert, key) = (
-        dir.join(format!("{name}.crt")),
-        dir.join(format!("{name}.key")),
-    );
-    let out = run(Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-days", "2", "-subj"])
-        .arg(format!("/CN={name}"))
-        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
-        // An end-entity certificate (webpki refuses a CA certificate as a server's).
-        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
-        .args(["-addext", "extendedKeyUsage=serverAuth", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert));
-    assert!(out.status.success(), "openssl: {}", output_text(&out));
-    (cert, key)
-}
-
 fn trusting(cert: &Path) -> reqwest::blocking::Client {
     let pem = std::fs::read(cert).unwrap();
     mop_tests::http_builder()
@@ -285,8 +257,8 @@ fn trusting(cert: &Path) -> reqwest::blocking::Client {
 #[test]
 fn native_tls_serves_https_and_a_new_certificate_after_sighup() {
     let dir = tempfile::tempdir().unwrap();
-    let (cert1, key1) = certificate(dir.path(), "first");
-    let (cert2, key2) = certificate(dir.path(), "second");
+    let (cert1, key1) = mop_tests::procs::self_signed(dir.path(), "first");
+    let (cert2, key2) = mop_tests::procs::self_signed(dir.path(), "second");
     let (live_cert, live_key) = (dir.path().join("live.crt"), dir.path().join("live.key"));
     std::fs::copy(&cert1, &live_cert).unwrap();
     std::fs::copy(&key1, &live_key).unwrap();
@@ -538,9 +510,17 @@ fn daemon_metrics_are_served_on_loopback_only_when_asked() {
         .local_addr()
         .unwrap()
         .port();
+    let tokens = tempfile::tempdir().unwrap();
+    let token_file = tokens.path().join("metrics.token");
+    std::fs::write(&token_file, "scrape-token\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     let extra = format!(
-        "{}[metrics]\nlisten = \"127.0.0.1:{port}\"\n",
-        mop_tests::profiles_config(&[])
+        "{}[metrics]\nlisten = \"127.0.0.1:{port}\"\ntoken_file = \"{}\"\n",
+        mop_tests::profiles_config(&[]),
+        token_file.display()
     );
     let daemon = Daemon::start(
         &server,
@@ -566,9 +546,11 @@ fn daemon_metrics_are_served_on_loopback_only_when_asked() {
         "--json",
     ]));
     assert!(out.status.success(), "prepare: {}", output_text(&out));
-    let text = get(&format!("http://127.0.0.1:{port}/metrics"), None, None)
-        .text()
-        .unwrap();
+    // A scrape without the token is refused (sandboxed tasks reach loopback ports).
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    assert_eq!(get(&url, None, None).status().as_u16(), 401);
+    assert_eq!(get(&url, Some("wrong"), None).status().as_u16(), 401);
+    let text = get(&url, Some("scrape-token"), None).text().unwrap();
     let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned())))
         .expect("the exposition parses");
     let find = |metric: &str, labels: &[(&str, &str)]| metric_sum(&scrape, metric, labels);
@@ -594,8 +576,8 @@ fn daemon_metrics_are_served_on_loopback_only_when_asked() {
         assert!(!text.contains(secret), "{secret:?} in the daemon's metrics");
     }
 
-    // Off by default: a daemon without [metrics] serves none; a public address is
-    // refused when the config is read.
+    // Off by default: a daemon without [metrics] serves none; a public address, or a port
+    // without a token, is refused when the config is read.
     let quiet = Daemon::start(&server, DaemonOptions::default());
     quiet.wait_synced();
     assert!(
@@ -611,15 +593,15 @@ fn daemon_metrics_are_served_on_loopback_only_when_asked() {
         },
     );
     // The running daemon refuses the new file on reload (and keeps its config).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !quiet.log().contains("not a loopback address") {
-        assert!(
-            Instant::now() < deadline,
-            "no refusal logged:\n{}",
-            quiet.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    quiet.wait_log("not a loopback address");
+    quiet.write_config(
+        &server.url,
+        DaemonOptions {
+            extra: "[metrics]\nlisten = \"127.0.0.1:9\"\n",
+            ..Default::default()
+        },
+    );
+    quiet.wait_log("needs metrics.token_file");
 }
 
 /// The PostgreSQL the coming store backend is tested against (issue 18): a real server
@@ -938,4 +920,56 @@ fn a_migration_from_sqlite_to_postgresql_gives_a_byte_identical_export() {
     assert_eq!(manifest_etag(&b, &node).1, revision + 1, "unchanged");
     let replaced = migrate(&other_url, &pg.url(), &["--replace"]);
     assert!(replaced.status.success(), "{}", output_text(&replaced));
+}
+
+/// Security round three (issue 30): a mop-server started by hand with the usual umask
+/// (022, as README's quick start does) keeps its database files to itself. The attack:
+/// another local user reads `mop.db`, `-wal` or `-shm` (a card may hold a password a
+/// curator let through). The control: a file the same user made beside them with that
+/// umask is readable by the other user, so the directory does not stop them.
+#[test]
+fn the_database_files_are_owner_only_whatever_the_umask() {
+    let Some(_) = mop_tests::procs::runner_user() else {
+        return;
+    };
+    let server = Server::start_wrapped("", &["/bin/sh", "-c", "umask 022 && exec \"$0\" \"$@\""]);
+    let node = server.token("node", &["acme"]);
+    assert!(server.import(&example_cards_dir(), "acme").status.success());
+    let r = mop_tests::http()
+        .post(format!("{}/v1/workspaces/acme/memories", server.url))
+        .bearer_auth(&node)
+        .json(&json!({"provenance": {"task_id": "t-1", "user_id": "alice"},
+            "card": {"type": "fact", "title": "The reporting DSN", "body": "Reports read from the replica.\n"}}))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let db = server.db();
+    let dir = db.parent().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let control = dir.join("notes.txt");
+    run(Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!("umask 022 && echo hello > {}", control.display())));
+    let read_as_other = |path: &Path| {
+        run(mop_tests::procs::runner_command("/bin/cat").arg(path))
+            .status
+            .success()
+    };
+    assert!(
+        read_as_other(&control),
+        "the control: the directory is open"
+    );
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = db.as_os_str().to_owned();
+        name.push(suffix);
+        let path = std::path::PathBuf::from(name);
+        let mode = std::fs::metadata(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600, "{}", path.display());
+        assert!(!read_as_other(&path), "{} is readable", path.display());
+    }
 }

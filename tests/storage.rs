@@ -493,5 +493,13 @@ fn kill_9_during_prepares_leaves_every_handed_out_view_valid() {
         dirs, listed,
         "task directories without a lease, or the reverse"
     );
+    let sockets = std::fs::read_dir(d.dir.path().join("run/t"))
+        .unwrap()
+        .count();
+    assert_eq!(
+        sockets,
+        listed.len(),
+        "agent socket directories without a lease, or the reverse"
+    );
     check_current(&d);
 }

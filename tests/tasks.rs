@@ -399,6 +399,7 @@ echo "whoami: $(id -u)"
         "MOP_AGENT_SOCKET",
         "MOP_MEMORY_DIR",
         "MOP_MEMORY_MD",
+        "MOP_SAVED_DIR",
         "MOP_TASK_ASSET",
         "MOP_TASK_ID",
         "MOP_TASK_USER",

@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 
 const WS: &str = "acme";
 /// Limits high enough for the corpora (the per-task bound has its own test elsewhere).
-const ROOMY: &str = "[limits]\nstores_per_task = 500\nstores_per_token_per_minute = 10000\n";
+const ROOMY: &str = "[limits]\nstores_per_task = 500\nstores_per_token_per_minute = 10000\nstores_per_task_per_minute = 10000\n";
 /// The verified ORA-01555 runbook and correction of the example workspace.
 const RUNBOOK: &str = "9433ba31-32a4-5061-ab60-1c11139dae4e";
 const CORRECTION: &str = "1ecf3195-08e1-51b9-9e3b-b1b4e9c4d1b3";

@@ -206,6 +206,22 @@ impl Server {
         self.spawn_on("127.0.0.1:0");
     }
 
+    /// Starts a server listening on `listen` (a fixed `127.0.0.1:PORT`, see [`fixed_port`]).
+    pub fn start_listening(config: &str, listen: &str) -> Server {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("server.toml"), config).expect("write config");
+        let mut s = Server {
+            child: None,
+            url: String::new(),
+            dir,
+            log: Arc::default(),
+            wrap: Vec::new(),
+            shared_db: None,
+        };
+        s.spawn_on(listen);
+        s
+    }
+
     /// The server's process id while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
@@ -393,6 +409,8 @@ pub struct DaemonOptions<'a> {
     pub wrap: &'a [&'a str],
     /// Server replicas to use (`server.urls`) instead of the one server's URL.
     pub urls: &'a [&'a str],
+    /// Extra keys of `[server]` (for example `ca_file = "…"`).
+    pub server_extra: &'a str,
 }
 
 impl Default for DaemonOptions<'_> {
@@ -405,6 +423,7 @@ impl Default for DaemonOptions<'_> {
             user: None,
             wrap: &[],
             urls: &[],
+            server_extra: "",
         }
     }
 }
@@ -478,9 +497,10 @@ impl Daemon {
             format!("urls = {:?}", o.urls)
         };
         let text = format!(
-            "[server]\n{server}\ntoken_file = \"{}\"\ntimeout_secs = 5\n\
+            "[server]\n{server}\n{}\ntoken_file = \"{}\"\ntimeout_secs = 5\n\
              [sync]\nworkspaces = [{list}]\ninterval_secs = {}\noffline_recheck_secs = {}\nbackoff_max_secs = 2\n\
              [paths]\ncache_dir = \"{}\"\nruntime_dir = \"{}\"\nstate_dir = \"{}\"\n{}",
+            o.server_extra,
             p.join("node.token").display(),
             o.interval_secs,
             o.offline_recheck_secs,
@@ -896,4 +916,47 @@ pub fn task_processes(id: &str) -> Vec<u32> {
                 .then_some(pid)
         })
         .collect()
+}
+
+/// A self-signed certificate for 127.0.0.1 with the given common name.
+pub fn self_signed(dir: &Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (cert, key) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
+    let out = run(Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "2", "-subj"])
+        .arg(format!("/CN={name}"))
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        // An end-entity certificate (webpki refuses a CA certificate as a server's).
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .args(["-addext", "extendedKeyUsage=serverAuth", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert));
+    assert!(out.status.success(), "openssl: {}", output_text(&out));
+    (cert, key)
+}
+
+/// A free loopback TCP port below `net.ipv4.ip_local_port_range`: a fixed port, as a
+/// service listens on, that no bind to port 0 hands out.
+pub fn fixed_port() -> u16 {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+    let low: u16 = range.split_whitespace().next().unwrap().parse().unwrap();
+    // Start at a point that depends on the process, so that tests running at once rarely
+    // try the same ports.
+    let span = low - 20000;
+    let start = 20000 + (std::process::id() as u16 % span);
+    (0..span)
+        .map(|i| 20000 + (start - 20000 + i) % span)
+        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        .expect("a free port below the ephemeral range")
 }

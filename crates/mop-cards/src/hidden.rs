@@ -3,14 +3,18 @@
 
 /// Whether a character could change how text reads without being seen: control characters
 /// (terminal escape sequences among them), bidirectional overrides and isolates, line and
-/// paragraph separators, interlinear annotation marks, and every default-ignorable code
-/// point (zero-width and joiner characters, Hangul fillers, the Unicode tag characters,
-/// which can spell out a whole hidden sentence) except the emoji variation selectors
-/// U+FE00..U+FE0F, which ordinary text carries (⚠️) and which hide nothing.
+/// paragraph separators, interlinear annotation marks, the Braille pattern blank (a
+/// character that draws nothing, so it can pad text out of view), and every
+/// default-ignorable code point: zero-width and joiner characters, Hangul fillers,
+/// variation selectors (the emoji ones too: a run of them hides a message as well as tag
+/// characters do), and the Unicode tag characters, which can spell out a whole sentence.
 pub fn is_hidden_char(c: char) -> bool {
     c.is_control()
-        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{FFF9}'..='\u{FFFB}')
-        || (is_default_ignorable(c) && !matches!(c, '\u{FE00}'..='\u{FE0F}'))
+        || matches!(
+            c,
+            '\u{2028}' | '\u{2029}' | '\u{FFF9}'..='\u{FFFB}' | '\u{2800}'
+        )
+        || is_default_ignorable(c)
 }
 
 /// Unicode's `Default_Ignorable_Code_Point` (DerivedCoreProperties.txt, Unicode 15.1):
@@ -58,6 +62,31 @@ pub fn reveal_hidden(s: &str) -> (std::borrow::Cow<'_, str>, usize) {
     (std::borrow::Cow::Owned(out), count)
 }
 
+/// One line of card text (a title, a description) as an agent is shown it in a list: each
+/// hidden character, line breaks included, as a visible `⟨U+XXXX⟩` marker, runs of
+/// whitespace as one space. Why: a listing appends marks such as "(unverified)" to card
+/// text, and a title padded with spaces, or reordered by a bidirectional override, could
+/// otherwise imitate or push aside the marks the listing gives it.
+pub fn one_line_for_agent(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut space = false;
+    for c in s.trim().chars() {
+        if c == ' ' || (c.is_whitespace() && !is_hidden_char(c)) {
+            space = true;
+            continue;
+        }
+        if std::mem::take(&mut space) {
+            out.push(' ');
+        }
+        if is_hidden_char(c) {
+            out.push_str(&format!("⟨U+{:04X}⟩", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,15 +98,34 @@ mod tests {
         assert_eq!(n, 3);
         assert_eq!(reveal_hidden("plain").1, 0);
         assert!(is_hidden_char('\u{1b}') && is_hidden_char('\n') && !is_hidden_char('é'));
-        // Invisible joiners and fillers of every kind are marked; an emoji's variation
-        // selector is not (it is ignorable, but shows nothing that could mislead).
-        for c in ['\u{034F}', '\u{180B}', '\u{3164}', '\u{1D173}', '\u{E0100}'] {
+        // Invisible joiners, fillers and selectors of every kind are marked, and so is the
+        // Braille blank (not ignorable, but it draws nothing).
+        for c in [
+            '\u{034F}',
+            '\u{180B}',
+            '\u{3164}',
+            '\u{FFA0}',
+            '\u{115F}',
+            '\u{1D173}',
+            '\u{E0100}',
+            '\u{FE0F}',
+        ] {
             assert!(
                 is_hidden_char(c) && is_default_ignorable(c),
                 "U+{:04X}",
                 c as u32
             );
         }
-        assert!(!is_hidden_char('\u{FE0F}') && is_default_ignorable('\u{FE0F}'));
+        assert!(is_hidden_char('\u{2800}') && !is_default_ignorable('\u{2800}'));
+    }
+
+    #[test]
+    fn agent_listings_see_hidden_characters_and_no_padding() {
+        assert_eq!(
+            one_line_for_agent("Fix\u{202E}  it \u{E0041}\n    (verified, mounted)"),
+            "Fix⟨U+202E⟩ it ⟨U+E0041⟩⟨U+000A⟩ (verified, mounted)"
+        );
+        assert_eq!(one_line_for_agent("  plain title "), "plain title");
+        assert!(!is_hidden_char('\u{2801}') && !is_hidden_char('\u{00A0}'));
     }
 }

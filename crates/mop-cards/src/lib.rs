@@ -11,6 +11,8 @@
 //!   exclusions, and the strict ranking of OKF.md; "now" is the manifest's `generated_at`.
 //!   It keeps of each card only what ranking and listings use ([`CardLine`]).
 //! - [`render_memory_md`]: the task's `MEMORY.md`, deterministic and escaped.
+//! - [`is_hidden_char`], [`unshown`]: what a person reviewing a card could miss: characters
+//!   that render as nothing, and what a Markdown rendering of a card leaves out.
 //!
 //! Text matching needs BM25 hits, which the `mop-search` crate computes; selection takes
 //! them as [`TextHit`]s so this crate stays pure.
@@ -27,6 +29,7 @@ mod parse;
 mod render;
 mod select;
 mod task;
+mod unshown;
 mod wire;
 
 pub use card::{
@@ -36,7 +39,7 @@ pub use card::{
 pub use codes::{CodeExtractor, CodePattern, PatternError, collapse_upper, default_code_patterns};
 pub use config::{ConfigError, Rules, SelectionConfig};
 pub use error::{CardError, Rule};
-pub use hidden::{is_default_ignorable, is_hidden_char, reveal_hidden};
+pub use hidden::{is_default_ignorable, is_hidden_char, one_line_for_agent, reveal_hidden};
 pub use id::{CardId, IdError, is_scope_id, is_slug, is_task_id};
 pub use lines::CardLine;
 pub use memory_md::{escape_inline, is_primary_anchor, render_memory_md};
@@ -47,5 +50,6 @@ pub use select::{
     effective_importance,
 };
 pub use task::{TaskContext, TaskError, TaskQuery};
+pub use unshown::{MARKDOWN_OPTIONS, Unshown, unshown, unshown_in_body};
 pub use uuid::Uuid;
 pub use wire::{EntryError, Manifest, ManifestEntry, is_epoch, is_sha256_hex, sha256_hex};

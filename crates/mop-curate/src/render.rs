@@ -358,13 +358,29 @@ pub fn stale(r: &StaleReport) -> String {
 }
 
 /// Lines of a card's text a review entry shows (`e` or `show` gives the rest).
-const REVIEW_LINES: usize = 40;
+pub const REVIEW_LINES: usize = 40;
+
+/// Whether a review entry shows all an agent would read of the card: the entry prints the
+/// raw file (hidden characters escaped, so the parts a rendered view leaves out are there
+/// to read, and named in a note), and its whole text when it fits in [`REVIEW_LINES`].
+/// Otherwise a verify waits until the curator has read the whole text (`t`).
+pub fn shows_all(item: &ReviewItem) -> bool {
+    item.text.lines().count() <= REVIEW_LINES
+}
 
 /// One review entry: the card, its text (what a verify makes workspace memory) and its
 /// nearest cards, numbered for `merge`.
 pub fn review_item(n: usize, total: usize, item: &ReviewItem) -> String {
     let mut out = format!("[{n}/{total}] ");
     out.push_str(&card(&item.card));
+    if !item.unshown.is_empty() {
+        out.push_str(
+            "  NOTE: this card holds text a rendered view does not show; agents read it:\n",
+        );
+        for u in &item.unshown {
+            let _ = writeln!(out, "    - {}", safe(u));
+        }
+    }
     out.push_str("  text:\n");
     out.push_str(&text(&item.text, REVIEW_LINES));
     if item.nearest.is_empty() {

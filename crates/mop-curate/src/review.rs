@@ -82,16 +82,30 @@ pub fn run(
 fn one(c: &Connection, item: &ReviewItem, input: &mut impl BufRead, echo: bool) -> Result<Outcome> {
     let id = item.card.summary.id;
     let mut etag = item.card.etag.clone();
+    // A verify makes the whole file workspace memory: it waits until all of it was shown.
+    let mut seen_all = render::shows_all(item);
     loop {
-        let Some(answer) = ask(
-            input,
-            "v(erify) r(eject) m(erge) e(dit) s(kip) q(uit)? ",
-            echo,
-        )?
-        else {
+        let prompt = if seen_all {
+            "v(erify) r(eject) m(erge) e(dit) s(kip) q(uit)? "
+        } else {
+            "t(ext: read all to verify) r(eject) m(erge) e(dit) s(kip) q(uit)? "
+        };
+        let Some(answer) = ask(input, prompt, echo)? else {
             return Ok(Outcome::Quit);
         };
         let result = match answer.as_str() {
+            "t" | "text" => {
+                println!("  whole text of {id}:");
+                print!("{}", render::text(&item.text, usize::MAX));
+                seen_all = true;
+                continue;
+            }
+            "v" | "verify" if !seen_all => {
+                println!(
+                    "not verified: the text above is not all an agent would read of {id}; press t to read the whole file first"
+                );
+                continue;
+            }
             "v" | "verify" => c
                 .verify(&id, None, Some(&etag), false)
                 .map(|_| format!("verified {id}")),
@@ -135,7 +149,7 @@ fn one(c: &Connection, item: &ReviewItem, input: &mut impl BufRead, echo: bool) 
             "s" | "skip" | "" => return Ok(Outcome::Skipped),
             "q" | "quit" => return Ok(Outcome::Quit),
             other => {
-                println!("{other:?} is not an answer: v, r, m, e, s or q");
+                println!("{other:?} is not an answer: v, t, r, m, e, s or q");
                 continue;
             }
         };

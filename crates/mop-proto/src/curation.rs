@@ -224,6 +224,12 @@ pub struct ReviewItem {
     pub text: String,
     /// Live cards closest to it, best first (a merge candidate is usually the first).
     pub nearest: Vec<Nearest>,
+    /// What a rendering of `text` leaves out that an agent reading the file still reads
+    /// (invisible characters, extra table cells, unused link definitions, unknown
+    /// frontmatter keys), in words. A reviewer verifies such a card only after reading its
+    /// whole raw text.
+    #[serde(default)]
+    pub unshown: Vec<String>,
 }
 
 /// `GET /v1/workspaces/{ws}/review`: unverified live cards, oldest first.

@@ -23,6 +23,11 @@ pub const MEMORY_DIR: &str = "/run/mop/memory";
 /// The task's index (`MOP_MEMORY_MD`).
 pub const MEMORY_MD: &str = "/run/mop/memory/MEMORY.md";
 
+/// Where `mop memory get --save` writes copies of cards (`MOP_SAVED_DIR`): the sandbox's
+/// own tmpfs, gone when the task ends. No saved copy outlives its task, so none found in a
+/// working directory (`.memory/`, where copies used to go) is one mop made.
+pub const SAVED_DIR: &str = "/run/mop/saved";
+
 /// The directory of the `mop` binary the runner binds in (first on `PATH`).
 pub const BIN_DIR: &str = "/run/mop/bin";
 

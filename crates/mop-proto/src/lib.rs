@@ -31,5 +31,5 @@ pub mod sync;
 pub mod tasks;
 
 pub use agent::*;
-pub use profile::{AgentKind, Bind, Limits, Profile, ProfileError, exposed_by};
+pub use profile::{AgentKind, Bind, EffectiveLimits, Limits, Profile, ProfileError, exposed_by};
 pub use tasks::*;

@@ -52,6 +52,11 @@ pub struct Profile {
     /// Extra binds.
     #[serde(default)]
     pub binds: Vec<Bind>,
+    /// TCP ports a sandbox sharing the host's network may listen on, besides the ones the
+    /// kernel picks (a bind to port 0). Every other port is refused (Landlock ABI 4), so
+    /// that an agent cannot take mop-server's or mopd's port while either restarts.
+    #[serde(default)]
+    pub bind_ports: Vec<u16>,
     /// Allow user namespaces inside the sandbox (otherwise `--disable-userns`).
     #[serde(default)]
     pub nesting: bool,
@@ -116,7 +121,9 @@ impl std::str::FromStr for AgentKind {
 }
 
 /// `[limits]` of a profile: resource limits set (soft and hard) on the sandbox's
-/// processes. Absent keys leave the runner's limits as they are.
+/// processes. An absent key takes its default ([`Limits::effective`]), so every sandbox
+/// is bounded; a profile raises one by naming a larger value. None goes above the
+/// runner's own hard limit, which only root can raise.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
@@ -130,6 +137,39 @@ pub struct Limits {
     /// Most open files per process (`RLIMIT_NOFILE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_files: Option<u64>,
+}
+
+impl Limits {
+    /// `nproc` when a profile names none: room for an agent, its tools and a build, not
+    /// for a fork bomb that would starve the host's other tasks.
+    pub const DEFAULT_NPROC: u64 = 4096;
+    /// `address_space_bytes` when a profile names none (16 GiB): bounds one runaway
+    /// process; JavaScript runtimes' reservations (Claude Code's Node.js) fit well within.
+    pub const DEFAULT_ADDRESS_SPACE_BYTES: u64 = 16 << 30;
+    /// `open_files` when a profile names none.
+    pub const DEFAULT_OPEN_FILES: u64 = 65_536;
+
+    /// The limits in force: each named value, else its default.
+    pub fn effective(&self) -> EffectiveLimits {
+        EffectiveLimits {
+            nproc: self.nproc.unwrap_or(Self::DEFAULT_NPROC),
+            address_space_bytes: self
+                .address_space_bytes
+                .unwrap_or(Self::DEFAULT_ADDRESS_SPACE_BYTES),
+            open_files: self.open_files.unwrap_or(Self::DEFAULT_OPEN_FILES),
+        }
+    }
+}
+
+/// The limits a sandbox runs with ([`Limits::effective`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EffectiveLimits {
+    /// `RLIMIT_NPROC`.
+    pub nproc: u64,
+    /// `RLIMIT_AS`, in bytes.
+    pub address_space_bytes: u64,
+    /// `RLIMIT_NOFILE`.
+    pub open_files: u64,
 }
 
 fn yes() -> bool {

@@ -92,6 +92,15 @@ pub struct ConsoleConfig {
     /// TLS-terminating proxy; the cookie is also marked when the proxy sends
     /// `X-Forwarded-Proto: https`.
     pub secure_cookie: bool,
+    /// Most sessions kept at once. When full, the workspace holding the most sessions
+    /// loses its least recently used one, so no workspace's curators can log another's out.
+    pub max_sessions: usize,
+    /// Failed logins one source may make per minute (bursts up to the same number); past
+    /// it, its login attempts are answered 429 without being checked, until it slows down.
+    pub login_failures_per_minute: u32,
+    /// Proxies whose `X-Forwarded-For` names the source of a login (its last address),
+    /// so that the throttle applies per browser, not to the proxy as a whole.
+    pub trusted_proxies: Vec<std::net::IpAddr>,
 }
 
 impl Default for ConsoleConfig {
@@ -100,6 +109,9 @@ impl Default for ConsoleConfig {
             enabled: true,
             idle_secs: 30 * 60,
             secure_cookie: false,
+            max_sessions: crate::console::MAX_SESSIONS,
+            login_failures_per_minute: 10,
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -174,6 +186,9 @@ pub struct Limits {
     /// Most stores one token may make per minute (a host's node token carries every
     /// store of that host's tasks); bursts up to the same number.
     pub stores_per_token_per_minute: u64,
+    /// Most stores one task may make per minute, taken before its token's budget: each
+    /// task's share of its host's, so one task storing in a loop cannot spend the rest.
+    pub stores_per_task_per_minute: u64,
 }
 
 impl Default for Listen {
@@ -198,6 +213,7 @@ impl Default for Limits {
         Limits {
             stores_per_task: 50,
             stores_per_token_per_minute: 120,
+            stores_per_task_per_minute: 12,
         }
     }
 }
@@ -291,12 +307,22 @@ impl ServerConfig {
                 return Err(format!("{key} must be at least 1"));
             }
         }
-        if self.limits.stores_per_task == 0 || self.limits.stores_per_token_per_minute == 0 {
-            return Err(
-                "limits.stores_per_task and limits.stores_per_token_per_minute must be at least 1 \
-                 (agents cannot store at all otherwise)"
-                    .into(),
-            );
+        for (key, n) in [
+            ("limits.stores_per_task", self.limits.stores_per_task),
+            (
+                "limits.stores_per_token_per_minute",
+                self.limits.stores_per_token_per_minute,
+            ),
+            (
+                "limits.stores_per_task_per_minute",
+                self.limits.stores_per_task_per_minute,
+            ),
+        ] {
+            if n == 0 {
+                return Err(format!(
+                    "{key} must be at least 1 (agents cannot store at all otherwise)"
+                ));
+            }
         }
         if self.server.tls_cert.is_some() != self.server.tls_key.is_some() {
             return Err(
@@ -306,6 +332,12 @@ impl ServerConfig {
         }
         if self.console.idle_secs == 0 {
             return Err("console.idle_secs must be at least 1".into());
+        }
+        if self.console.max_sessions == 0 || self.console.login_failures_per_minute == 0 {
+            return Err(
+                "console.max_sessions and console.login_failures_per_minute must be at least 1"
+                    .into(),
+            );
         }
         if self.intake.store_answer_days == 0 {
             return Err("intake.store_answer_days must be at least 1".into());

@@ -9,6 +9,7 @@
 //! - [`console`]: the curators' web console under `/console` (server-rendered pages over
 //!   the same store calls as the curation API; sessions, CSRF, a strict CSP).
 //! - [`metrics`]: Prometheus metrics at `/metrics`.
+//! - [`rate`]: token buckets by key (stores per task and per token, failed logins).
 //! - [`search`]: the server's own BM25 index of each workspace, for curators.
 //! - [`server`]: serving with graceful shutdown and background work.
 //! - [`transfer`]: OKF card directories in and out (`import`, `export`).
@@ -17,6 +18,7 @@ pub mod api;
 pub mod config;
 pub mod console;
 pub mod metrics;
+pub mod rate;
 pub mod search;
 pub mod server;
 pub mod state;

@@ -54,6 +54,7 @@ pub struct Metrics {
     manifests: Family<KindLabels, Counter>,
     manifest_builds: Histogram,
     stores: Family<KindLabels, Counter>,
+    console_logins: Family<KindLabels, Counter>,
     db_idle_readers: Gauge,
 }
 
@@ -98,6 +99,12 @@ impl Metrics {
             "Memory stores from tasks, by outcome",
             stores.clone(),
         );
+        let console_logins = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "console_logins",
+            "Console login attempts, by outcome: ok, refused (a wrong, revoked, expired or node token), throttled (a source over console.login_failures_per_minute)",
+            console_logins.clone(),
+        );
         registry.register(
             "db_busy_calls",
             "Store calls running now, each holding a database connection",
@@ -116,6 +123,7 @@ impl Metrics {
             manifests,
             manifest_builds,
             stores,
+            console_logins,
             db_idle_readers,
         }
     }
@@ -135,6 +143,15 @@ impl Metrics {
     /// Counts a store by its outcome (`created`, `reinforced`, …).
     pub fn store(&self, outcome: &str) {
         self.stores
+            .get_or_create(&KindLabels {
+                kind: outcome.into(),
+            })
+            .inc();
+    }
+
+    /// Counts a console login attempt by its outcome (`ok`, `refused`, `throttled`).
+    pub fn console_login(&self, outcome: &str) {
+        self.console_logins
             .get_or_create(&KindLabels {
                 kind: outcome.into(),
             })

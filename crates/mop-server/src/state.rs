@@ -14,6 +14,7 @@ use parking_lot::{Mutex, RwLock};
 use bytes::Bytes;
 
 use crate::config::ServerConfig;
+use crate::rate::Buckets;
 use crate::search::SearchCache;
 use crate::store::{Store, TokenInfo};
 
@@ -54,6 +55,15 @@ impl CachedManifest {
     }
 }
 
+/// Which store rate a store met, with the seconds until the next store would be allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreRate {
+    /// The task's share (`limits.stores_per_task_per_minute`).
+    Task(u64),
+    /// The token's, a whole host's (`limits.stores_per_token_per_minute`).
+    Token(u64),
+}
+
 /// Shared server state.
 #[derive(Debug)]
 pub struct AppState {
@@ -67,9 +77,11 @@ pub struct AppState {
     /// One full-manifest build per workspace at a time (see `api::sync`).
     builds: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     data_version: Mutex<Option<i64>>,
-    /// Store budget per token id: (tokens left, when last refilled). A token bucket of
-    /// `limits.stores_per_token_per_minute`, refilled continuously.
-    store_budgets: Mutex<HashMap<String, (f64, std::time::Instant)>>,
+    /// Store budget per token id (`limits.stores_per_token_per_minute`): a host's share.
+    token_stores: Buckets<String>,
+    /// Store budget per (token id, task id) (`limits.stores_per_task_per_minute`): each
+    /// task's share, taken before the host's, so one task cannot spend all of it.
+    task_stores: Buckets<(String, String)>,
     /// Last use of each token since the last flush to the database.
     token_uses: Mutex<HashMap<String, jiff::Timestamp>>,
     /// The curation search indexes.
@@ -88,7 +100,8 @@ impl AppState {
             manifests: Mutex::default(),
             builds: Mutex::default(),
             data_version: Mutex::default(),
-            store_budgets: Mutex::default(),
+            token_stores: Buckets::new(config.limits.stores_per_token_per_minute),
+            task_stores: Buckets::new(config.limits.stores_per_task_per_minute),
             token_uses: Mutex::default(),
             metrics: crate::metrics::Metrics::new(),
             search: SearchCache::new(
@@ -198,23 +211,16 @@ impl AppState {
         map.get(ws).cloned()
     }
 
-    /// Takes one store from a token's per-minute budget. `Err` carries the seconds until
-    /// the next store would be allowed; nothing is taken then.
-    pub fn take_store_budget(&self, token_id: &str) -> Result<(), u64> {
-        let per_minute = self.config.limits.stores_per_token_per_minute as f64;
-        let now = std::time::Instant::now();
-        let mut budgets = self.store_budgets.lock();
-        let (left, at) = budgets
-            .entry(token_id.to_owned())
-            .or_insert((per_minute, now));
-        *left = (*left + now.duration_since(*at).as_secs_f64() * per_minute / 60.0).min(per_minute);
-        *at = now;
-        if *left >= 1.0 {
-            *left -= 1.0;
-            Ok(())
-        } else {
-            Err(((1.0 - *left) * 60.0 / per_minute).ceil().max(1.0) as u64)
-        }
+    /// Takes one store from the task's per-minute share, then from its token's (the
+    /// host's) budget. `Err` names the limit met and the seconds until the next store
+    /// would be allowed; the host's budget is untouched when the task's share is spent.
+    pub fn take_store_budget(&self, token_id: &str, task_id: &str) -> Result<(), StoreRate> {
+        self.task_stores
+            .take(&(token_id.to_owned(), task_id.to_owned()))
+            .map_err(StoreRate::Task)?;
+        self.token_stores
+            .take(&token_id.to_owned())
+            .map_err(StoreRate::Token)
     }
 
     /// Notes that a token was used now (written to the database by [`AppState::take_token_uses`]'s

@@ -21,6 +21,10 @@
 //! domain cannot connect to an abstract socket made outside it. `mop run` enters such a
 //! domain on the thread that starts bwrap, so the sandbox inherits it; `mop` itself uses no
 //! abstract sockets. Older kernels cannot do this, and `mop doctor` says so.
+//!
+//! **TCP ports.** The same domain (Landlock ABI 4, Linux 6.7) lets the sandbox bind only
+//! ports the kernel picks and the profile's `bind_ports`: an agent sharing the host's
+//! network cannot take mop-server's or mopd's port while either restarts.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -178,18 +182,79 @@ pub enum AbstractSockets {
     Reachable(String),
 }
 
-/// Enters a Landlock domain that scopes abstract Unix sockets, on the calling thread (the
-/// one that then starts bwrap). File system and network access are left alone.
-pub fn scope_abstract_sockets() -> AbstractSockets {
-    use landlock::{Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope};
+/// Whether the sandbox may listen on the host's TCP ports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TcpBind {
+    /// Only ports the kernel picks (port 0) and the profile's `bind_ports`.
+    Confined,
+    /// Any free port (why: this kernel cannot confine binding).
+    Open(String),
+}
+
+/// What the Landlock domain a shared-network sandbox runs in holds back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkConfinement {
+    pub abstract_sockets: AbstractSockets,
+    pub tcp_bind: TcpBind,
+}
+
+/// Enters a Landlock domain, on the calling thread (the one that then starts bwrap), that
+/// scopes abstract Unix sockets and lets TCP sockets bind only to a port the kernel picks
+/// (bind to port 0, or an implicit bind on connect) or to one of `bind_ports`.
+///
+/// Why binding: a sandbox sharing the host's network could otherwise take mop-server's or
+/// mopd's metrics port the moment either stops, receive mopd's node token on its next
+/// poll (or a curator's admin token in a copy of the console's login page), and keep the
+/// real process from starting again. The ports the kernel picks come from
+/// `net.ipv4.ip_local_port_range`, where no service's fixed port belongs.
+/// File system access and outgoing connections are left alone.
+pub fn confine_network(bind_ports: &[u16]) -> NetworkConfinement {
+    use landlock::{
+        AccessNet, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+    };
+    let abi = crate::sys::landlock_abi();
     let status = Ruleset::default()
-        .scope(Scope::AbstractUnixSocket)
+        .handle_access(AccessNet::BindTcp)
+        .and_then(|r| r.scope(Scope::AbstractUnixSocket))
         .and_then(|r| r.create())
+        .and_then(|r| {
+            r.add_rules(
+                std::iter::once(0)
+                    .chain(bind_ports.iter().copied())
+                    .map(|port| {
+                        Ok::<_, landlock::RulesetError>(NetPort::new(port, AccessNet::BindTcp))
+                    }),
+            )
+        })
         .and_then(|r| r.no_new_privs(true).restrict_self());
     match status {
-        Ok(s) if s.ruleset == RulesetStatus::FullyEnforced => AbstractSockets::Scoped,
-        Ok(_) => AbstractSockets::Reachable(abstract_socket_gap()),
-        Err(e) => AbstractSockets::Reachable(format!("Landlock refused the ruleset: {e}")),
+        Ok(s) if s.ruleset == RulesetStatus::FullyEnforced => NetworkConfinement {
+            abstract_sockets: AbstractSockets::Scoped,
+            tcp_bind: TcpBind::Confined,
+        },
+        // Best effort: the features this kernel's ABI has are in force.
+        Ok(s) if s.ruleset == RulesetStatus::PartiallyEnforced => NetworkConfinement {
+            abstract_sockets: if abi.is_some_and(|v| v >= 6) {
+                AbstractSockets::Scoped
+            } else {
+                AbstractSockets::Reachable(abstract_socket_gap())
+            },
+            tcp_bind: if abi.is_some_and(|v| v >= 4) {
+                TcpBind::Confined
+            } else {
+                TcpBind::Open(tcp_bind_gap())
+            },
+        },
+        Ok(_) => NetworkConfinement {
+            abstract_sockets: AbstractSockets::Reachable(abstract_socket_gap()),
+            tcp_bind: TcpBind::Open(tcp_bind_gap()),
+        },
+        Err(e) => NetworkConfinement {
+            abstract_sockets: AbstractSockets::Reachable(format!(
+                "Landlock refused the ruleset: {e}"
+            )),
+            tcp_bind: TcpBind::Open(format!("Landlock refused the ruleset: {e}")),
+        },
     }
 }
 
@@ -200,9 +265,22 @@ pub fn abstract_socket_gap() -> String {
         Some(abi) => format!(
             "this kernel's Landlock is ABI {abi}; scoping abstract Unix sockets needs ABI 6 (Linux 6.12)"
         ),
-        None => "this kernel has no Landlock (it needs CONFIG_SECURITY_LANDLOCK and \"landlock\" in the lsm= list)".into(),
+        None => NO_LANDLOCK.into(),
     }
 }
+
+/// Why this kernel lets a sandbox bind any TCP port, for messages.
+pub fn tcp_bind_gap() -> String {
+    match crate::sys::landlock_abi() {
+        Some(abi) if abi >= 4 => "Landlock did not enforce the TCP bind rules".into(),
+        Some(abi) => format!(
+            "this kernel's Landlock is ABI {abi}; confining TCP binds needs ABI 4 (Linux 6.7)"
+        ),
+        None => NO_LANDLOCK.into(),
+    }
+}
+
+const NO_LANDLOCK: &str = "this kernel has no Landlock (it needs CONFIG_SECURITY_LANDLOCK and \"landlock\" in the lsm= list)";
 
 #[cfg(test)]
 mod tests {

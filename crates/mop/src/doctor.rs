@@ -27,28 +27,52 @@ pub struct Report {
     pub landlock_abi: Option<i32>,
     /// Whether sandboxes with a shared network are kept from the host's abstract Unix
     /// sockets (Landlock ABI 6 or later); when not, why.
-    pub abstract_sockets: AbstractSockets,
+    pub abstract_sockets: Shield,
+    /// Whether sandboxes with a shared network are kept from listening on the host's fixed
+    /// TCP ports (Landlock ABI 4 or later); when not, why.
+    pub tcp_ports: Shield,
 }
 
-/// What `mop doctor` says of the host's abstract Unix sockets.
+/// What `mop doctor` says of one thing a shared-network sandbox is kept from.
 #[derive(Debug, Clone, Serialize)]
-pub struct AbstractSockets {
-    /// True when a sandbox sharing the host's network cannot connect to them.
+pub struct Shield {
+    /// True when a sandbox sharing the host's network is kept from it.
     pub blocked: bool,
     /// One sentence for a person.
     pub detail: String,
 }
 
-/// Whether this kernel lets `mop run` scope abstract Unix sockets.
-pub fn abstract_sockets(abi: Option<i32>) -> AbstractSockets {
+/// Whether this kernel lets `mop run` keep sandboxes from binding the host's fixed ports.
+pub fn tcp_ports(abi: Option<i32>) -> Shield {
     match abi {
-        Some(v) if v >= 6 => AbstractSockets {
+        Some(v) if v >= 4 => Shield {
+            blocked: true,
+            detail: format!(
+                "blocked: Landlock ABI {v} lets sandboxes that share the host's network bind only ports the kernel picks and their profile's bind_ports"
+            ),
+        },
+        _ => Shield {
+            blocked: false,
+            detail: format!(
+                "OPEN to sandboxes that share the host's network (the default profile): {}. An agent could take \
+                 mop-server's port while it restarts: serve it over TLS with server.ca_file in mopd.toml, use the \
+                 offline profile, or a kernel with Landlock ABI 4 (Linux 6.7 or later)",
+                crate::confine::tcp_bind_gap()
+            ),
+        },
+    }
+}
+
+/// Whether this kernel lets `mop run` scope abstract Unix sockets.
+pub fn abstract_sockets(abi: Option<i32>) -> Shield {
+    match abi {
+        Some(v) if v >= 6 => Shield {
             blocked: true,
             detail: format!(
                 "blocked: Landlock ABI {v} scopes the host's abstract Unix sockets away from sandboxes that share its network"
             ),
         },
-        _ => AbstractSockets {
+        _ => Shield {
             blocked: false,
             detail: format!(
                 "REACHABLE from sandboxes that share the host's network (the default profile): {}. Use the \
@@ -147,6 +171,7 @@ pub fn probe(workdir: &Path) -> Report {
             return Report {
                 landlock_abi,
                 abstract_sockets: abstract_sockets(landlock_abi),
+                tcp_ports: tcp_ports(landlock_abi),
                 bwrap: None,
                 version: None,
                 ok: false,
@@ -204,6 +229,7 @@ pub fn probe(workdir: &Path) -> Report {
         Ok(out) if out.status.success() => Report {
             landlock_abi,
             abstract_sockets: abstract_sockets(landlock_abi),
+            tcp_ports: tcp_ports(landlock_abi),
             bwrap: Some(bwrap),
             version,
             ok: true,
@@ -216,6 +242,7 @@ pub fn probe(workdir: &Path) -> Report {
             Report {
                 landlock_abi,
                 abstract_sockets: abstract_sockets(landlock_abi),
+                tcp_ports: tcp_ports(landlock_abi),
                 bwrap: Some(bwrap),
                 version,
                 ok: false,
@@ -226,6 +253,7 @@ pub fn probe(workdir: &Path) -> Report {
         Err(e) => Report {
             landlock_abi,
             abstract_sockets: abstract_sockets(landlock_abi),
+            tcp_ports: tcp_ports(landlock_abi),
             bwrap: Some(bwrap.clone()),
             version,
             ok: false,

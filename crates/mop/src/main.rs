@@ -227,11 +227,12 @@ enum MemoryCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Print one card (or save it under .memory/ in the working directory).
+    /// Print one card (or save a copy in $MOP_SAVED_DIR, the task's own /run/mop/saved).
     Get {
         /// Card id.
         id: String,
-        /// Save to <workdir>/.memory/<id>.md instead of printing.
+        /// Save to $MOP_SAVED_DIR/<id>.md (mode 0600, gone when the task ends) instead of
+        /// printing.
         #[arg(long)]
         save: bool,
     },
@@ -569,6 +570,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     report.version.as_deref().unwrap_or("unknown version")
                 );
                 println!("  abstract sockets: {}", report.abstract_sockets.detail);
+                println!("  TCP ports: {}", report.tcp_ports.detail);
             } else {
                 println!(
                     "mop doctor: PROBLEM — {}",
@@ -576,6 +578,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 );
                 println!("  fix: {}", report.fix.as_deref().unwrap_or("-"));
                 println!("  abstract sockets: {}", report.abstract_sockets.detail);
+                println!("  TCP ports: {}", report.tcp_ports.detail);
             }
             Ok(if report.ok {
                 ExitCode::SUCCESS

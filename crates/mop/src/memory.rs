@@ -55,16 +55,17 @@ pub async fn retrieve(query: &str, limit: Option<usize>, json: bool) -> Result<(
         .flatten()
         .collect::<Vec<_>>()
         .join(", ");
+        // The marks come before the title, where no title can imitate or push them aside.
         println!(
             "{}  {}  {}{}",
             h.id,
             h.card_type,
-            h.title,
             if marks.is_empty() {
                 String::new()
             } else {
-                format!("  ({marks})")
-            }
+                format!("({marks})  ")
+            },
+            h.title,
         );
         if let Some(d) = &h.description {
             println!("    {d}");
@@ -89,20 +90,42 @@ pub async fn get(id: &str, save: bool) -> Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("{} ({hint})", failed(&agent, e)))?;
     if save {
-        let workdir = std::env::var_os("MOP_WORKDIR")
-            .map(PathBuf::from)
-            .unwrap_or(std::env::current_dir()?);
-        let dir = workdir.join(".memory");
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
-        let path = dir.join(format!("{id}.md"));
-        std::fs::write(&path, &out).with_context(|| format!("cannot write {}", path.display()))?;
+        let path = save_copy(&card, &out)?;
         println!("saved to {}", path.display());
     } else {
         use std::io::Write;
         std::io::stdout().write_all(&out)?;
     }
     Ok(())
+}
+
+/// Writes a copy of card `id` into `$MOP_SAVED_DIR` (the sandbox's own `/run/mop/saved`,
+/// gone with the task), readable by this user alone. Why not the working directory: a copy
+/// there would outlive the task, and a later task could not tell it from a forgery an
+/// earlier one left in its place.
+fn save_copy(id: &CardId, text: &[u8]) -> Result<PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let dir = std::env::var_os("MOP_SAVED_DIR").map(PathBuf::from).context(
+        "MOP_SAVED_DIR is not set: --save works in a task that `mop run` started; print the card without --save",
+    )?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("cannot create {} (MOP_SAVED_DIR)", dir.display()))?;
+    let path = dir.join(format!("{id}.md"));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    file.write_all(text)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
 }
 
 /// `mop memory list`.
@@ -121,8 +144,8 @@ pub async fn list(json: bool) -> Result<()> {
             "{}  {}  {}{}  {}",
             c.id,
             c.card_type,
+            if c.unverified { "(unverified)  " } else { "" },
             c.title,
-            if c.unverified { " (unverified)" } else { "" },
             c.mounted_at.as_deref().unwrap_or("")
         );
     }

@@ -32,7 +32,7 @@ use mop_proto::{AgentKind, LeaseRequest, Plan, PrepareEvent, PrepareRequest, Res
 use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 
-use crate::confine::{self, AbstractSockets};
+use crate::confine::{self, AbstractSockets, TcpBind};
 use crate::sandbox::{Spec, bwrap_args, open_dir, sandbox_env, system_layout};
 use crate::workdir::Workdir;
 use crate::{TaskArgs, doctor, refused, sys};
@@ -217,6 +217,15 @@ fn sandboxed(
     for w in &claimed.warnings {
         eprintln!("mop: warning: {w}");
     }
+    if !claimed.leftovers.is_empty() {
+        eprintln!(
+            "mop: note: the working directory holds files where agents look for memory, left by an earlier run or by anyone who can write it; mop delivered none of them (this task's memory is mounted at {}, with its MEMORY.md):",
+            r.profile.memory_dir
+        );
+        for l in &claimed.leftovers {
+            eprintln!("mop: note:   {l}");
+        }
+    }
     let mop_exe =
         std::env::current_exe().context("cannot find the mop binary to bind into the sandbox")?;
     let views = [
@@ -293,8 +302,8 @@ fn sandboxed(
         return Ok(ExitCode::SUCCESS);
     }
     // What the sandbox inherits from this thread: a session keyring of its own (none of
-    // the runner's keys) and, with a shared network, the Landlock scope that keeps the
-    // host's abstract Unix sockets out of reach.
+    // the runner's keys) and, with a shared network, the Landlock domain that keeps the
+    // host's abstract Unix sockets out of reach and its fixed TCP ports unbound.
     if let Err(e) = sys::join_fresh_session_keyring()
         && e.raw_os_error() != Some(nix::libc::ENOSYS)
     {
@@ -302,12 +311,18 @@ fn sandboxed(
             "mop: note: the sandbox keeps the runner's session keyring ({e}); the seccomp filter still refuses every key call"
         );
     }
-    if r.profile.network
-        && let AbstractSockets::Reachable(why) = confine::scope_abstract_sockets()
-    {
-        eprintln!(
-            "mop: note: this sandbox can reach the host's abstract Unix sockets ({why}); the offline profile has none, see: mop doctor"
-        );
+    if r.profile.network {
+        let confined = confine::confine_network(&r.profile.bind_ports);
+        if let AbstractSockets::Reachable(why) = confined.abstract_sockets {
+            eprintln!(
+                "mop: note: this sandbox can reach the host's abstract Unix sockets ({why}); the offline profile has none, see: mop doctor"
+            );
+        }
+        if let TcpBind::Open(why) = confined.tcp_bind {
+            eprintln!(
+                "mop: note: this sandbox can listen on any free TCP port of the host ({why}); the offline profile cannot, see: mop doctor"
+            );
+        }
     }
     // Spawned from the main thread (see the module comment); tokio only reaps it.
     let mut std_cmd = Command::new(bwrap);
@@ -433,15 +448,37 @@ impl Drop for Guard {
 }
 
 /// A profile's `[limits]` as resource limits for the sandbox.
+/// The profile's limits in force ([`mop_proto::Limits::effective`]), each at most the
+/// runner's own hard limit (only root could raise that; the runner's limit is the stricter
+/// one then). A value the profile names that the runner's limit cuts is said once.
 fn rlimits(l: &mop_proto::Limits) -> Vec<(nix::sys::resource::Resource, u64)> {
-    use nix::sys::resource::Resource;
+    use nix::sys::resource::{Resource, getrlimit};
+    let e = l.effective();
     [
-        (Resource::RLIMIT_NPROC, l.nproc),
-        (Resource::RLIMIT_AS, l.address_space_bytes),
-        (Resource::RLIMIT_NOFILE, l.open_files),
+        (Resource::RLIMIT_NPROC, "nproc", e.nproc, l.nproc),
+        (
+            Resource::RLIMIT_AS,
+            "address_space_bytes",
+            e.address_space_bytes,
+            l.address_space_bytes,
+        ),
+        (
+            Resource::RLIMIT_NOFILE,
+            "open_files",
+            e.open_files,
+            l.open_files,
+        ),
     ]
     .into_iter()
-    .filter_map(|(r, v)| Some((r, v?)))
+    .map(|(resource, key, value, named)| {
+        let hard = getrlimit(resource).map_or(u64::MAX, |(_, hard)| hard);
+        if named.is_some() && value > hard {
+            eprintln!(
+                "mop: note: the profile's limits.{key} = {value} is above the runner's own hard limit; {hard} applies"
+            );
+        }
+        (resource, value.min(hard))
+    })
     .collect()
 }
 
@@ -455,11 +492,18 @@ fn read_available(fd: std::os::fd::OwnedFd) -> Vec<u8> {
 
 fn unsandboxed(plan: &Plan, workdir: &Path, a: &RunArgs) -> Result<ExitCode> {
     let mut env = task_env(&plan.profile, &plan.task_id, workdir, a)?;
+    // Saved copies go to a private directory removed when the run ends, as the sandbox's
+    // tmpfs would be.
+    let saved = tempfile::Builder::new()
+        .prefix("mop-saved-")
+        .tempdir()
+        .context("cannot create a directory for saved cards")?;
     for (k, v) in env.iter_mut() {
         match k.as_str() {
             "MOP_AGENT_SOCKET" => *v = plan.agent_socket.display().to_string(),
             "MOP_MEMORY_DIR" => *v = plan.view_dir.display().to_string(),
             "MOP_MEMORY_MD" => *v = plan.memory_md.display().to_string(),
+            "MOP_SAVED_DIR" => *v = saved.path().display().to_string(),
             _ => {}
         }
     }

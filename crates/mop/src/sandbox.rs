@@ -148,6 +148,7 @@ pub fn bwrap_args(s: &Spec<'_>) -> Vec<OsString> {
     push(&[&"--ro-bind-fd", &fd(s.view_fds[1]), &memory]);
     push(&[&"--ro-bind-fd", &fd(s.socket_dir_fd), &AGENT_DIR]);
     push(&[&"--ro-bind", &s.mop_exe, &mop_in]);
+    push(&[&"--dir", &inside::SAVED_DIR]);
     for d in s.primed_dirs {
         push(&[&"--dir", d]);
     }
@@ -205,6 +206,7 @@ pub fn sandbox_env(
     set("MOP_WORKDIR", workdir.display().to_string());
     set("MOP_MEMORY_DIR", MEMORY_DIR.to_owned());
     set("MOP_MEMORY_MD", inside::MEMORY_MD.to_owned());
+    set("MOP_SAVED_DIR", inside::SAVED_DIR.to_owned());
     Ok(env)
 }
 
@@ -283,7 +285,7 @@ mod tests {
              --setenv PATH /run/mop/bin:/usr/bin --proc /proc --dev /dev --tmpfs /tmp --tmpfs /run \
              --ro-bind /usr /usr --symlink usr/bin /bin --bind-fd 4 /w --ro-bind-fd 5 /run/mop/memory \
              --ro-bind-fd 9 /w/.claude/memory --ro-bind-fd 6 /run/mop/agent \
-             --ro-bind /usr/bin/mop /run/mop/bin/mop --dir /run/mop/home \
+             --ro-bind /usr/bin/mop /run/mop/bin/mop --dir /run/mop/saved --dir /run/mop/home \
              --file 10 /run/mop/home/.claude.json --chdir /w --json-status-fd 7 --seccomp 8 \
              -- /bin/true --x"
         );
@@ -331,6 +333,7 @@ mod tests {
             "MOP_TASK_ID",
             "MOP_WORKDIR",
             "MOP_MEMORY_MD",
+            "MOP_SAVED_DIR",
         ] {
             assert!(names.contains(&n), "{n} missing: {names:?}");
         }

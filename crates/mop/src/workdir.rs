@@ -33,6 +33,8 @@ pub struct Workdir {
     _locks: Vec<Flock<OwnedFd>>,
     /// Warnings to show (a shared working directory allowed by the profile).
     pub warnings: Vec<String>,
+    /// What an earlier run left where agents look for memory (see [`leftovers`]).
+    pub leftovers: Vec<String>,
 }
 
 fn is(st: &FileStat, kind: SFlag) -> bool {
@@ -140,10 +142,12 @@ impl Workdir {
             )?);
         }
         prepare_memory_dir(&bind, path, memory_dir, &mut check)?;
+        let leftovers = leftovers(&bind, memory_dir);
         Ok(Workdir {
             dir: bind,
             _locks: locks,
             warnings,
+            leftovers,
         })
     }
 }
@@ -197,6 +201,59 @@ fn prepare_memory_dir(
         .map_err(|e| format!("cannot open {}: {e}", shown.display()))?;
     }
     Ok(())
+}
+
+/// The paths of the working directory where agents look for memory by habit, relative to
+/// it: the old save directory `.memory/` (mop saves copies in the sandbox's own
+/// `/run/mop/saved` now, so nothing there is a copy mop made), an index at the top, and the
+/// profile's memory directory (the view covers it during a run; on disk it stays empty).
+/// Each that holds something, as a line for the runner: nothing there is memory mop
+/// delivered, whatever it claims, and a task could have left it for the next one.
+pub fn leftovers(workdir: &OwnedFd, memory_dir: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for path in [".memory", "MEMORY.md", memory_dir] {
+        let Ok(st) = fstatat(workdir, path, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+            continue;
+        };
+        if !is(&st, SFlag::S_IFDIR) {
+            out.push(format!("{path} (a file)"));
+            continue;
+        }
+        let Ok(fd) = openat(
+            workdir,
+            path,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        let Ok(mut dir) = nix::dir::Dir::from_fd(fd) else {
+            continue;
+        };
+        let mut names: Vec<String> = dir
+            .iter()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "." && n != "..")
+            .collect();
+        if names.is_empty() {
+            continue;
+        }
+        names.sort();
+        let shown: Vec<String> = names.iter().take(5).map(|n| format!("{n:?}")).collect();
+        out.push(format!(
+            "{path}/ holds {} entr{}: {}{}",
+            names.len(),
+            if names.len() == 1 { "y" } else { "ies" },
+            shown.join(", "),
+            if names.len() > shown.len() {
+                ", …"
+            } else {
+                ""
+            }
+        ));
+    }
+    out
 }
 
 #[cfg(test)]

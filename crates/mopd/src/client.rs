@@ -140,20 +140,72 @@ pub fn read_token(path: &Path) -> Result<String, String> {
     Ok(token)
 }
 
+/// The certificates of a PEM file, refusing a file with none.
+fn read_roots(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, String> {
+    let pem = std::fs::read(path)
+        .map_err(|e| format!("server.ca_file: cannot read {}: {e}", path.display()))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+        format!(
+            "server.ca_file: {} is not a PEM certificate bundle: {e}",
+            path.display()
+        )
+    })?;
+    if certs.is_empty() {
+        return Err(format!(
+            "server.ca_file: {} holds no certificate (expected -----BEGIN CERTIFICATE-----)",
+            path.display()
+        ));
+    }
+    Ok(certs)
+}
+
 impl ServerClient {
     /// A client for the servers at `bases` (tried in order; no trailing slash needed) with
     /// a node token.
     pub fn new(bases: &[String], token: String, timeout: Duration) -> Result<ServerClient, String> {
+        ServerClient::trusting(bases, token, timeout, None)
+    }
+
+    /// The client `[server]` of mopd.toml describes: its URLs, its timeout and, with
+    /// `ca_file`, only the certificates in that file trusted.
+    pub fn for_config(
+        server: &crate::config::ServerSection,
+        token: String,
+    ) -> Result<ServerClient, String> {
+        ServerClient::trusting(
+            &server.all_urls(),
+            token,
+            Duration::from_secs(server.timeout_secs),
+            server.ca_file.as_deref(),
+        )
+    }
+
+    /// A client that trusts only the certificates in the PEM file `roots` (a private CA's,
+    /// or the server's own self-signed one) when it is given, the system's roots otherwise.
+    ///
+    /// Why: the node token goes with every request, so it must go only to a peer that has
+    /// proved to be the server; plain HTTP proves nothing, and a loopback port can be
+    /// taken by whatever process binds it first while the server restarts.
+    pub fn trusting(
+        bases: &[String],
+        token: String,
+        timeout: Duration,
+        roots: Option<&std::path::Path>,
+    ) -> Result<ServerClient, String> {
         if bases.is_empty() {
             return Err("no server URL configured".into());
         }
         // Installing the provider twice is harmless; it fails only if another is installed.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .user_agent(concat!("mopd/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(Duration::from_secs(5).min(timeout))
             .read_timeout(timeout)
-            .tls_backend_rustls()
+            .tls_backend_rustls();
+        if let Some(path) = roots {
+            builder = builder.tls_certs_only(read_roots(path)?);
+        }
+        let http = builder
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
         Ok(ServerClient {

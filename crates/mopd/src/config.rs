@@ -140,10 +140,14 @@ impl Default for SocketsSection {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsSection {
-    /// Serve `/metrics` on this loopback address (`127.0.0.1:9732`).
+    /// Serve `/metrics` on this loopback address (`127.0.0.1:9732`); needs `token_file`.
     pub listen: Option<std::net::SocketAddr>,
     /// Or on this Unix socket (mode 0660).
     pub socket: Option<PathBuf>,
+    /// A file (mode 0600) holding the bearer token a scrape of `listen` must send. Why:
+    /// tasks in a profile that shares the host's network reach every loopback port, and
+    /// the metrics say what other tasks on the host do.
+    pub token_file: Option<PathBuf>,
 }
 
 /// `[server]`.
@@ -164,6 +168,11 @@ pub struct ServerSection {
     /// Timeout of one request to the server, in seconds.
     #[serde(default = "default_timeout")]
     pub timeout_secs: u64,
+    /// PEM file of the only certificates trusted for the server's `https://` URLs: a
+    /// private CA's, or the server's own self-signed certificate (a pin). Unset: the
+    /// system's roots.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
 }
 
 impl ServerSection {
@@ -232,6 +241,8 @@ pub struct TasksSection {
     pub lease_ttl_secs: u64,
     /// Most live tasks on this host.
     pub max_tasks: usize,
+    /// Most live tasks of one runner uid, so that one runner cannot take every slot.
+    pub max_tasks_per_uid: usize,
 }
 
 impl Default for TasksSection {
@@ -244,6 +255,7 @@ impl Default for TasksSection {
             default_profile: "default".into(),
             lease_ttl_secs: 24 * 3600,
             max_tasks: 1024,
+            max_tasks_per_uid: 256,
         }
     }
 }
@@ -338,6 +350,19 @@ impl MopdConfig {
                 return Err(format!("{key}: {url:?} is listed twice"));
             }
         }
+        if let Some(ca) = &self.server.ca_file {
+            if !ca.is_absolute() {
+                return Err(format!(
+                    "server.ca_file {:?} must be an absolute path",
+                    ca.display()
+                ));
+            }
+            if let Some(plain) = urls.iter().find(|u| u.starts_with("http://")) {
+                return Err(format!(
+                    "server.ca_file is set but {key} {plain:?} is plain HTTP: a certificate proves nothing there; use https://"
+                ));
+            }
+        }
         // Every replica is trusted alike: one reached over plain HTTP would let anyone on
         // its path speak for all of them.
         if urls.len() > 1
@@ -357,7 +382,21 @@ impl MopdConfig {
                     "metrics.listen = {addr} is not a loopback address: the metrics port stays on this host (127.0.0.1 or ::1); let a local agent scrape it"
                 ));
             }
+            (Some(addr), None) if self.metrics.token_file.is_none() => {
+                return Err(format!(
+                    "metrics.listen = {addr} needs metrics.token_file: sandboxed tasks that share the host's network reach every loopback port; \
+                     name a 0600 file holding a bearer token for the scraper (Prometheus: authorization.credentials_file), or use metrics.socket"
+                ));
+            }
             _ => {}
+        }
+        if let Some(f) = &self.metrics.token_file
+            && !f.is_absolute()
+        {
+            return Err(format!(
+                "metrics.token_file {} must be an absolute path",
+                f.display()
+            ));
         }
         if self.sync.workspaces.is_empty() {
             return Err("sync.workspaces must name at least one workspace".into());
@@ -393,9 +432,13 @@ impl MopdConfig {
                 return Err(format!("{key} {} must be an absolute path", p.display()));
             }
         }
-        // The control socket path must fit sun_path (108 bytes with its NUL).
-        let sock = self.socket_path();
-        if sock.as_os_str().len() > 100 {
+        // Socket paths must fit sun_path (108 bytes with its NUL); a task's agent socket is
+        // the longest under the runtime directory.
+        let sock = self
+            .layout()
+            .agent_dir(&crate::paths::agent_dir_name())
+            .join(crate::paths::AGENT_SOCKET);
+        if sock.as_os_str().len() > 107 {
             return Err(format!(
                 "paths.runtime_dir is too long: the socket {} would exceed the 108-byte limit of Unix socket paths",
                 sock.display()
@@ -425,8 +468,14 @@ impl MopdConfig {
                 return Err(format!("{key} must be at least 1"));
             }
         }
-        if self.tasks.lease_ttl_secs == 0 || self.tasks.max_tasks == 0 {
-            return Err("tasks.lease_ttl_secs and tasks.max_tasks must be at least 1".into());
+        if self.tasks.lease_ttl_secs == 0
+            || self.tasks.max_tasks == 0
+            || self.tasks.max_tasks_per_uid == 0
+        {
+            return Err(
+                "tasks.lease_ttl_secs, tasks.max_tasks and tasks.max_tasks_per_uid must be at least 1"
+                    .into(),
+            );
         }
         for (i, d) in self.tasks.profile_dirs.iter().enumerate() {
             if !d.is_absolute() {

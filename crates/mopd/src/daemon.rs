@@ -47,12 +47,7 @@ fn prepare_dirs(config: &MopdConfig) -> anyhow::Result<()> {
 
 fn client_for(config: &MopdConfig) -> anyhow::Result<ServerClient> {
     let token = read_token(&config.server.token_file).map_err(anyhow::Error::msg)?;
-    ServerClient::new(
-        &config.server.all_urls(),
-        token,
-        Duration::from_secs(config.server.timeout_secs),
-    )
-    .map_err(anyhow::Error::msg)
+    ServerClient::for_config(&config.server, token).map_err(anyhow::Error::msg)
 }
 
 /// Re-reads the config file; a bad file is logged and the running config kept.

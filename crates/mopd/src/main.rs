@@ -280,12 +280,8 @@ fn verify(config_path: &Path, repair: bool, only: Option<String>, json: bool) ->
             } else {
                 String::new()
             };
-            let client = mopd::client::ServerClient::new(
-                &config.server.all_urls(),
-                token,
-                std::time::Duration::from_secs(config.server.timeout_secs),
-            )
-            .map_err(anyhow::Error::msg)?;
+            let client = mopd::client::ServerClient::for_config(&config.server, token)
+                .map_err(anyhow::Error::msg)?;
             let state = Arc::new(mopd::state::State::new(
                 config.clone(),
                 client,

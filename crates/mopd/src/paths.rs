@@ -13,7 +13,7 @@
 //! <state_dir>/spool/queue/<seq>-<store>.json   a store waiting for the server (the spool)
 //! <state_dir>/spool/done/<store>.json         what became of a queued store (no text)
 //! <runtime_dir>/mopd.sock                     the control socket
-//! <runtime_dir>/t/<task>/agent.sock           a task's agent socket
+//! <runtime_dir>/t/<random>/agent.sock         a task's agent socket (named by no task id)
 //! ```
 //!
 //! Must not touch the file system: it only names things.
@@ -163,15 +163,26 @@ impl Paths {
         self.runtime.join("mopd.sock")
     }
 
-    /// A task's agent socket directory (bound into its sandbox).
-    pub fn agent_dir(&self, id: &str) -> PathBuf {
-        self.runtime.join("t").join(id)
+    /// Where the tasks' agent socket directories are.
+    pub fn agent_dirs(&self) -> PathBuf {
+        self.runtime.join("t")
     }
 
-    /// A task's agent socket.
-    pub fn agent_socket(&self, id: &str) -> PathBuf {
-        self.agent_dir(id).join(AGENT_SOCKET)
+    /// A task's agent socket directory (bound into its sandbox), named by `name`: a random
+    /// name a reservation draws ([`agent_dir_name`]), never the task id. Why: every process
+    /// sharing the host's network namespace reads bound socket paths in `/proc/net/unix`,
+    /// and a task id can say what the task is about (`INC-4711-payroll-breach`).
+    pub fn agent_dir(&self, name: &str) -> PathBuf {
+        self.agent_dirs().join(name)
     }
+}
+
+/// A new random name for a task's agent socket directory: 24 hex digits (96 bits), short
+/// enough for the 108-byte socket path limit under any runtime directory mopd accepts.
+pub fn agent_dir_name() -> String {
+    let mut buf = [0u8; 12];
+    getrandom::fill(&mut buf).expect("the OS random source works");
+    buf.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Where a receipt is in its life.
@@ -392,7 +403,9 @@ mod tests {
         );
         assert_eq!(p.view("t-1"), Path::new("/c/tasks/t-1/view"));
         assert_eq!(p.lease("t-1"), Path::new("/s/leases/t-1.json"));
-        assert_eq!(p.agent_socket("t-1"), Path::new("/r/t/t-1/agent.sock"));
+        assert_eq!(p.agent_dir("0a1b"), Path::new("/r/t/0a1b"));
+        let (a, b) = (agent_dir_name(), agent_dir_name());
+        assert!(a.len() == 24 && a.bytes().all(|c| c.is_ascii_hexdigit()) && a != b);
         assert_eq!(p.control_socket(), Path::new("/r/mopd.sock"));
         assert_eq!(
             p.status_file("acme"),

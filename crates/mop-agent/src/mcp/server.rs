@@ -142,10 +142,12 @@ fn card_line(c: &AgentCard) -> String {
     if let Some(p) = &c.mounted_at {
         marks.push(format!("mounted at {p}"));
     }
-    let mut line = format!("- {} [{}] {}", c.id, c.card_type, c.title);
+    // The marks come before the title, where no title can imitate or push them aside.
+    let mut line = format!("- {} [{}] ", c.id, c.card_type);
     if !marks.is_empty() {
-        line.push_str(&format!(" ({})", marks.join(", ")));
+        line.push_str(&format!("({}) ", marks.join(", ")));
     }
+    line.push_str(&c.title);
     if let Some(d) = &c.description {
         line.push_str(&format!("\n  {d}"));
     }
@@ -545,7 +547,16 @@ mod tests {
         assert_eq!(tools.len(), 4, "{tools:?}");
         let retrieve = &a[1]["result"];
         let text = retrieve["content"][0]["text"].as_str().unwrap();
-        assert!(text.starts_with(&format!("- {ID} [pitfall] Title with \"quotes\"\nand a line break (unverified, mounted at pitfalls/")), "{text}");
+        assert!(
+            text.starts_with(&format!(
+                "- {ID} [pitfall] (unverified, mounted at pitfalls/"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(") Title with \"quotes\"\nand a line break"),
+            "{text}"
+        );
         assert!(
             text.ends_with("Searched the 7 cards this task may see."),
             "{text}"

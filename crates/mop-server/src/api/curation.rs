@@ -106,10 +106,15 @@ pub(crate) async fn review_page(
                 }
             })
             .collect();
+        let unshown = mop_cards::unshown(&text)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         items.push(ReviewItem {
             card,
             text,
             nearest,
+            unshown,
         });
     }
     Ok(ReviewQueue {

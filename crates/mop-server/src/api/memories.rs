@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use mop_proto::sync::{IDEMPOTENCY_KEY, StoreOutcome, StoreRequest, StoreResponse};
 
 use super::{ApiError, Caller, blocking, json, read_body};
-use crate::state::AppState;
+use crate::state::{AppState, StoreRate};
 use crate::store::{Store, StoreLimits};
 
 pub(crate) async fn store(
@@ -61,16 +61,36 @@ pub(crate) async fn store(
             }
         }
     };
-    if let Err(retry_after) = state.take_store_budget(&caller.0.id) {
-        tracing::warn!(workspace = %ws, token = %caller.0.id, "store refused: token over its store rate");
+    if let Err(rate) = state.take_store_budget(&caller.0.id, &req.provenance.task_id) {
+        let (retry_after, message) = match rate {
+            StoreRate::Task(secs) => {
+                tracing::warn!(workspace = %ws, token = %caller.0.id, "store refused: task over its store rate");
+                (
+                    secs,
+                    format!(
+                        "this task made more than {} stores in the last minute (limits.stores_per_task_per_minute); \
+                         nothing was stored; store what is new in one card, and try again in {secs} s",
+                        state.config.limits.stores_per_task_per_minute
+                    ),
+                )
+            }
+            StoreRate::Token(secs) => {
+                tracing::warn!(workspace = %ws, token = %caller.0.id, "store refused: token over its store rate");
+                (
+                    secs,
+                    format!(
+                        "this token made more than {} stores in the last minute (limits.stores_per_token_per_minute); \
+                         nothing was stored; try again in {secs} s",
+                        state.config.limits.stores_per_token_per_minute
+                    ),
+                )
+            }
+        };
+        state.metrics.store(mop_proto::sync::store_errors::RATE);
         return Err(ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             mop_proto::sync::store_errors::RATE,
-            format!(
-                "this token made more than {} stores in the last minute (limits.stores_per_token_per_minute); \
-                 nothing was stored; try again in {retry_after} s",
-                state.config.limits.stores_per_token_per_minute
-            ),
+            message,
         )
         .retry_after(retry_after));
     }

@@ -4,9 +4,10 @@
 //! The token a session was opened with is looked up again on every request, so revoking it
 //! (here, with `mop-server token revoke`, or by its expiry) ends its sessions at once.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{FromRequest, FromRequestParts, Query, Request, State};
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Query, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -19,6 +20,7 @@ use super::layout::{error_page, page, respond};
 use super::session::{
     Lookup, Session, clear_cookie, cookie_ids, has_cookie, same_secret, set_cookie,
 };
+use super::throttle;
 use crate::api::{ApiError, Caller};
 use crate::store::{Role, token_hash};
 
@@ -300,11 +302,36 @@ fn secure(console: &Console, headers: &HeaderMap) -> bool {
 /// `POST /console/login`.
 pub(super) async fn login(
     State(console): State<Arc<Console>>,
+    peer: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Response {
     if cross_site(&headers) {
         return forged(None);
+    }
+    let metrics = &console.app.metrics;
+    let source = throttle::source(
+        peer.as_ref().map(|e| &e.0),
+        &headers,
+        &console.app.config.console.trusted_proxies,
+    );
+    if let Some(src) = source
+        && let Err(secs) = console.logins.check(src)
+    {
+        metrics.console_login("throttled");
+        // Not logged at warn: a flood would flood the log; the metrics count these.
+        tracing::debug!(source = %src, "console login refused unchecked: too many failed logins from this source");
+        let mut response = login_form(
+            StatusCode::TOO_MANY_REQUESTS,
+            Some(&format!(
+                "Too many failed logins from your address. Try again in {secs} s."
+            )),
+            "/console/",
+        );
+        if let Ok(v) = secs.to_string().parse() {
+            response.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return response;
     }
     let form: LoginForm = match crate::api::read_body(&console.app, &headers, body)
         .await
@@ -327,7 +354,13 @@ pub(super) async fn login(
     if info.is_none() && app.refresh_if_changed().is_ok() {
         info = app.token(&hash);
     }
-    let refuse = |m: &str| login_form(StatusCode::UNAUTHORIZED, Some(m), &next);
+    let refuse = |m: &str| {
+        metrics.console_login("refused");
+        let failed = console.logins.failed(source);
+        // The source and the count, never the token (not even its hash).
+        tracing::warn!(source = ?source, failed_since_start = failed, "console login failed");
+        login_form(StatusCode::UNAUTHORIZED, Some(m), &next)
+    };
     let Some(info) = info else {
         return refuse(
             "That is not a valid token. Paste the whole token that mop-server token create printed.",
@@ -348,8 +381,9 @@ pub(super) async fn login(
     app.note_token_use(&info.id);
     // A login replaces whatever session this browser had.
     console.sessions.end(&cookie_ids(&headers));
-    let id = console.sessions.open(hash);
-    tracing::info!(token = %info.id, "console login");
+    let id = console.sessions.open(hash, info.workspaces.clone());
+    metrics.console_login("ok");
+    tracing::info!(token = %info.id, source = ?source, "console login");
     let mut response = Redirect::to(&next).into_response();
     if let Ok(v) = set_cookie(&id, secure(&console, &headers)).parse() {
         response.headers_mut().insert(header::SET_COOKIE, v);

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::Console;
 use super::auth::Ctx;
 use super::layout::{api_error, badges, page, pager, respond};
+use super::markdown::shown;
 use crate::api::curation::search_cards;
 use crate::api::{ApiError, blocking};
 
@@ -105,12 +106,12 @@ fn rows(ws: &str, cards: &[(&CardInfo, Option<f32>)]) -> Markup {
                         @let s = &c.summary;
                         tr {
                             td {
-                                a href={ "/console/w/" (ws) "/cards/" (s.id) } { (s.title) }
+                                a href={ "/console/w/" (ws) "/cards/" (s.id) } { (shown(&s.title)) }
                                 br; (badges(c))
                             }
                             td {
-                                @if let Some(a) = &s.scope.asset_id { code { (a) } " " }
-                                @if let Some(u) = &s.scope.user_id { code { (u) } }
+                                @if let Some(a) = &s.scope.asset_id { code { (shown(a)) } " " }
+                                @if let Some(u) = &s.scope.user_id { code { (shown(u)) } }
                             }
                             td { (c.usage.delivered_30d) }
                             td { @if let Some(x) = score { (format!("{x:.2}")) } }
@@ -182,7 +183,7 @@ fn number<T: std::str::FromStr>(field: &str, value: &str, default: T) -> Result<
 }
 
 fn stale_table(ws: &str, cards: &[StaleCard], offset: usize) -> Markup {
-    let shown: Vec<&StaleCard> = cards.iter().skip(offset).take(PAGE).collect();
+    let page_cards: Vec<&StaleCard> = cards.iter().skip(offset).take(PAGE).collect();
     html! {
         @if cards.is_empty() { p.muted { "None." } }
         @else {
@@ -190,14 +191,14 @@ fn stale_table(ws: &str, cards: &[StaleCard], offset: usize) -> Markup {
                 table.cards {
                     thead { tr { th { "card" } th { "asset" } th { "made" } th { "last delivered" } } }
                     tbody {
-                        @for c in &shown {
+                        @for c in &page_cards {
                             tr {
                                 td {
-                                    a href={ "/console/w/" (ws) "/cards/" (c.id) } { (c.title) }
+                                    a href={ "/console/w/" (ws) "/cards/" (c.id) } { (shown(&c.title)) }
                                     " " span.badge.type { (c.card_type.as_str()) }
                                     @if c.unverified { " " span.badge.unverified { "unverified" } }
                                 }
-                                td { @if let Some(a) = &c.asset_id { code { (a) } } }
+                                td { @if let Some(a) = &c.asset_id { code { (shown(a)) } } }
                                 td { (c.created_at) }
                                 td { @if let Some(t) = c.last_delivered_at { (t) } @else { "never" } }
                             }
@@ -205,8 +206,8 @@ fn stale_table(ws: &str, cards: &[StaleCard], offset: usize) -> Markup {
                     }
                 }
             }
-            @if cards.len() > shown.len() {
-                p.muted { "Showing " (shown.len()) " of " (cards.len()) "." }
+            @if cards.len() > page_cards.len() {
+                p.muted { "Showing " (page_cards.len()) " of " (cards.len()) "." }
             }
         }
     }
@@ -264,7 +265,7 @@ pub(super) async fn stale(
         ul {
             @for c in &chains {
                 li {
-                    (c.title) ": "
+                    (shown(&c.title)) ": "
                     @for (i, id) in c.ids.iter().enumerate() {
                         @if i > 0 { " → " }
                         a href={ "/console/w/" (ws) "/cards/" (id) } { code { (id.to_string()[..8]) } }

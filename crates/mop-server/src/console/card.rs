@@ -213,7 +213,12 @@ pub(super) async fn show(
     let base = format!("/console/w/{ws}/cards/{id}");
     let recent: Vec<&HistoryRow> = d.history.iter().rev().take(5).collect();
     let rendered = markdown::render(body_of(&d.text));
-    let read_raw = d.card.summary.is_unverified() || !rendered.hidden.is_empty();
+    // The whole file's gaps (its frontmatter's too), not only the body's.
+    let unshown: Vec<String> = mop_cards::unshown(&d.text)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let read_raw = d.card.summary.is_unverified() || !unshown.is_empty();
     let body = html! {
         @if let Some(f) = flash(&console, &ctx, &ws) { (f) }
         article.card {
@@ -221,7 +226,8 @@ pub(super) async fn show(
             p.meta { (badges(&d.card)) }
             (warnings(&ctx, &base, &ws, &d.card))
             (actions(&ctx, &base, &d.card))
-            div.body.markdown { (rendered.markup()) }
+            (markdown::unshown_notice(&unshown))
+            div.body.markdown { (maud::PreEscaped(&rendered.html)) }
             details.raw open[read_raw] {
                 summary { "The card file (what agents read)" }
                 pre { (shown(&d.text)) }

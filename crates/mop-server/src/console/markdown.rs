@@ -10,7 +10,7 @@ use std::sync::LazyLock;
 use std::time::Instant;
 
 use maud::{Markup, PreEscaped, html};
-use pulldown_cmark::{Event, LinkType, Options, Parser, Tag, TagEnd};
+use pulldown_cmark::{CodeBlockKind, Event, LinkType, Parser, Tag, TagEnd};
 
 static CLEANER: LazyLock<ammonia::Builder<'static>> = LazyLock::new(|| {
     let mut b = ammonia::Builder::default();
@@ -27,26 +27,31 @@ static CLEANER: LazyLock<ammonia::Builder<'static>> = LazyLock::new(|| {
 pub struct Rendered {
     /// Sanitized HTML.
     pub html: String,
-    /// What the text holds that rendering would hide from a reader (invisible characters,
-    /// link definitions no link uses), in words. A card with any is verified only after
-    /// reading its file.
+    /// What the text holds that rendering cannot show (see [`mop_cards::unshown`]), in
+    /// words. A card with any is verified only after reading its file.
     pub hidden: Vec<String>,
 }
 
-/// Renders Markdown to sanitized HTML, with every link's target written after its text and
-/// invisible characters shown as `⟨U+XXXX⟩`: what an agent will read is what the curator
-/// sees.
+/// Renders Markdown to sanitized HTML in which everything an agent will read shows:
+/// invisible characters as `⟨U+XXXX⟩` (also those a character reference decodes to),
+/// every link's target and title written after its text (never only a tooltip), and a
+/// fenced code block's info string above it. What no rendering can show (extra table
+/// cells, unused link definitions) is listed in [`Rendered::hidden`].
 pub fn render(markdown: &str) -> Rendered {
-    let (text, invisible) = mop_cards::reveal_hidden(markdown);
-    let options = Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH;
-    let mut parser = Parser::new_ext(&text, options);
+    let hidden = mop_cards::unshown_in_body(markdown)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let (text, _) = mop_cards::reveal_hidden(markdown);
     let mut targets: Vec<Option<String>> = Vec::new();
-    let mut used: HashSet<String> = HashSet::new();
     let mut events: Vec<Event<'_>> = Vec::new();
-    for event in parser.by_ref() {
+    for event in Parser::new_ext(&text, mop_cards::MARKDOWN_OPTIONS) {
         match event {
             // Shown as the text it is, never interpreted.
             Event::Html(raw) | Event::InlineHtml(raw) => events.push(Event::Text(raw)),
+            // What a character reference decoded to, with invisible characters marked.
+            Event::Text(t) => events.push(Event::Text(shown(&t).into_owned().into())),
+            Event::Code(t) => events.push(Event::Code(shown(&t).into_owned().into())),
             Event::Start(Tag::Link {
                 link_type,
                 dest_url,
@@ -61,40 +66,40 @@ pub fn render(markdown: &str) -> Rendered {
                 title,
                 id,
             }) => {
-                if !id.is_empty() {
-                    used.insert(id.to_lowercase());
-                }
                 let shows_itself = matches!(link_type, LinkType::Autolink | LinkType::Email);
-                targets.push((!shows_itself).then(|| dest_url.to_string()));
+                let mut after = String::new();
+                if !shows_itself {
+                    after.push_str(&shown(&dest_url));
+                }
+                if !title.is_empty() {
+                    after.push_str(&format!(" “{}”", shown(&title)));
+                }
+                targets.push((!after.trim().is_empty()).then_some(after));
                 events.push(Event::Start(Tag::Link {
                     link_type,
                     dest_url,
-                    title,
+                    // Shown after the link instead of as a tooltip.
+                    title: "".into(),
                     id,
                 }));
             }
             Event::End(TagEnd::Link) | Event::End(TagEnd::Image) => {
                 events.push(Event::End(TagEnd::Link));
-                if let Some(Some(dest)) = targets.pop() {
-                    events.push(Event::Text(format!(" ⟨{dest}⟩").into()));
+                if let Some(Some(after)) = targets.pop() {
+                    events.push(Event::Text(format!(" ⟨{}⟩", after.trim()).into()));
                 }
             }
+            Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(info))) => {
+                if !info.trim().is_empty() {
+                    events.push(Event::Start(Tag::Paragraph));
+                    events.push(Event::Code(format!("```{}", shown(&info)).into()));
+                    events.push(Event::End(TagEnd::Paragraph));
+                }
+                events.push(Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(
+                    "".into(),
+                ))));
+            }
             other => events.push(other),
-        }
-    }
-    let mut hidden = Vec::new();
-    if invisible > 0 {
-        hidden.push(format!(
-            "{invisible} invisible or direction-changing character(s), shown here as ⟨U+…⟩"
-        ));
-    }
-    for (label, def) in parser.reference_definitions().iter() {
-        if !used.contains(&label.to_lowercase()) {
-            hidden.push(format!(
-                "a link definition no link uses (it does not show when rendered): [{label}]: {} {}",
-                def.dest,
-                def.title.as_deref().unwrap_or("")
-            ));
         }
     }
     let mut html = String::with_capacity(text.len() * 3 / 2);
@@ -109,14 +114,22 @@ impl Rendered {
     /// The warning about hidden parts (if any), then the HTML.
     pub fn markup(&self) -> Markup {
         html! {
-            @if !self.hidden.is_empty() {
-                div.notice.hidden role="alert" {
-                    strong { "This card holds text that does not show when rendered. Agents will read it:" }
-                    ul { @for h in &self.hidden { li { (h) } } }
-                    "Read the card file before verifying it."
-                }
-            }
+            (unshown_notice(&self.hidden))
             (PreEscaped(&self.html))
+        }
+    }
+}
+
+/// The warning that a card holds text its rendering does not show, listing it; nothing
+/// when the list is empty.
+pub fn unshown_notice(unshown: &[String]) -> Markup {
+    html! {
+        @if !unshown.is_empty() {
+            div.notice.hidden role="alert" {
+                strong { "This card holds text that does not show when rendered. Agents will read it:" }
+                ul { @for h in unshown { li { (h) } } }
+                "Read the card file before verifying it."
+            }
         }
     }
 }

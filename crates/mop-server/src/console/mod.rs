@@ -21,6 +21,7 @@ mod layout;
 pub mod markdown;
 mod queue;
 pub mod session;
+mod throttle;
 mod tokens;
 
 use std::sync::Arc;
@@ -34,7 +35,8 @@ use axum::routing::{get, post};
 
 use crate::state::AppState;
 
-pub use session::Sessions;
+pub use session::{MAX_SESSIONS, Sessions};
+pub use throttle::LoginThrottle;
 
 /// What the console's handlers share.
 #[derive(Debug)]
@@ -43,6 +45,8 @@ pub struct Console {
     pub app: Arc<AppState>,
     /// Logged-in sessions.
     pub sessions: Sessions,
+    /// Failed logins per source.
+    pub logins: LoginThrottle,
 }
 
 /// The policy every console answer carries: nothing loads from elsewhere, no inline script
@@ -56,9 +60,12 @@ pub fn router(app: Arc<AppState>) -> Router {
         return Router::new();
     }
     let idle = std::time::Duration::from_secs(app.config.console.idle_secs.max(1));
+    let sessions = Sessions::new(idle, app.config.console.max_sessions);
+    let logins = LoginThrottle::new(app.config.console.login_failures_per_minute);
     let state = Arc::new(Console {
         app,
-        sessions: Sessions::new(idle),
+        sessions,
+        logins,
     });
     Router::new()
         .route("/console", get(auth::home))

@@ -99,8 +99,9 @@ fn entry(ctx: &Ctx, ws: &str, item: &ReviewItem, back: &str) -> Markup {
     let p = card.provenance.as_ref();
     let part = excerpt(body);
     let rendered = markdown::render(part.unwrap_or(body));
-    // Verified from the queue only when the entry shows all there is to read.
-    let whole = part.is_none() && rendered.hidden.is_empty();
+    // Verified from the queue only when the entry shows all there is to read: the whole
+    // body, and nothing in the file that a rendering leaves out.
+    let whole = part.is_none() && item.unshown.is_empty();
     html! {
         article.entry data-id=(s.id) data-edit={ (base) "/edit" } data-open=(base)
             data-whole=(if whole { "yes" } else { "no" }) tabindex="-1" {
@@ -118,7 +119,14 @@ fn entry(ctx: &Ctx, ws: &str, item: &ReviewItem, back: &str) -> Markup {
             @if !s.labels.is_empty() {
                 ul.labels { @for l in &s.labels { li { (l) } } }
             }
-            div.body.markdown { (rendered.markup()) }
+            @if !s.error_codes.is_empty() || !s.stacks.is_empty() {
+                p.meta {
+                    @if !s.error_codes.is_empty() { "error codes: " @for c in &s.error_codes { code { (shown(c)) } " " } }
+                    @if !s.stacks.is_empty() { "stacks: " @for t in &s.stacks { code { (t) } " " } }
+                }
+            }
+            (markdown::unshown_notice(&item.unshown))
+            div.body.markdown { (maud::PreEscaped(&rendered.html)) }
             @if let Some(part) = part {
                 p.notice {
                     "Shown: the first " (part.len()) " of " (body.len()) " bytes. "

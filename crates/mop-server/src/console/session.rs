@@ -19,8 +19,9 @@ use crate::store::token_hash;
 /// The cookie's name.
 pub const COOKIE: &str = "mop_session";
 
-/// Most sessions kept at once; past it the least recently used one ends.
-const MAX_SESSIONS: usize = 10_000;
+/// Most sessions kept at once, unless `console.max_sessions` says otherwise; past it the
+/// least recently used session of the workspace holding the most sessions ends.
+pub const MAX_SESSIONS: usize = 10_000;
 /// Most sessions one token may hold; past it that token's least recently used one ends,
 /// so one curator logging in over and over cannot end everyone else's sessions.
 const MAX_PER_TOKEN: usize = 100;
@@ -32,6 +33,8 @@ const MAX_AGE: Duration = Duration::from_secs(12 * 3600);
 pub struct Session {
     /// The hash of the admin token that opened it.
     pub token_hash: String,
+    /// The workspaces that token covered at login: the session counts against each.
+    workspaces: Vec<String>,
     /// What each form of this session must send back as `_csrf`.
     pub csrf: String,
     /// The hash the map keys it by.
@@ -58,6 +61,7 @@ pub enum Lookup {
 pub struct Sessions {
     map: Mutex<HashMap<String, Session>>,
     idle: Duration,
+    max: usize,
 }
 
 fn random_hex() -> String {
@@ -112,37 +116,64 @@ pub fn clear_cookie(secure: bool) -> String {
     )
 }
 
+/// Ends the least recently used session of those `which` picks, if any.
+fn evict_oldest(map: &mut HashMap<String, Session>, which: impl Fn(&Session) -> bool) {
+    if let Some(oldest) = map
+        .iter()
+        .filter(|(_, s)| which(s))
+        .min_by_key(|(_, s)| s.last_seen)
+        .map(|(k, _)| k.clone())
+    {
+        map.remove(&oldest);
+    }
+}
+
 /// Compares two secrets in time that does not depend on where they differ.
 pub fn same_secret(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    use subtle::ConstantTimeEq;
+    a.as_bytes().ct_eq(b.as_bytes()).into()
 }
 
 impl Sessions {
-    /// No sessions yet; each ends after `idle` without a request.
-    pub fn new(idle: Duration) -> Sessions {
+    /// No sessions yet; each ends after `idle` without a request, and at most `max` are
+    /// kept at once.
+    pub fn new(idle: Duration, max: usize) -> Sessions {
         Sessions {
             map: Mutex::default(),
             idle,
+            max: max.max(1),
         }
     }
 
-    /// Opens a session for the token with hash `token_hash`; returns the cookie's id.
-    pub fn open(&self, token_hash: String) -> String {
+    /// Opens a session for the token with hash `token_hash`, which covers `workspaces`;
+    /// returns the cookie's id.
+    ///
+    /// A full table makes room in the workspace that holds the most sessions (its least
+    /// recently used one ends), never in a smaller one: curators of one workspace logging
+    /// in over and over, with as many tokens as they like, end only their own sessions.
+    pub fn open(&self, token_hash: String, workspaces: Vec<String>) -> String {
         let id = random_hex();
         let now = Instant::now();
         let mut map = self.map.lock();
         map.retain(|_, s| self.live(s, now));
         let mine = map.values().filter(|s| s.token_hash == token_hash).count();
-        for (cap, count) in [(MAX_PER_TOKEN, mine), (MAX_SESSIONS, map.len())] {
-            if count >= cap
-                && let Some(oldest) = map
-                    .iter()
-                    .filter(|(_, s)| cap == MAX_SESSIONS || s.token_hash == token_hash)
-                    .min_by_key(|(_, s)| s.last_seen)
-                    .map(|(k, _)| k.clone())
-            {
-                map.remove(&oldest);
+        if mine >= MAX_PER_TOKEN {
+            evict_oldest(&mut map, |s| s.token_hash == token_hash);
+        }
+        if map.len() >= self.max {
+            let mut counts: HashMap<&str, usize> = HashMap::new();
+            for s in map.values() {
+                for w in &s.workspaces {
+                    *counts.entry(w.as_str()).or_default() += 1;
+                }
+            }
+            let fullest = counts
+                .into_iter()
+                .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
+                .map(|(w, _)| w.to_owned());
+            match fullest {
+                Some(w) => evict_oldest(&mut map, |s| s.workspaces.contains(&w)),
+                None => evict_oldest(&mut map, |_| true),
             }
         }
         let key = key_of(&id);
@@ -150,6 +181,7 @@ impl Sessions {
             key.clone(),
             Session {
                 token_hash,
+                workspaces,
                 csrf: random_hex(),
                 key,
                 flash: None,
@@ -158,6 +190,17 @@ impl Sessions {
             },
         );
         id
+    }
+
+    /// How many live sessions there are.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        let now = Instant::now();
+        self.map
+            .lock()
+            .values()
+            .filter(|s| self.live(s, now))
+            .count()
     }
 
     fn live(&self, s: &Session, now: Instant) -> bool {
@@ -229,17 +272,17 @@ mod tests {
 
     #[test]
     fn a_session_ends_when_idle_and_at_logout() {
-        let sessions = Sessions::new(Duration::from_millis(50));
-        let id = vec![sessions.open("h".into())];
+        let sessions = Sessions::new(Duration::from_millis(50), MAX_SESSIONS);
+        let id = vec![sessions.open("h".into(), vec!["a".into()])];
         assert!(matches!(sessions.get(&id), Lookup::Active(_)));
         std::thread::sleep(Duration::from_millis(80));
         assert!(matches!(sessions.get(&id), Lookup::Expired));
         assert!(matches!(sessions.get(&id), Lookup::Missing));
-        let id = vec![sessions.open("h".into())];
+        let id = vec![sessions.open("h".into(), vec!["a".into()])];
         sessions.end(&id);
         assert!(matches!(sessions.get(&id), Lookup::Missing));
-        let other = vec![sessions.open("h2".into())];
-        let mine = vec![sessions.open("h".into())];
+        let other = vec![sessions.open("h2".into(), vec!["a".into()])];
+        let mine = vec![sessions.open("h".into(), vec!["a".into()])];
         sessions.end_all_of("h");
         assert!(matches!(sessions.get(&mine), Lookup::Missing));
         assert!(matches!(sessions.get(&other), Lookup::Active(_)));
@@ -250,17 +293,44 @@ mod tests {
 
     #[test]
     fn one_token_cannot_crowd_out_the_others() {
-        let sessions = Sessions::new(Duration::from_secs(60));
-        let theirs = vec![sessions.open("victim".into())];
-        let first = vec![sessions.open("noisy".into())];
+        let sessions = Sessions::new(Duration::from_secs(60), MAX_SESSIONS);
+        let theirs = vec![sessions.open("victim".into(), vec!["a".into()])];
+        let first = vec![sessions.open("noisy".into(), vec!["a".into()])];
         for _ in 0..MAX_PER_TOKEN {
-            sessions.open("noisy".into());
+            sessions.open("noisy".into(), vec!["a".into()]);
         }
         assert!(
             matches!(sessions.get(&first), Lookup::Missing),
             "the noisy token's oldest ended"
         );
         assert!(matches!(sessions.get(&theirs), Lookup::Active(_)));
+    }
+
+    #[test]
+    fn one_workspace_cannot_crowd_out_anothers_curators() {
+        let sessions = Sessions::new(Duration::from_secs(60), 50);
+        let ws = |w: &str| vec![w.to_owned()];
+        let a: Vec<Vec<String>> = (0..5)
+            .map(|i| vec![sessions.open(format!("a{i}"), ws("a"))])
+            .collect();
+        // A token over both workspaces counts in each.
+        let both = vec![sessions.open("ab".into(), vec!["a".into(), "b".into()])];
+        // Workspace b's admin logs in 400 times with 20 tokens.
+        let first_b = vec![sessions.open("b0".into(), ws("b"))];
+        for i in 0..400 {
+            sessions.open(format!("b{}", i % 20), ws("b"));
+        }
+        assert_eq!(sessions.len(), 50);
+        for id in &a {
+            assert!(
+                matches!(sessions.get(id), Lookup::Active(_)),
+                "a's curators stay"
+            );
+        }
+        // The control: b's own oldest sessions made the room (and the shared one, which
+        // counted as b's too while b held the most).
+        assert!(matches!(sessions.get(&first_b), Lookup::Missing));
+        assert!(matches!(sessions.get(&both), Lookup::Missing));
     }
 
     #[test]

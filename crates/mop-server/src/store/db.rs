@@ -24,6 +24,9 @@ pub enum DbError {
     /// SQLite failed.
     #[error(transparent)]
     Sqlite(#[from] rusqlite::Error),
+    /// The database file could not be made or its mode set.
+    #[error(transparent)]
+    File(#[from] std::io::Error),
     /// PostgreSQL failed (or its connection did).
     #[error(transparent)]
     Postgres(#[from] tokio_postgres::Error),

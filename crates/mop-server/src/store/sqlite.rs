@@ -20,10 +20,42 @@ pub(crate) struct Sqlite {
     watcher: Mutex<Connection>,
 }
 
+/// Makes the database file (if missing) and takes every permission but the owner's off
+/// it, whatever the umask: it holds every card, and a card may carry what a curator let
+/// through. SQLite gives the `-wal` and `-shm` files it makes the main file's mode.
+fn owner_only(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)?;
+    let mode = file.metadata()?.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        file.set_permissions(std::fs::Permissions::from_mode(mode & 0o700))?;
+        tracing::warn!(path = %path.display(), "the database file was readable by others; it is owner-only now");
+    }
+    // A `-wal` or `-shm` left by an older version keeps its own mode: narrow it too.
+    for suffix in ["-wal", "-shm"] {
+        let mut side = path.as_os_str().to_owned();
+        side.push(suffix);
+        if let Ok(meta) = std::fs::symlink_metadata(&side)
+            && meta.is_file()
+            && meta.permissions().mode() & 0o077 != 0
+        {
+            std::fs::set_permissions(&side, std::fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    Ok(())
+}
+
 impl Sqlite {
     /// Opens (creating if needed) the file and brings its schema up to date.
     pub(crate) fn open(path: &Path) -> Result<Sqlite, (&'static str, db::DbError)> {
         let at = |context| move |e: rusqlite::Error| (context, db::DbError::from(e));
+        owner_only(path).map_err(|e| ("make the database file owner-only", e.into()))?;
         let conn = Connection::open(path).map_err(at("open"))?;
         configure(&conn).map_err(at("configure"))?;
         let watcher = Connection::open(path).map_err(at("open watcher"))?;

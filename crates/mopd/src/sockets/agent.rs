@@ -140,13 +140,14 @@ async fn list(State(s): State<AgentState>) -> Response {
     Json(ListResponse { cards, visible }).into_response()
 }
 
-/// A card as `list` and `retrieve` show it.
+/// A card as `list` and `retrieve` show it: title and description with hidden characters
+/// marked and no padding, so that neither can imitate the marks a listing adds.
 fn agent_card(line: CardLine<'_>, mounted_at: Option<String>, score: Option<f32>) -> AgentCard {
     AgentCard {
         id: line.id,
         card_type: line.card_type,
-        title: line.title.to_owned(),
-        description: line.description.map(str::to_owned),
+        title: mop_cards::one_line_for_agent(line.title),
+        description: line.description.map(mop_cards::one_line_for_agent),
         unverified: line.unverified,
         mounted_at,
         score,

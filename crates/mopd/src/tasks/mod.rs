@@ -18,7 +18,8 @@ pub mod leases;
 pub mod reaper;
 pub mod views;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -85,6 +86,8 @@ pub struct Reserved {
     owner_uid: u32,
     profile: Profile,
     generation: String,
+    /// The agent socket directory, under a random name (see [`crate::paths::Paths::agent_dir`]).
+    socket_dir: PathBuf,
     started: Instant,
 }
 
@@ -129,7 +132,8 @@ pub struct Tasks {
     receipts: Arc<Receipts>,
     spool: Arc<Spool>,
     processes: Box<dyn Processes + Send + Sync>,
-    reserving: Mutex<BTreeSet<String>>,
+    /// Task ids being prepared, with the uid of the runner preparing each.
+    reserving: Mutex<BTreeMap<String, u32>>,
     shutting_down: AtomicBool,
     tasks: Mutex<BTreeMap<String, Arc<Task>>>,
     loaded: LoadedGenerations,
@@ -311,10 +315,22 @@ impl Tasks {
             // Live tasks and reservations in progress share the id space.
             let tasks = self.tasks.lock();
             let mut reserving = self.reserving.lock();
-            if tasks.contains_key(&task.task_id) || reserving.contains(&task.task_id) {
+            if tasks.contains_key(&task.task_id) || reserving.contains_key(&task.task_id) {
                 return Err(TaskError::Conflict(format!(
                     "task {} is already live; release it first (mop release --task-id {})",
                     task.task_id, task.task_id
+                )));
+            }
+            // One runner's share first, so that it cannot take every slot of the host.
+            let theirs = tasks
+                .values()
+                .filter(|t| t.lease.lock().owner_uid == peer_uid)
+                .count()
+                + reserving.values().filter(|&&uid| uid == peer_uid).count();
+            if theirs >= config.tasks.max_tasks_per_uid {
+                return Err(TaskError::Unavailable(format!(
+                    "uid {peer_uid} has {theirs} live tasks, the most tasks.max_tasks_per_uid allows; \
+                     release some (mop tasks, mop release --task-id …) or end their runs"
                 )));
             }
             if tasks.len() + reserving.len() >= config.tasks.max_tasks {
@@ -323,7 +339,7 @@ impl Tasks {
                     tasks.len()
                 )));
             }
-            reserving.insert(task.task_id.clone());
+            reserving.insert(task.task_id.clone(), peer_uid);
         }
         let id = task.task_id.clone();
         self.reserve_dirs(task, kind, peer_uid, profile, started)
@@ -369,8 +385,9 @@ impl Tasks {
         // must not remove the new task's files later.
         self.leftovers.lock().retain(|l| l.task_id != id);
         let _ = std::fs::remove_dir_all(paths.task(&id));
-        let _ = std::fs::remove_dir_all(paths.agent_dir(&id));
-        if let Err(e) = make_dir(&paths.view(&id)).and_then(|_| make_dir(&paths.agent_dir(&id))) {
+        let socket_dir = paths.agent_dir(&crate::paths::agent_dir_name());
+        if let Err(e) = make_dir(&paths.view(&id)).and_then(|_| make_dir(&socket_dir)) {
+            let _ = std::fs::remove_dir_all(paths.task(&id));
             self.state.unpin(&ws, &generation);
             return Err(internal(e));
         }
@@ -380,6 +397,7 @@ impl Tasks {
             owner_uid,
             profile,
             generation,
+            socket_dir,
             started,
         })
     }
@@ -390,7 +408,7 @@ impl Tasks {
         Reservation {
             task_id: r.task.task_id.clone(),
             view_dir: paths.view(&r.task.task_id),
-            agent_socket_dir: paths.agent_dir(&r.task.task_id),
+            agent_socket_dir: r.socket_dir.clone(),
             profile: r.profile.clone(),
         }
     }
@@ -400,6 +418,7 @@ impl Tasks {
     pub async fn fill(&self, r: Reserved, sockets: &dyn AgentSockets) -> Result<Plan, TaskError> {
         let id = r.task.task_id.clone();
         let (ws, generation, started) = (r.task.workspace.clone(), r.generation.clone(), r.started);
+        let socket_dir = r.socket_dir.clone();
         let result = self.fill_inner(r, sockets).await;
         self.reserving.lock().remove(&id);
         match &result {
@@ -412,7 +431,7 @@ impl Tasks {
                 tracing::warn!(task = %id, error = %e, "prepare failed");
                 let paths = self.state.paths();
                 let _ = std::fs::remove_dir_all(paths.task(&id));
-                let _ = std::fs::remove_dir_all(paths.agent_dir(&id));
+                let _ = std::fs::remove_dir_all(&socket_dir);
                 self.state.unpin(&ws, &generation);
             }
         }
@@ -426,6 +445,7 @@ impl Tasks {
             owner_uid,
             profile,
             generation,
+            socket_dir,
             ..
         } = r;
         let paths = self.state.paths();
@@ -473,7 +493,7 @@ impl Tasks {
         let lease = Lease {
             epoch: loaded.catalog.epoch().to_owned(),
             revision: loaded.catalog.revision(),
-            socket_dir: paths.agent_dir(&task.task_id),
+            socket_dir,
             task,
             generation,
             kind,
@@ -633,7 +653,6 @@ impl Tasks {
                 tracing::warn!(task = %id, "lease lost its generation or view; dropped");
                 let _ = std::fs::remove_file(&file);
                 let _ = std::fs::remove_dir_all(paths.task(&id));
-                let _ = std::fs::remove_dir_all(paths.agent_dir(&id));
                 continue;
             }
             self.state.pin(ws, &lease.generation);
@@ -651,6 +670,23 @@ impl Tasks {
         {
             let name = e.file_name().to_string_lossy().into_owned();
             if !live.contains(&name) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        // Agent socket directories no live lease names: a dropped lease's, a killed
+        // prepare's.
+        let sockets_in_use: Vec<PathBuf> = self
+            .tasks
+            .lock()
+            .values()
+            .map(|t| t.lease.lock().socket_dir.clone())
+            .collect();
+        for e in std::fs::read_dir(paths.agent_dirs())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if !sockets_in_use.contains(&e.path()) {
                 let _ = std::fs::remove_dir_all(e.path());
             }
         }

@@ -1,10 +1,18 @@
 //! Security round three (issue 30), the high-severity chain: an agent in the default
 //! profile (which shares the host's network) takes mop-server's loopback port while the
 //! server restarts and catches mopd's node token on its next poll. Written as the attack,
-//! each with its control: the same squatter in a profile allowed to bind that port catches
-//! the token over plain HTTP (the hole is real), and over TLS with a pinned certificate
-//! gets a handshake and nothing else. The real mop-server, mopd and bubblewrap; runners
-//! are the unprivileged user `moprunner`.
+//! each with its control:
+//!
+//! - in the default profile the agent cannot bind the server's or mopd's metrics port
+//!   (Landlock), while a profile allowed to bind it catches the token over plain HTTP (the
+//!   hole is real), and the real server starts again on its port;
+//! - over TLS with a pinned certificate the same squatter gets a failed handshake and not
+//!   one byte;
+//! - on the server's Unix socket no local user can stand in for it, while the same user
+//!   catches the token from a plain-HTTP loopback server.
+//!
+//! The real mop-server, mopd and bubblewrap; runners are the unprivileged user
+//! `moprunner`.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::fs::PermissionsExt;
@@ -419,6 +427,127 @@ fn a_ca_file_is_only_for_https_and_must_hold_a_certificate() {
     assert!(!out.status.success());
     assert!(
         text(&out).contains(&format!("server.ca_file: {}", bad.display())),
+        "{}",
+        text(&out)
+    );
+}
+
+/// Binds a Unix socket at the path given, then reports the errno (0 when it worked).
+const UNIX_BIND_PROBE: &str = r#"
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.bind(sys.argv[1]); print(json.dumps({"errno": 0}))
+except OSError as e:
+    print(json.dumps({"errno": e.errno}))
+"#;
+
+/// A co-located mop-server on its Unix socket: only mop-server can create the socket in
+/// its own directory, so while the server is down a local user (here the runner's uid,
+/// outside any sandbox) can neither take its place nor catch the node token, and the real
+/// server comes back on it. The control: the same user, with the server on plain HTTP on
+/// loopback, takes the port and catches the token.
+#[test]
+fn on_the_servers_unix_socket_no_local_user_can_stand_in_for_it() {
+    if runner_user().is_none() {
+        return;
+    }
+    // mop-server's own directory (the packaged unit's /run/mop-server): root's, 0755.
+    let run = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(run.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = run.path().join("api.sock");
+    let mut server = Server::start_with(&format!("[server]\nsocket = \"{}\"\n", socket.display()));
+    assert!(server.import(&example_cards_dir(), WS).status.success());
+    let url = format!("unix:{}", socket.display());
+    let daemon = Daemon::start(
+        &server,
+        DaemonOptions {
+            urls: &[&url],
+            ..Default::default()
+        },
+    );
+    daemon.wait_synced();
+    let (_, status) = daemon.status();
+    assert_eq!(status["daemon"]["server_url"], url.as_str(), "{status}");
+
+    assert!(server.stop());
+    let out = mop_tests::procs::run(
+        mop_tests::procs::runner_command(PYTHON)
+            .args(["-c", UNIX_BIND_PROBE])
+            .arg(&socket),
+    );
+    let probe: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
+    assert_eq!(probe["errno"], 13, "EACCES: {probe}");
+    let synced = daemon.sync(WS);
+    assert!(synced.contains("fail"), "{synced}");
+    server.start_again();
+    let synced = daemon.sync(WS);
+    assert!(
+        synced.starts_with("acme: ") && !synced.contains("fail"),
+        "{synced}"
+    );
+
+    // The control: plain HTTP on a loopback port, the same user, outside any sandbox.
+    let port = fixed_port();
+    let mut plain = Server::start_listening("", &format!("127.0.0.1:{port}"));
+    assert!(plain.import(&example_cards_dir(), WS).status.success());
+    let daemon = Daemon::start(&plain, DaemonOptions::default());
+    daemon.wait_synced();
+    let token = node_token(&daemon);
+    assert!(plain.stop());
+    let w = tempfile::tempdir().unwrap();
+    let (uid, gid) = runner_user().unwrap();
+    nix::unistd::chown(w.path(), Some(uid.into()), Some(gid.into())).unwrap();
+    let mut squatter = mop_tests::procs::runner_command(PYTHON)
+        .args(["-c", SQUATTER, &port.to_string()])
+        .current_dir(w.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_listening(w.path(), &mut squatter);
+    daemon.sync(WS);
+    let r = report(squatter);
+    assert_eq!(r["bound"], true, "{r}");
+    let captured = String::from_utf8_lossy(&std::fs::read(w.path().join("captured")).unwrap())
+        .to_ascii_lowercase();
+    assert!(
+        captured.contains(&format!(
+            "authorization: bearer {}",
+            token.to_ascii_lowercase()
+        )),
+        "control: over plain HTTP a local user gets the node token: {captured:?}"
+    );
+}
+
+#[test]
+fn a_unix_server_url_must_be_in_a_directory_only_its_owner_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("node.token");
+    std::fs::write(&token, "t\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let open = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let config = dir.path().join("mopd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nurl = \"unix:{}/api.sock\"\ntoken_file = \"{}\"\n[sync]\nworkspaces = [\"acme\"]\n",
+            open.path().display(),
+            token.display()
+        ),
+    )
+    .unwrap();
+    let out = mop_tests::procs::run(
+        Command::new(mop_tests::procs::bin("mopd"))
+            .arg("run")
+            .arg("--config")
+            .arg(&config),
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("anyone could put a socket there"),
         "{}",
         text(&out)
     );

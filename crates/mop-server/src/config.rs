@@ -150,6 +150,10 @@ pub struct Listen {
     pub tls_cert: Option<PathBuf>,
     /// The certificate's private key (PEM).
     pub tls_key: Option<PathBuf>,
+    /// Also serve the API on this Unix socket (mode 0666), for a mopd on the same host:
+    /// only mop-server can create it in its own directory, so a daemon that connects to it
+    /// reaches the server and nothing else, with no certificate to manage.
+    pub socket: Option<PathBuf>,
 }
 
 /// `[sync]`: how changes reach daemons.
@@ -204,6 +208,7 @@ impl Default for Listen {
             body_timeout_secs: 30,
             tls_cert: None,
             tls_key: None,
+            socket: None,
         }
     }
 }
@@ -329,6 +334,14 @@ impl ServerConfig {
                 "server.tls_cert and server.tls_key go together: set both for HTTPS, or neither"
                     .into(),
             );
+        }
+        if let Some(socket) = &self.server.socket
+            && (!socket.is_absolute() || socket.as_os_str().len() > 107)
+        {
+            return Err(format!(
+                "server.socket {} must be an absolute path of at most 107 bytes (a Unix socket path)",
+                socket.display()
+            ));
         }
         if self.console.idle_secs == 0 {
             return Err("console.idle_secs must be at least 1".into());

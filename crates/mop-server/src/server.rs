@@ -100,7 +100,14 @@ async fn serve_with(
             )
         })?;
     let addr = listener.local_addr()?;
+    let unix = match &config.server.socket {
+        Some(path) => Some((bind_socket(path).await?, path.clone())),
+        None => None,
+    };
     tracing::info!(%addr, db = %store.shown(), epoch = store.epoch(), "mop-server listening");
+    if let Some(path) = &config.server.socket {
+        tracing::info!(socket = %path.display(), "mop-server listening on its Unix socket too");
+    }
     on_ready(addr);
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -134,22 +141,40 @@ async fn serve_with(
         idle_timeout_secs = limits.idle_timeout.as_secs(),
         "connection limits"
     );
+    let mut unix_stop = http_stop.clone();
     let stopped = async move {
         let _ = http_stop.wait_for(|stop| *stop).await;
     };
-    match tls {
-        Some(tls) => {
-            let listener = tls
-                .listener(
-                    listener,
-                    limits.header_timeout,
-                    mop_serve::tls::MAX_PENDING_HANDSHAKES.min(limits.max_connections),
-                )
-                .context("cannot start the TLS listener")?;
-            mop_serve::serve(listener, app, limits, stopped).await;
+    let on_socket = {
+        let app = app.clone();
+        async move {
+            if let Some((listener, path)) = unix {
+                let stopped = async move {
+                    let _ = unix_stop.wait_for(|stop| *stop).await;
+                };
+                mop_serve::serve(listener, app, limits, stopped).await;
+                let _ = std::fs::remove_file(&path);
+            }
         }
-        None => mop_serve::serve(listener, app, limits, stopped).await,
-    }
+    };
+    let on_port = async move {
+        match tls {
+            Some(tls) => {
+                let listener = tls
+                    .listener(
+                        listener,
+                        limits.header_timeout,
+                        mop_serve::tls::MAX_PENDING_HANDSHAKES.min(limits.max_connections),
+                    )
+                    .context("cannot start the TLS listener")?;
+                mop_serve::serve(listener, app, limits, stopped).await;
+            }
+            None => mop_serve::serve(listener, app, limits, stopped).await,
+        }
+        anyhow::Ok(())
+    };
+    let (served, ()) = tokio::join!(on_port, on_socket);
+    served?;
     tracing::info!("shutting down: draining background tasks");
     while tasks.join_next().await.is_some() {}
     record_token_uses(&state).await;
@@ -163,6 +188,39 @@ async fn serve_with(
     }
     tracing::info!("mop-server stopped");
     Ok(())
+}
+
+/// Binds `server.socket`: refuses to start when another server answers on it, replaces a
+/// stale socket (never another kind of file), and lets every local user connect (mode
+/// 0666; the API asks for a token as on the port). Who may create the socket is what
+/// proves it is the server: its directory must be mop-server's own.
+async fn bind_socket(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            anyhow::bail!(
+                "server.socket {} exists and is not a socket; remove it or name another path",
+                path.display()
+            );
+        }
+        if tokio::net::UnixStream::connect(path).await.is_ok() {
+            anyhow::bail!(
+                "another mop-server is already listening on {} (server.socket)",
+                path.display()
+            );
+        }
+        std::fs::remove_file(path)
+            .with_context(|| format!("cannot remove the stale socket {}", path.display()))?;
+    }
+    let listener = tokio::net::UnixListener::bind(path).with_context(|| {
+        format!(
+            "cannot listen on {} (server.socket); does its directory exist and belong to mop-server?",
+            path.display()
+        )
+    })?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+        .with_context(|| format!("cannot set the mode of {}", path.display()))?;
+    Ok(listener)
 }
 
 /// At each SIGHUP until stopped: reloads the TLS certificate and key (keeping the pair in

@@ -102,11 +102,22 @@ pub enum ManifestFetch {
     Manifest(Box<Manifest>),
 }
 
+/// One server a client knows: the URL as configured, the base its requests go to, and the
+/// HTTP client that reaches it (a `unix:` server's connects to its socket).
+#[derive(Debug)]
+struct Server {
+    shown: String,
+    base: String,
+    http: reqwest::Client,
+}
+
+/// The prefix of a server URL that names a Unix socket (`unix:/run/mop-server/api.sock`).
+pub const UNIX_PREFIX: &str = "unix:";
+
 /// A client of one mop-server, or of several replicas of one database.
 #[derive(Debug, Clone)]
 pub struct ServerClient {
-    http: reqwest::Client,
-    bases: Arc<[String]>,
+    servers: Arc<[Server]>,
     /// The index of the server that answered last (tried first).
     current: Arc<AtomicUsize>,
     token: String,
@@ -197,23 +208,44 @@ impl ServerClient {
         }
         // Installing the provider twice is harmless; it fails only if another is installed.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut builder = reqwest::Client::builder()
-            .user_agent(concat!("mopd/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(Duration::from_secs(5).min(timeout))
-            .read_timeout(timeout)
-            .tls_backend_rustls();
-        if let Some(path) = roots {
-            builder = builder.tls_certs_only(read_roots(path)?);
-        }
-        let http = builder
-            .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        let roots = roots.map(read_roots).transpose()?;
+        let builder = || {
+            let b = reqwest::Client::builder()
+                .user_agent(concat!("mopd/", env!("CARGO_PKG_VERSION")))
+                .connect_timeout(Duration::from_secs(5).min(timeout))
+                .read_timeout(timeout)
+                .tls_backend_rustls();
+            match &roots {
+                Some(r) => b.tls_certs_only(r.clone()),
+                None => b,
+            }
+        };
+        let build = |b: reqwest::ClientBuilder| {
+            b.build()
+                .map_err(|e| format!("cannot build the HTTP client: {e}"))
+        };
+        // One client for the TCP servers, shared; one per socket.
+        let tcp = build(builder())?;
+        let servers = bases
+            .iter()
+            .map(|url| {
+                let url = url.trim_end_matches('/');
+                Ok(match url.strip_prefix(UNIX_PREFIX) {
+                    Some(path) => Server {
+                        shown: url.to_owned(),
+                        base: "http://localhost".into(),
+                        http: build(builder().unix_socket(std::path::PathBuf::from(path)))?,
+                    },
+                    None => Server {
+                        shown: url.to_owned(),
+                        base: url.to_owned(),
+                        http: tcp.clone(),
+                    },
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
         Ok(ServerClient {
-            http,
-            bases: bases
-                .iter()
-                .map(|b| b.trim_end_matches('/').to_owned())
-                .collect(),
+            servers: servers.into(),
             current: Arc::default(),
             token,
             manifest_deadline: (timeout * 4).max(Duration::from_secs(60)),
@@ -222,35 +254,40 @@ impl ServerClient {
 
     /// The URL of the server that answered last (or is tried first).
     pub fn answered_by(&self) -> &str {
-        &self.bases[self.current.load(Ordering::Relaxed) % self.bases.len()]
+        &self.servers[self.current.load(Ordering::Relaxed) % self.servers.len()].shown
     }
 
     /// How many servers this client knows.
     pub fn servers(&self) -> usize {
-        self.bases.len()
+        self.servers.len()
     }
 
     /// Makes the next request start at the following server (the current one answered
     /// with something older than what is held: a replica that is behind).
     pub fn skip_current(&self) {
-        let next = (self.current.load(Ordering::Relaxed) + 1) % self.bases.len();
+        let next = (self.current.load(Ordering::Relaxed) + 1) % self.servers.len();
         self.current.store(next, Ordering::Relaxed);
     }
 
-    /// Sends the request `build` makes for a server's base URL, starting at the server that
-    /// answered last and moving on past connection failures, timeouts and 5xx answers.
-    /// Other answers (a 4xx among them) are the caller's to read.
+    /// Sends the request `build` makes with a server's client for its base URL, starting at
+    /// the server that answered last and moving on past connection failures, timeouts and
+    /// 5xx answers. Other answers (a 4xx among them) are the caller's to read.
     async fn send(
         &self,
-        build: impl Fn(&str) -> reqwest::RequestBuilder,
+        build: impl Fn(&reqwest::Client, &str) -> reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, ClientError> {
         let start = self.current.load(Ordering::Relaxed);
         let mut last = None;
-        for step in 0..self.bases.len() {
-            let i = (start + step) % self.bases.len();
-            let base = &self.bases[i];
-            let more = step + 1 < self.bases.len();
-            match build(base).bearer_auth(&self.token).send().await {
+        for step in 0..self.servers.len() {
+            let i = (start + step) % self.servers.len();
+            let server = &self.servers[i];
+            let base = &server.shown;
+            let more = step + 1 < self.servers.len();
+            match build(&server.http, &server.base)
+                .bearer_auth(&self.token)
+                .send()
+                .await
+            {
                 Ok(r) if r.status().is_server_error() && more => {
                     tracing::warn!(server = %base, status = r.status().as_u16(), "server answered with an error; trying the next one");
                     last = Some(Self::error_status(r).await);
@@ -312,9 +349,8 @@ impl ServerClient {
     ) -> Result<ManifestFetch, ClientError> {
         let since = current.map_or_else(String::new, |v| format!("?since={v}"));
         let response = self
-            .send(|base| {
-                let req = self
-                    .http
+            .send(|http, base| {
+                let req = http
                     .get(format!("{base}/v1/workspaces/{ws}/manifest{since}"))
                     .timeout(self.manifest_deadline);
                 match current {
@@ -402,9 +438,8 @@ impl ServerClient {
         key: Option<&str>,
     ) -> Result<T, ClientError> {
         let response = self
-            .send(|base| {
-                let req = self
-                    .http
+            .send(|http, base| {
+                let req = http
                     .post(format!("{base}/v1/workspaces/{ws}/{endpoint}"))
                     .json(body);
                 match key {
@@ -424,10 +459,7 @@ impl ServerClient {
     /// One object's body, to be read as it arrives.
     pub async fn object(&self, ws: &str, sha256: &str) -> Result<Body, ClientError> {
         let response = self
-            .send(|base| {
-                self.http
-                    .get(format!("{base}/v1/workspaces/{ws}/objects/{sha256}"))
-            })
+            .send(|http, base| http.get(format!("{base}/v1/workspaces/{ws}/objects/{sha256}")))
             .await?;
         if response.status() != StatusCode::OK {
             return Err(Self::error_status(response).await);
@@ -439,9 +471,8 @@ impl ServerClient {
     pub async fn object_batch(&self, ws: &str, sha256: Vec<String>) -> Result<Body, ClientError> {
         let request = ObjectBatchRequest { sha256 };
         let response = self
-            .send(|base| {
-                self.http
-                    .post(format!("{base}/v1/workspaces/{ws}/objects/batch"))
+            .send(|http, base| {
+                http.post(format!("{base}/v1/workspaces/{ws}/objects/batch"))
                     .json(&request)
             })
             .await?;

@@ -150,12 +150,37 @@ pub struct MetricsSection {
     pub token_file: Option<PathBuf>,
 }
 
+/// Checks the path of a `unix:` server URL: absolute, short enough for a socket, and in a
+/// directory that nobody but its owner can write (where nothing but the server can put a
+/// socket: the proof that a peer there is the server). A directory that does not exist
+/// yet (the server not started) is checked when it is used: the connect fails.
+fn check_server_socket(key: &str, path: &str) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let p = Path::new(path);
+    if !p.is_absolute() || path.len() > 107 {
+        return Err(format!(
+            "{key} unix:{path}: the socket must be an absolute path of at most 107 bytes"
+        ));
+    }
+    let dir = p.parent().unwrap_or(Path::new("/"));
+    if let Ok(meta) = std::fs::metadata(dir)
+        && meta.mode() & 0o022 != 0
+    {
+        return Err(format!(
+            "{key} unix:{path}: others may write {} (mode {:o}), so anyone could put a socket there and receive the node token; use mop-server's own directory (such as /run/mop-server)",
+            dir.display(),
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
 /// `[server]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerSection {
-    /// Base URL of mop-server (`https://…`, or `http://…` on a trusted network). Give
-    /// either this or `urls`.
+    /// Base URL of mop-server (`https://…`, `unix:/run/mop-server/api.sock` for a server on
+    /// this host, or `http://…` on a trusted network). Give either this or `urls`.
     #[serde(default)]
     pub url: Option<String>,
     /// Several mop-server replicas of one database, tried in order: on a connection
@@ -340,8 +365,13 @@ impl MopdConfig {
         };
         let urls = self.server.all_urls();
         for (i, url) in urls.iter().enumerate() {
-            if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 10 {
-                return Err(format!("{key} {url:?} must be an http:// or https:// URL"));
+            if let Some(path) = url.strip_prefix(crate::client::UNIX_PREFIX) {
+                check_server_socket(key, path)?;
+            } else if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 10
+            {
+                return Err(format!(
+                    "{key} {url:?} must be an http:// or https:// URL, or unix:/path of mop-server's socket"
+                ));
             }
             if urls[..i]
                 .iter()
@@ -357,20 +387,20 @@ impl MopdConfig {
                     ca.display()
                 ));
             }
-            if let Some(plain) = urls.iter().find(|u| u.starts_with("http://")) {
+            if let Some(plain) = urls.iter().find(|u| !u.starts_with("https://")) {
                 return Err(format!(
-                    "server.ca_file is set but {key} {plain:?} is plain HTTP: a certificate proves nothing there; use https://"
+                    "server.ca_file is set but {key} {plain:?} is not https://: a certificate proves nothing there; use https://"
                 ));
             }
         }
         // Every replica is trusted alike: one reached over plain HTTP would let anyone on
         // its path speak for all of them.
         if urls.len() > 1
-            && urls.iter().any(|u| u.starts_with("https://"))
+            && urls.iter().any(|u| !u.starts_with("http://"))
             && urls.iter().any(|u| u.starts_with("http://"))
         {
             return Err(format!(
-                "{key} mixes https:// and http:// replicas: use https:// for all of them (or http:// for all, on a trusted network)"
+                "{key} mixes http:// replicas with https:// or unix: ones: use https:// (or unix:) for all of them (or http:// for all, on a trusted network)"
             ));
         }
         match (&self.metrics.listen, &self.metrics.socket) {

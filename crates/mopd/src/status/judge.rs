@@ -32,7 +32,7 @@ pub fn judge(
         };
         let advice = |e: &ErrorRecord| {
             match e.kind {
-            ErrorKind::Unreachable => format!("curl -sS {server_url}/v1/health"),
+            ErrorKind::Unreachable => format!("curl -sS {}", health_url(server_url)),
             ErrorKind::Unauthorized => format!(
                 "on the server: mop-server token create --role node --workspace {ws}; put it in {token_file}; then: systemctl reload mopd"
             ),
@@ -40,7 +40,7 @@ pub fn judge(
                 "on the server: mop-server token list (the token must include workspace {ws})"
             ),
             ErrorKind::BadResponse => {
-                format!("curl -sSI {server_url}/v1/health (look for a proxy or captive portal)")
+                format!("curl -sSI {} (look for a proxy or captive portal)", health_url(server_url))
             }
             ErrorKind::Rollback => {
                 "check that the server database was not rolled back; see journalctl -u mopd".into()
@@ -90,7 +90,7 @@ pub fn judge(
                     w.last_reached
                         .map_or_else(|| "never".into(), |t| ago(now, t))
                 ),
-                format!("curl -sS {server_url}/v1/health"),
+                format!("curl -sS {}", health_url(server_url)),
             ));
         } else if stale && failing {
             // Already reported as failing; serving from the last good generation meanwhile.
@@ -110,6 +110,15 @@ pub fn judge(
         });
     }
     (problems, warnings)
+}
+
+/// curl's arguments for the health check of the server at `url` (a `unix:` server through
+/// its socket).
+fn health_url(url: &str) -> String {
+    match url.strip_prefix(crate::client::UNIX_PREFIX) {
+        Some(path) => format!("--unix-socket {path} http://localhost/v1/health"),
+        None => format!("{url}/v1/health"),
+    }
 }
 
 /// The host of an `http://` URL that is not a loopback address: where a bearer token

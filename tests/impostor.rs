@@ -74,17 +74,29 @@ out["captured_bytes"] = len(got)
 print(json.dumps(out))
 "#;
 
-/// Only binds, for each port given: the errno, or 0 when the bind worked.
+/// Only binds, for each port given: the errno, or 0 when the bind worked; then the first
+/// port again with the stream sockets that take TCP clients without being TCP (MPTCP and
+/// SMC, through AF_INET and AF_SMC).
 const BIND_PROBE: &str = r#"
 import json, socket, sys
 out = {}
-for p in sys.argv[1:]:
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+def bind(key, family, proto, port):
     try:
-        s.bind(("127.0.0.1", int(p))); out[p] = 0
+        s = socket.socket(family, socket.SOCK_STREAM, proto)
     except OSError as e:
-        out[p] = e.errno
+        out[key] = "socket:%d" % e.errno; return
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port)); out[key] = 0
+    except OSError as e:
+        out[key] = e.errno
     s.close()
+for p in sys.argv[1:]:
+    bind(p, socket.AF_INET, 0, int(p))
+first = int(sys.argv[1])
+bind("mptcp", socket.AF_INET, 262, first)
+bind("smc", socket.AF_INET, 256, first)
+bind("af_smc", 43, 0, first)
 print(json.dumps(out))
 "#;
 
@@ -272,6 +284,22 @@ fn an_agent_cannot_take_the_servers_or_the_metrics_port_and_the_server_starts_ag
     assert_eq!(probe[&p], 13, "the server's port: {probe}");
     assert_eq!(probe[&m], 13, "mopd's metrics port: {probe}");
     assert_eq!(probe["0"], 0, "a port the kernel picks: {probe}");
+    // Nor through a stream socket that takes TCP clients without being TCP.
+    for other in ["mptcp", "smc", "af_smc"] {
+        assert_eq!(
+            probe[other], "socket:1",
+            "{other} refused by seccomp: {probe}"
+        );
+    }
+    // The control: the same user outside any sandbox takes the free port with MPTCP.
+    let out = mop_tests::procs::run(
+        mop_tests::procs::runner_command(PYTHON).args(["-c", BIND_PROBE, &p]),
+    );
+    let outside: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    assert_eq!(
+        outside["mptcp"], 0,
+        "MPTCP takes the port outside: {outside}"
+    );
     let w = env.workdir();
     let squatter = env.squat("squat-default-2", w.path(), "default", port, &[]);
     let r = report(squatter);

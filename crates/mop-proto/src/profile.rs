@@ -131,31 +131,38 @@ pub struct Limits {
     /// user, the sandbox's included).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nproc: Option<u64>,
-    /// Most virtual memory per process, in bytes (`RLIMIT_AS`).
+    /// Most virtual memory per process, in bytes (`RLIMIT_AS`). Unset by default: it
+    /// counts reservations that use no memory (a JavaScript runtime's WebAssembly memories
+    /// reserve gigabytes each), so `data_bytes` bounds memory instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address_space_bytes: Option<u64>,
+    /// Most writable private memory (heap and data) per process, in bytes (`RLIMIT_DATA`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_bytes: Option<u64>,
     /// Most open files per process (`RLIMIT_NOFILE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_files: Option<u64>,
 }
 
 impl Limits {
-    /// `nproc` when a profile names none: room for an agent, its tools and a build, not
-    /// for a fork bomb that would starve the host's other tasks.
-    pub const DEFAULT_NPROC: u64 = 4096;
-    /// `address_space_bytes` when a profile names none (16 GiB): bounds one runaway
-    /// process; JavaScript runtimes' reservations (Claude Code's Node.js) fit well within.
-    pub const DEFAULT_ADDRESS_SPACE_BYTES: u64 = 16 << 30;
+    /// `nproc` when a profile names none. The kernel counts every process and thread of
+    /// the runner's user on the host against it, not the sandbox's alone, so it is set
+    /// where a busy runner never meets it and a fork bomb still stops (the host allows
+    /// some 96,000 otherwise). A pids cgroup (`systemd-run --scope -p TasksMax=…`) bounds
+    /// one task alone.
+    pub const DEFAULT_NPROC: u64 = 16_384;
+    /// `data_bytes` when a profile names none (16 GiB): bounds one runaway process.
+    pub const DEFAULT_DATA_BYTES: u64 = 16 << 30;
     /// `open_files` when a profile names none.
     pub const DEFAULT_OPEN_FILES: u64 = 65_536;
 
-    /// The limits in force: each named value, else its default.
+    /// The limits in force: each named value, else its default (none for the address
+    /// space).
     pub fn effective(&self) -> EffectiveLimits {
         EffectiveLimits {
             nproc: self.nproc.unwrap_or(Self::DEFAULT_NPROC),
-            address_space_bytes: self
-                .address_space_bytes
-                .unwrap_or(Self::DEFAULT_ADDRESS_SPACE_BYTES),
+            address_space_bytes: self.address_space_bytes,
+            data_bytes: self.data_bytes.unwrap_or(Self::DEFAULT_DATA_BYTES),
             open_files: self.open_files.unwrap_or(Self::DEFAULT_OPEN_FILES),
         }
     }
@@ -166,8 +173,10 @@ impl Limits {
 pub struct EffectiveLimits {
     /// `RLIMIT_NPROC`.
     pub nproc: u64,
-    /// `RLIMIT_AS`, in bytes.
-    pub address_space_bytes: u64,
+    /// `RLIMIT_AS`, in bytes, when a profile names it.
+    pub address_space_bytes: Option<u64>,
+    /// `RLIMIT_DATA`, in bytes.
+    pub data_bytes: u64,
     /// `RLIMIT_NOFILE`.
     pub open_files: u64,
 }
@@ -377,6 +386,7 @@ impl Profile {
                 self.limits.address_space_bytes,
                 16 << 20,
             ),
+            ("limits.data_bytes", self.limits.data_bytes, 16 << 20),
             ("limits.open_files", self.limits.open_files, 16),
         ] {
             if value.is_some_and(|v| v < least) {

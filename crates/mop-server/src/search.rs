@@ -72,7 +72,7 @@ impl SearchCache {
     /// file is locked) is not touched.
     pub fn new(base: std::path::PathBuf) -> SearchCache {
         use fs2::FileExt;
-        let _ = std::fs::create_dir_all(&base);
+        let _ = owner_only_dir(&base);
         if let Ok(entries) = std::fs::read_dir(&base) {
             for entry in entries.flatten() {
                 let path = entry.path();
@@ -168,7 +168,7 @@ fn build(store: &Store, ws: &str, under: &std::path::Path) -> Result<WorkspaceIn
             under.display()
         ))
     };
-    std::fs::create_dir_all(under).map_err(io)?;
+    owner_only_dir(under).map_err(io)?;
     let dir = tempfile::Builder::new()
         .prefix(&format!("{ws}-"))
         .tempdir_in(under)
@@ -191,4 +191,14 @@ fn build(store: &Store, ws: &str, under: &std::path::Path) -> Result<WorkspaceIn
         index,
         _dir: dir,
     })
+}
+
+/// Makes `dir` (and what is missing above it) readable by the server's user alone: the
+/// indexes hold card text, whatever the umask.
+fn owner_only_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }

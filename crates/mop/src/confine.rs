@@ -24,7 +24,9 @@
 //!
 //! **TCP ports.** The same domain (Landlock ABI 4, Linux 6.7) lets the sandbox bind only
 //! ports the kernel picks and the profile's `bind_ports`: an agent sharing the host's
-//! network cannot take mop-server's or mopd's port while either restarts.
+//! network cannot take mop-server's or mopd's port while either restarts. Landlock's rules
+//! are for TCP alone, so the seccomp filter refuses the stream sockets that accept TCP
+//! clients without being TCP (MPTCP, SMC).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -67,6 +69,16 @@ pub const DENIED_IOCTLS: &[(&str, u64)] = &[
     ("TIOCLINUX", libc::TIOCLINUX as u64),
 ];
 
+/// Sockets the sandbox may not create, as (what, argument index, value): MPTCP
+/// (`IPPROTO_MPTCP`, 262) and SMC (`AF_SMC`, 43, or `IPPROTO_SMC`, 256) stream sockets
+/// accept plain TCP clients but are not TCP to Landlock's bind rules, so any of them would
+/// let an agent listen on mop-server's port after all; agents have plain TCP.
+pub const DENIED_SOCKETS: &[(&str, u8, u64)] = &[
+    ("IPPROTO_MPTCP", 2, 262),
+    ("IPPROTO_SMC", 2, 256),
+    ("AF_SMC", 0, 43),
+];
+
 /// The x32 ABI's system calls carry this bit in their number on x86_64. They match no
 /// rule by number, so the filter refuses all of them.
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
@@ -90,6 +102,15 @@ pub fn seccomp_program() -> Result<Vec<u8>, String> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
     rules.insert(libc::SYS_ioctl, ioctl_rules);
+    let socket_rules = DENIED_SOCKETS
+        .iter()
+        .map(|(_, arg, value)| {
+            SeccompCondition::new(*arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, *value)
+                .and_then(|c| SeccompRule::new(vec![c]))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    rules.insert(libc::SYS_socket, socket_rules);
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,

@@ -18,8 +18,8 @@
 //! kills by pattern (`pkill -f 'mop run'`) reaches it too; kill the runner by its pid,
 //! or its whole cgroup, which holds the sandbox as well. On a normal end
 //! `mop run` writes `d` and the guard exits. On end-of-file without it, the guard kills
-//! every process of the task that started before that moment: bwrap's processes (their
-//! command line names the task) and what runs in the sandbox (its environment does).
+//! every process of the task that started before that moment: bwrap's processes and what
+//! runs in the sandbox (their environment names the task).
 //! Killing the sandbox's pid 1 ends its whole pid namespace.
 
 use std::io::Read;
@@ -101,7 +101,6 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 /// Processes of task `task_id` (of this uid: no other may be signalled anyway) that
 /// started no later than `cutoff`, so that a new task reusing the id is left alone.
 fn task_processes(task_id: &str, cutoff: u64) -> Vec<i32> {
-    let in_cmdline = format!("--setenv\0MOP_TASK_ID\0{task_id}\0");
     let in_environ = format!("MOP_TASK_ID={task_id}\0");
     let me = std::process::id() as i32;
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -118,8 +117,7 @@ fn task_processes(task_id: &str, cutoff: u64) -> Vec<i32> {
             let read = |f: &str| std::fs::read(dir.join(f)).ok();
             let started =
                 mop_proto::host::parse_start_time(&String::from_utf8_lossy(&read("stat")?))?;
-            let ours = read("cmdline").is_some_and(|c| contains(&c, in_cmdline.as_bytes()))
-                || read("environ").is_some_and(|c| contains(&c, in_environ.as_bytes()));
+            let ours = read("environ").is_some_and(|c| contains(&c, in_environ.as_bytes()));
             (ours && started <= cutoff).then_some(pid)
         })
         .collect()

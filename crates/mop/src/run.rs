@@ -277,7 +277,6 @@ fn sandboxed(
         status_fd,
         seccomp_fd,
         mop_exe: &mop_exe,
-        env: &env,
         new_session,
         primed_dirs: &primed.dirs,
         primed_files: &primed_fds,
@@ -295,6 +294,8 @@ fn sandboxed(
                 "plan": plan,
                 "bwrap": bwrap,
                 "args": shown,
+                // Names only: values may be secrets the runner passed.
+                "env": env.iter().map(|(k, _)| k).collect::<Vec<_>>(),
                 "fds": { "workdir": workdir_fd, "view": view_fds, "agent_socket_dir": socket_fd, "status": status_fd, "seccomp": seccomp_fd },
                 "agent": agent.name(),
             }))?
@@ -326,7 +327,11 @@ fn sandboxed(
     }
     // Spawned from the main thread (see the module comment); tokio only reaps it.
     let mut std_cmd = Command::new(bwrap);
-    std_cmd.args(&args).env_clear();
+    // The sandbox's environment is bwrap's own (see `bwrap_args`), never its command line.
+    std_cmd
+        .args(&args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)));
     sys::prepare_bwrap_exec(&mut std_cmd, rlimits(&r.profile.limits));
     let mut child = {
         let _rt = rt.enter();
@@ -455,7 +460,7 @@ fn rlimits(l: &mop_proto::Limits) -> Vec<(nix::sys::resource::Resource, u64)> {
     use nix::sys::resource::{Resource, getrlimit};
     let e = l.effective();
     [
-        (Resource::RLIMIT_NPROC, "nproc", e.nproc, l.nproc),
+        (Resource::RLIMIT_NPROC, "nproc", Some(e.nproc), l.nproc),
         (
             Resource::RLIMIT_AS,
             "address_space_bytes",
@@ -463,21 +468,28 @@ fn rlimits(l: &mop_proto::Limits) -> Vec<(nix::sys::resource::Resource, u64)> {
             l.address_space_bytes,
         ),
         (
+            Resource::RLIMIT_DATA,
+            "data_bytes",
+            Some(e.data_bytes),
+            l.data_bytes,
+        ),
+        (
             Resource::RLIMIT_NOFILE,
             "open_files",
-            e.open_files,
+            Some(e.open_files),
             l.open_files,
         ),
     ]
     .into_iter()
-    .map(|(resource, key, value, named)| {
+    .filter_map(|(resource, key, value, named)| {
+        let value = value?;
         let hard = getrlimit(resource).map_or(u64::MAX, |(_, hard)| hard);
         if named.is_some() && value > hard {
             eprintln!(
                 "mop: note: the profile's limits.{key} = {value} is above the runner's own hard limit; {hard} applies"
             );
         }
-        (resource, value.min(hard))
+        Some((resource, value.min(hard)))
     })
     .collect()
 }

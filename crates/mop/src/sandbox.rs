@@ -81,8 +81,6 @@ pub struct Spec<'a> {
     pub seccomp_fd: RawFd,
     /// This `mop` binary, bound in as `/run/mop/bin/mop`.
     pub mop_exe: &'a Path,
-    /// The sandbox environment (complete: bwrap starts from `--clearenv`).
-    pub env: &'a [(String, String)],
     /// `--new-session` (TIOCSTI protection).
     pub new_session: bool,
     /// Directories to create for the agent's priming files (parents first).
@@ -93,7 +91,10 @@ pub struct Spec<'a> {
     pub command: &'a [OsString],
 }
 
-/// The bwrap argument list for a task.
+/// The bwrap argument list for a task. The environment is not in it: `mop run` starts
+/// bwrap with exactly the sandbox's environment, which bwrap passes on. Why: a command line
+/// is readable by every local user in `/proc/<pid>/cmdline`, and the environment carries
+/// what the runner passed (`--env ANTHROPIC_API_KEY`); `/proc/<pid>/environ` is its owner's.
 pub fn bwrap_args(s: &Spec<'_>) -> Vec<OsString> {
     let mut a: Vec<OsString> = Vec::new();
     let mut push = |items: &[&dyn AsRef<std::ffi::OsStr>]| {
@@ -118,10 +119,6 @@ pub fn bwrap_args(s: &Spec<'_>) -> Vec<OsString> {
     push(&[&"--cap-drop", &"ALL"]);
     if !s.profile.nesting {
         push(&[&"--disable-userns"]);
-    }
-    push(&[&"--clearenv"]);
-    for (k, v) in s.env {
-        push(&[&"--setenv", k, v]);
     }
     push(&[
         &"--proc", &"/proc", &"--dev", &"/dev", &"--tmpfs", &"/tmp", &"--tmpfs", &"/run",
@@ -252,7 +249,6 @@ mod tests {
                 path: "/bin".into(),
             },
         ];
-        let env = vec![("PATH".to_owned(), "/run/mop/bin:/usr/bin".to_owned())];
         let command = vec![OsString::from("/bin/true"), OsString::from("--x")];
         bwrap_args(&Spec {
             profile: p,
@@ -264,7 +260,6 @@ mod tests {
             status_fd: 7,
             seccomp_fd: 8,
             mop_exe: Path::new("/usr/bin/mop"),
-            env: &env,
             new_session,
             primed_dirs: &["/run/mop/home".into()],
             primed_files: &[(10, "/run/mop/home/.claude.json".into())],
@@ -281,8 +276,7 @@ mod tests {
         assert_eq!(
             args,
             "--unshare-user --unshare-pid --unshare-ipc --unshare-uts --unshare-cgroup-try \
-             --die-with-parent --new-session --cap-drop ALL --disable-userns --clearenv \
-             --setenv PATH /run/mop/bin:/usr/bin --proc /proc --dev /dev --tmpfs /tmp --tmpfs /run \
+             --die-with-parent --new-session --cap-drop ALL --disable-userns --proc /proc --dev /dev --tmpfs /tmp --tmpfs /run \
              --ro-bind /usr /usr --symlink usr/bin /bin --bind-fd 4 /w --ro-bind-fd 5 /run/mop/memory \
              --ro-bind-fd 9 /w/.claude/memory --ro-bind-fd 6 /run/mop/agent \
              --ro-bind /usr/bin/mop /run/mop/bin/mop --dir /run/mop/saved --dir /run/mop/home \

@@ -315,24 +315,10 @@ pub(super) async fn login(
         &headers,
         &console.app.config.console.trusted_proxies,
     );
-    if let Some(src) = source
-        && let Err(secs) = console.logins.check(src)
-    {
-        metrics.console_login("throttled");
-        // Not logged at warn: a flood would flood the log; the metrics count these.
-        tracing::debug!(source = %src, "console login refused unchecked: too many failed logins from this source");
-        let mut response = login_form(
-            StatusCode::TOO_MANY_REQUESTS,
-            Some(&format!(
-                "Too many failed logins from your address. Try again in {secs} s."
-            )),
-            "/console/",
-        );
-        if let Ok(v) = secs.to_string().parse() {
-            response.headers_mut().insert(header::RETRY_AFTER, v);
-        }
-        return response;
-    }
+    // A source past its failures is not locked out: a valid token still logs in (so no
+    // one can lock the curators behind a proxy or a tunnel out by failing on purpose), but
+    // its failures are refused without a database lookup and without a log line each.
+    let throttled = source.and_then(|src| console.logins.check(src).err());
     let form: LoginForm = match crate::api::read_body(&console.app, &headers, body)
         .await
         .ok()
@@ -351,10 +337,26 @@ pub(super) async fn login(
     let hash = token_hash(form.token.trim());
     let app = &console.app;
     let mut info = app.token(&hash);
-    if info.is_none() && app.refresh_if_changed().is_ok() {
+    if info.is_none() && throttled.is_none() && app.refresh_if_changed().is_ok() {
         info = app.token(&hash);
     }
     let refuse = |m: &str| {
+        if let Some(secs) = throttled {
+            metrics.console_login("throttled");
+            // Not logged at warn: a flood would flood the log; the metrics count these.
+            tracing::debug!(source = ?source, "console login refused: a wrong token from a throttled source");
+            let mut response = login_form(
+                StatusCode::TOO_MANY_REQUESTS,
+                Some(&format!(
+                    "Too many failed logins from your address: a wrong token is refused for {secs} s more. A valid admin token still logs in."
+                )),
+                &next,
+            );
+            if let Ok(v) = secs.to_string().parse() {
+                response.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+            return response;
+        }
         metrics.console_login("refused");
         let failed = console.logins.failed(source);
         // The source and the count, never the token (not even its hash).

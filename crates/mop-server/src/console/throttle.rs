@@ -1,7 +1,9 @@
 //! Failed console logins, per source: each failure spends one unit of the source's bucket
-//! (`console.login_failures_per_minute`), and a source with none left is answered 429
-//! without its token being checked. Every failure is logged with its source and the
-//! failures counted since start, never the token; the metrics count logins by outcome.
+//! (`console.login_failures_per_minute`). A source with none left still logs in with a
+//! valid token (curators behind one proxy or tunnel share a source, and must not be locked
+//! out by someone failing on purpose), but its wrong tokens are answered 429 without a
+//! database lookup or a log line each. Every counted failure is logged with its source and
+//! the failures since start, never the token; the metrics count logins by outcome.
 
 use std::net::{IpAddr, SocketAddr};
 

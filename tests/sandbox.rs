@@ -938,3 +938,68 @@ fn the_daemons_metrics_port_answers_no_sandbox() {
     assert_eq!(r.status().as_u16(), 200);
     assert!(r.text().unwrap().contains("mopd_live_tasks"));
 }
+
+/// Security round three (issue 30, found in review): what a runner passes into a sandbox
+/// (`--env ANTHROPIC_API_KEY=…`) is no other local user's to read. The attack: another user
+/// (`nobody`) reads every process's command line while a task runs; bwrap's used to carry
+/// each variable as `--setenv NAME VALUE`. The control: the variable did reach the
+/// command in the sandbox.
+#[test]
+fn a_secret_passed_into_the_sandbox_is_on_no_command_line() {
+    let Some(env) = setup() else { return };
+    let w = env.workdir();
+    let secret = format!("sk-test-{}", std::process::id());
+    // As README says to pass a key: by name, its value from the runner's environment.
+    let mut task = env
+        .mop_run(
+            "secret-env",
+            w.path(),
+            &["--env", "MOP_TEST_API_KEY"],
+            &[
+                "/bin/sh",
+                "-c",
+                "printenv MOP_TEST_API_KEY > seen; sleep 30",
+            ],
+        )
+        .env("MOP_TEST_API_KEY", &secret)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !w.path().join("seen").exists() {
+        assert!(Instant::now() < deadline, "the task never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The scanner takes the secret from its environment, so its own command line holds
+    // none of it.
+    let scan = "import glob, os\nsecret, n = os.environ['SECRET'].encode(), 0\nfor f in glob.glob('/proc/[0-9]*/cmdline'):\n    try:\n        n += secret in open(f, 'rb').read()\n    except OSError:\n        pass\nprint(n)";
+    let out = run(Command::new("/usr/bin/setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "--",
+            PYTHON,
+            "-c",
+            scan,
+        ])
+        .env("SECRET", &secret));
+    let _ = task.kill();
+    let _ = task.wait();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "0",
+        "a command line carries the secret: {}",
+        text(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.path().join("seen"))
+            .unwrap()
+            .trim(),
+        secret,
+        "the control: the command has it"
+    );
+}

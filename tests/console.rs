@@ -1396,6 +1396,32 @@ fn a_curator_sees_all_an_agent_reads_before_a_one_key_verify() {
         "{text:?}"
     );
 
+    // List, search and stale pages mark hidden characters in titles too.
+    let (code, stored) = agent_store(
+        &server,
+        &node,
+        "task-hidden-title",
+        json!({"type": "fact", "title": "Undo retention \u{202E}deifirev\u{202C} (verified)",
+               "body": "Undo retention matters for the nightly reports.\n"}),
+    );
+    assert_eq!(code, 201, "{stored}");
+    for page in [
+        format!("/console/w/{WS}/search?q=retention"),
+        format!("/console/w/{WS}/search"),
+        format!("/console/w/{WS}/stale?days=1"),
+    ] {
+        b.goto(&page);
+        b.wait_for("main");
+        let text = b.page_text();
+        assert!(!text.contains('\u{202E}'), "{page}: {text}");
+        if !page.contains("stale") {
+            assert!(
+                text.contains("Undo retention ⟨U+202E⟩deifirev⟨U+202C⟩"),
+                "{page}: {text}"
+            );
+        }
+    }
+
     // The control: the plain card, and the one whose instruction the page shows, are
     // verified from the keyboard.
     for name in ["plain", "title"] {

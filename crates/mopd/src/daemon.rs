@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::client::{ServerClient, read_token};
 use crate::config::MopdConfig;
-use crate::pool::make_dir;
+use crate::files::make_dir;
 use crate::receipts::Receipts;
 use crate::sockets::agent::AgentServer;
 use crate::sockets::control::ControlState;

@@ -2,7 +2,8 @@
 //! (views) → the sandbox; see ARCHITECTURE.md for the picture.
 //!
 //! - [`config`]: `mopd.toml`, validated, reloadable; [`paths`]: every path under the
-//!   cache, state and runtime directories; [`state`]: the one daemon state.
+//!   cache, state and runtime directories; [`files`]: directories and whole-file writes
+//!   made one way; [`state`]: the one daemon state.
 //! - [`client`]: the card server's protocol, client side (conditional and delta
 //!   manifests, object streams); it knows nothing of the pool.
 //! - [`sync`]: per workspace, a pure plan (manifest + pool → what to fetch and publish)
@@ -27,6 +28,7 @@ pub mod config;
 pub mod daemon;
 pub mod demo;
 pub mod embedding;
+pub mod files;
 pub mod metrics;
 pub mod paths;
 pub mod pool;

@@ -288,7 +288,7 @@ fn verify(config_path: &Path, repair: bool, only: Option<String>, json: bool) ->
                 config_path.to_owned(),
             ));
             let pool = Pool::open(state.paths(), ws)?;
-            let status = Arc::new(Mutex::new(mopd::status::load(state.paths(), ws)));
+            let status = Arc::new(Mutex::new(mopd::sync::record::load(state.paths(), ws)));
             let syncer = mopd::sync::Syncer::new(ws.clone(), pool, status, state);
             let (report, repaired_generation) = rt
                 .block_on(syncer.verify(repair))

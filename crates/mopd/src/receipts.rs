@@ -101,12 +101,7 @@ fn micros(t: Timestamp) -> i64 {
 }
 
 fn write_json(path: &std::path::Path, value: &LocalReceipt) -> std::io::Result<()> {
-    let dir = path.parent().expect("receipt files have a directory");
-    crate::pool::make_dir(dir).map_err(std::io::Error::other)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(&serde_json::to_vec(value).expect("receipts serialize"))?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    crate::files::replace_json(path, value, false)
 }
 
 fn read_json(path: &std::path::Path) -> Option<LocalReceipt> {
@@ -130,7 +125,7 @@ fn load_key(paths: &Paths) -> std::io::Result<[u8; 32]> {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
         Err(_) => {}
     }
-    crate::pool::make_dir(&paths.receipts()).map_err(std::io::Error::other)?;
+    crate::files::make_dir(&paths.receipts())?;
     let mut key = [0u8; 32];
     getrandom::fill(&mut key).map_err(std::io::Error::other)?;
     let tmp = path.with_extension("tmp");
@@ -414,9 +409,8 @@ impl Receipts {
     fn mark(&self, path: &std::path::Path, kind: ReceiptKind) {
         let Some(name) = path.file_name() else { return };
         let dir = self.paths.receipt_dir(kind);
-        let moved = crate::pool::make_dir(&dir)
-            .map_err(std::io::Error::other)
-            .and_then(|_| std::fs::rename(path, dir.join(name)));
+        let moved =
+            crate::files::make_dir(&dir).and_then(|_| std::fs::rename(path, dir.join(name)));
         if let Err(e) = moved {
             tracing::warn!(path = %path.display(), error = %e, "cannot move a reported receipt");
         }

@@ -19,7 +19,6 @@
 //! Must not decide what a store does on the server, nor decide what a task sees.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -217,18 +216,6 @@ pub struct Spool {
     wake: Notify,
 }
 
-/// Writes `bytes` to `path` so that it is on disk when this returns: a temporary file in
-/// the same directory (0600), flushed, renamed into place, and the directory flushed.
-fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().expect("spool files have a directory");
-    crate::pool::make_dir(dir).map_err(std::io::Error::other)?;
-    let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    std::fs::File::open(dir)?.sync_all()
-}
-
 /// `<20 digits>-<store id>.json` → (seq, store id).
 fn parse_entry_name(name: &str) -> Option<(u64, &str)> {
     let stem = name.strip_suffix(".json")?;
@@ -354,7 +341,7 @@ impl Spool {
         }
         let seq = inner.next_seq;
         // Written under the lock, so the queue's order is the order of the files.
-        write_durably(&self.paths.spool_entry(seq, &q.store_id), &bytes)?;
+        crate::files::replace_durably(&self.paths.spool_entry(seq, &q.store_id), &bytes)?;
         inner.next_seq += 1;
         inner.queue.insert(
             seq,
@@ -444,7 +431,9 @@ impl Spool {
             result,
         };
         let record = serde_json::to_vec(&done).expect("records serialize");
-        if let Err(e) = write_durably(&self.paths.spool_done_entry(&done.store_id), &record) {
+        if let Err(e) =
+            crate::files::replace_durably(&self.paths.spool_done_entry(&done.store_id), &record)
+        {
             tracing::warn!(store = %done.store_id, error = %e, "cannot keep what became of a queued store");
         }
         let path = self.paths.spool_entry(seq, &entry.store_id);

@@ -49,7 +49,7 @@ impl Workspaces {
         if let Err(e) = pool.collect(&self.state.pinned(ws), None) {
             tracing::warn!(workspace = ws, error = %e, "cannot collect leftovers");
         }
-        let status = Arc::new(Mutex::new(crate::status::load(paths, ws)));
+        let status = Arc::new(Mutex::new(crate::sync::record::load(paths, ws)));
         self.state.set_status(ws, Some(status.clone()));
         let syncer = Syncer::new(ws.to_owned(), pool, status, self.state.clone());
         let (trigger, triggers) = mpsc::channel(16);

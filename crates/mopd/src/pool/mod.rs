@@ -16,9 +16,9 @@ pub mod generations;
 pub mod objects;
 
 use std::collections::BTreeSet;
-use std::fs::{self, DirBuilder, File};
+use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 pub use collect::GcReport;
@@ -81,13 +81,9 @@ pub(crate) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> PoolError + '_ {
     }
 }
 
-/// Creates a directory (and parents) with mode 0750.
-pub fn make_dir(path: &Path) -> Result<(), PoolError> {
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o750)
-        .create(path)
-        .map_err(io_err(path))
+/// Creates a directory (and parents) of the pool ([`crate::files::make_dir`]).
+pub(crate) fn make_dir(path: &Path) -> Result<(), PoolError> {
+    crate::files::make_dir(path).map_err(io_err(path))
 }
 
 /// One workspace's pool.

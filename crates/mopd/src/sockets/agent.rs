@@ -37,8 +37,8 @@ use tokio::net::UnixListener;
 
 use super::{Admit, CheckedListener, error, error_with_code, guarded, json_required};
 use crate::client::ClientError;
+use crate::files::make_dir;
 use crate::paths::AGENT_SOCKET;
-use crate::pool::make_dir;
 use crate::spool::{Queued, SpoolError};
 use crate::tasks::{AgentSockets, Task, Tasks};
 
@@ -58,7 +58,7 @@ impl AgentServer {
 impl AgentSockets for AgentServer {
     fn open(&self, task: Arc<Task>) -> std::io::Result<()> {
         let lease = task.lease();
-        make_dir(&lease.socket_dir).map_err(std::io::Error::other)?;
+        make_dir(&lease.socket_dir)?;
         let path = lease.socket_dir.join(AGENT_SOCKET);
         let _ = std::fs::remove_file(&path);
         let listener =

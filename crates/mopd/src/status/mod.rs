@@ -1,7 +1,6 @@
 //! What `mopd status` shows. The report's model is in `mop_proto::status` (it crosses the
 //! control socket); here it is assembled ([`assemble`]), judged ([`judge`]) and rendered
-//! ([`render`]), and each workspace's status is persisted so a restart shows the last sync
-//! at once.
+//! ([`render`]). Each workspace's status is sync's to keep (`sync::record`).
 //!
 //! Must not change anything: it only reads the daemon's state.
 
@@ -14,41 +13,6 @@ use jiff::Timestamp;
 pub use mop_proto::status::*;
 
 use crate::config::MopdConfig;
-use crate::paths::Paths;
-
-/// Loads a workspace's persisted status (or a fresh one); counters start again at zero.
-pub fn load(paths: &Paths, ws: &str) -> WorkspaceStatus {
-    std::fs::read(paths.status_file(ws))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<WorkspaceStatus>(&b).ok())
-        .map(|mut s| {
-            s.stats = Default::default();
-            s
-        })
-        .unwrap_or_else(|| WorkspaceStatus {
-            workspace: ws.to_owned(),
-            ..Default::default()
-        })
-}
-
-/// Persists a workspace's status (beside, then renamed into place); a failure is logged.
-pub fn save(paths: &Paths, status: &WorkspaceStatus) {
-    let path = paths.status_file(&status.workspace);
-    let result = (|| -> std::io::Result<()> {
-        let dir = path.parent().expect("status files have a directory");
-        crate::pool::make_dir(dir).map_err(std::io::Error::other)?;
-        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-        std::io::Write::write_all(
-            &mut tmp,
-            &serde_json::to_vec_pretty(status).expect("status serializes"),
-        )?;
-        tmp.persist(&path).map_err(|e| e.error)?;
-        Ok(())
-    })();
-    if let Err(e) = result {
-        tracing::warn!(workspace = %status.workspace, path = %path.display(), error = %e, "cannot save sync status");
-    }
-}
 
 /// What the report is made of, gathered by the daemon.
 pub struct Facts<'a> {

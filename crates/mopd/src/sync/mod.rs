@@ -9,6 +9,7 @@
 
 pub mod fetch;
 pub mod plan;
+pub mod record;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -272,7 +273,7 @@ impl Syncer {
         };
         metrics.sync(&self.ws, &result);
         metrics.pool_bytes(&self.ws, status.pool_bytes);
-        crate::status::save(self.state.paths(), &status);
+        record::save(self.state.paths(), &status);
         outcome.map(|(r, _)| r)
     }
 

@@ -112,23 +112,14 @@ pub fn expiry(secs: u64) -> Result<Timestamp, TaskError> {
 
 /// Persists a lease (beside, then renamed into place).
 pub fn save(paths: &Paths, lease: &Lease) -> std::io::Result<()> {
-    let path = paths.lease(&lease.task.task_id);
-    let dir = path.parent().expect("lease files have a directory");
-    crate::pool::make_dir(dir).map_err(std::io::Error::other)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(
-        &mut tmp,
-        &serde_json::to_vec_pretty(lease).expect("leases serialize"),
-    )?;
-    tmp.persist(&path).map_err(|e| e.error)?;
-    Ok(())
+    crate::files::replace_json(&paths.lease(&lease.task.task_id), lease, true)
 }
 
 /// Every persisted lease, with the file it was read from; unreadable files are removed
 /// (and logged).
 pub fn load_all(paths: &Paths) -> Vec<(PathBuf, Lease)> {
     let dir = paths.leases();
-    let _ = crate::pool::make_dir(&dir);
+    let _ = crate::files::make_dir(&dir);
     let mut out = Vec::new();
     for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
         let path = e.path();

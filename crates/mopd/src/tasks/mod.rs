@@ -34,7 +34,8 @@ use mop_search::select_for_task;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use crate::pool::{Pool, make_dir};
+use crate::files::make_dir;
+use crate::pool::Pool;
 use crate::receipts::Receipts;
 use crate::spool::Spool;
 use crate::state::State;

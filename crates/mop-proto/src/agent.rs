@@ -74,6 +74,41 @@ pub struct AgentStoreRequest {
     pub card: NewCard,
 }
 
+/// What binding a store asked for that its task cannot give.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum UnboundScope {
+    /// A personal card, in a task without a user.
+    #[error("this task has no user")]
+    NoUser,
+    /// An asset card, in a task without an asset.
+    #[error("this task has no asset")]
+    NoAsset,
+}
+
+impl AgentStoreRequest {
+    /// The store of `card` bound to the task's own user (`personal`) and/or asset, which
+    /// the task names: how `mop memory store` and the MCP tool build one alike.
+    pub fn bound(
+        mut card: crate::sync::NewCard,
+        personal: bool,
+        asset: bool,
+        task_user: Option<&str>,
+        task_asset: Option<&str>,
+    ) -> Result<AgentStoreRequest, UnboundScope> {
+        let pick = |wanted: bool, value: Option<&str>, missing: UnboundScope| match (wanted, value)
+        {
+            (false, _) => Ok(None),
+            (true, Some(v)) => Ok(Some(v.to_owned())),
+            (true, None) => Err(missing),
+        };
+        card.scope = mop_cards::Scope {
+            user_id: pick(personal, task_user, UnboundScope::NoUser)?,
+            asset_id: pick(asset, task_asset, UnboundScope::NoAsset)?,
+        };
+        Ok(AgentStoreRequest { card })
+    }
+}
+
 /// The answer to a store, as the agent sees it.
 pub type AgentStoreResponse = StoreResponse;
 

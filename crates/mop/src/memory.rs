@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use mop_cards::{CardId, CardType, MAX_BODY_BYTES, MAX_DESCRIPTION_CHARS, MAX_TITLE_CHARS, Scope};
 use mop_proto::client::ControlError;
 use mop_proto::sync::NewCard;
-use mop_proto::{Agent, AgentStoreRequest, RetrieveRequest};
+use mop_proto::{Agent, AgentStoreRequest, RetrieveRequest, UnboundScope};
 
 /// The task's agent socket, from `MOP_AGENT_SOCKET` (which `mop run` sets).
 pub fn agent() -> Result<Agent> {
@@ -221,30 +221,22 @@ pub async fn store(a: StoreArgs, user: Option<String>, asset: Option<String>) ->
             bail!("{flag} is {n} characters; at most {max} (put the detail in the card text)");
         }
     }
-    let scope = Scope {
-        user_id: if a.personal {
-            Some(user.context("--personal: this task has no user")?)
-        } else {
-            None
-        },
-        asset_id: if a.asset {
-            Some(asset.context("--asset: this task has no asset")?)
-        } else {
-            None
-        },
+    let card = NewCard {
+        card_type: a.card_type,
+        title: a.title,
+        description: a.description,
+        labels: a.labels,
+        error_codes: a.error_codes,
+        stacks: a.stacks,
+        scope: Scope::default(),
+        body,
     };
-    let req = AgentStoreRequest {
-        card: NewCard {
-            card_type: a.card_type,
-            title: a.title,
-            description: a.description,
-            labels: a.labels,
-            error_codes: a.error_codes,
-            stacks: a.stacks,
-            scope,
-            body,
-        },
-    };
+    let req =
+        AgentStoreRequest::bound(card, a.personal, a.asset, user.as_deref(), asset.as_deref())
+            .map_err(|e| match e {
+                UnboundScope::NoUser => anyhow::anyhow!("--personal: {e}"),
+                UnboundScope::NoAsset => anyhow::anyhow!("--asset: {e}"),
+            })?;
     let agent = agent()?;
     let r = agent
         .store(&req)

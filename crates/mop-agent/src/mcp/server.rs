@@ -11,7 +11,7 @@ use mop_cards::{CardId, CardType, Scope};
 use mop_proto::client::ControlError;
 use mop_proto::inside;
 use mop_proto::sync::NewCard;
-use mop_proto::{AgentCard, AgentStoreRequest, RetrieveRequest};
+use mop_proto::{AgentCard, AgentStoreRequest, RetrieveRequest, UnboundScope};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
@@ -267,32 +267,33 @@ impl MemoryServer {
         &self,
         Parameters(a): Parameters<StoreArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        let bind =
-            |wanted: bool, value: &Option<String>, flag: &str, what: &str| match (wanted, value) {
-                (false, _) => Ok(None),
-                (true, Some(v)) => Ok(Some(v.clone())),
-                (true, None) => Err(bad_input(format!(
-                    "memory_store: {flag} is true, but this task has no {what}; store without it"
-                ))),
-            };
-        let scope = match (
-            bind(a.personal, &self.scope.user, "personal", "user"),
-            bind(a.asset, &self.scope.asset, "asset", "asset"),
-        ) {
-            (Ok(user_id), Ok(asset_id)) => Scope { user_id, asset_id },
-            (Err(e), _) | (_, Err(e)) => return Ok(e),
+        let card = NewCard {
+            card_type: a.card_type,
+            title: a.title,
+            description: a.description,
+            labels: a.labels,
+            error_codes: a.error_codes,
+            stacks: a.stacks,
+            scope: Scope::default(),
+            body: a.content,
         };
-        let req = AgentStoreRequest {
-            card: NewCard {
-                card_type: a.card_type,
-                title: a.title,
-                description: a.description,
-                labels: a.labels,
-                error_codes: a.error_codes,
-                stacks: a.stacks,
-                scope,
-                body: a.content,
-            },
+        let req = match AgentStoreRequest::bound(
+            card,
+            a.personal,
+            a.asset,
+            self.scope.user.as_deref(),
+            self.scope.asset.as_deref(),
+        ) {
+            Ok(r) => r,
+            Err(e) => {
+                let flag = match e {
+                    UnboundScope::NoUser => "personal",
+                    UnboundScope::NoAsset => "asset",
+                };
+                return Ok(bad_input(format!(
+                    "memory_store: {flag} is true, but {e}; store without it"
+                )));
+            }
         };
         match self.memory.store(req).await {
             Ok(r) => Ok(ok(

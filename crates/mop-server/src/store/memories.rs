@@ -219,16 +219,8 @@ impl Store {
                 )));
             }
         }
-        if c.scope.user_id.is_some() && c.scope.user_id != p.user_id {
-            return Err(StoreError::Invalid(
-                "card.scope.user_id names another user than the task's provenance; a task may bind a card only to its own user".into(),
-            ));
-        }
-        if c.scope.asset_id.is_some() && c.scope.asset_id != p.asset_id {
-            return Err(StoreError::Invalid(
-                "card.scope.asset_id names another asset than the task's provenance; a task may bind a card only to its own asset".into(),
-            ));
-        }
+        p.binds(&c.scope)
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
         let now_ts = Timestamp::now();
         let summary = CardSummary {
             id: CardId::from_uuid(uuid::Uuid::new_v4()),
@@ -263,14 +255,8 @@ impl Store {
         new_card
             .validate()
             .map_err(|e| StoreError::Invalid(format!("card: {e}")))?;
-        if p.user_id.is_none() {
-            return Err(StoreError::Forbidden(format!(
-                "task {} names no user, so nobody is the author of what it stores and no task could \
-                 ever see the card; stores from tasks without a user are refused. Start the task \
-                 with a user (mop run --user NAME) to let its agent store memory",
-                p.task_id
-            )));
-        }
+        p.author()
+            .map_err(|e| StoreError::Forbidden(e.to_string()))?;
         let fields = c.text_fields();
         let findings: Vec<_> = Screen::builtin()
             .scan_fields(fields.iter().map(|(name, text)| (*name, text.as_str())))

@@ -306,38 +306,18 @@ async fn store(State(s): State<AgentState>, body: Bytes) -> Response {
         });
         error_with_code(status, code, message)
     };
-    if lease.task.origin_user_id.is_none() {
-        // Nobody could ever see such a card until a person verified it (OKF.md "Tiers"),
-        // so refusing says so now instead of storing into the void.
-        return refused(
-            StatusCode::FORBIDDEN,
-            store_errors::FORBIDDEN,
-            format!(
-                "task {} was started without a user, so nobody is the author of what it stores and \
-                 no task could see the card: stores from tasks without a user are refused. The \
-                 runner can start the task with --user NAME",
-                lease.task.task_id
-            ),
-        );
-    }
     let provenance = StoreProvenance {
         task_id: lease.task.task_id.clone(),
         user_id: lease.task.origin_user_id.clone(),
         asset_id: lease.task.asset_id.clone(),
     };
-    let c = &req.card;
-    if c.scope.user_id.is_some() && c.scope.user_id != provenance.user_id {
+    // A task without a user is refused now rather than storing into the void: nobody
+    // could see the card until a person verified it (OKF.md "Tiers").
+    if let Err(e) = provenance.permits(&req.card.scope) {
         return refused(
             StatusCode::FORBIDDEN,
             store_errors::FORBIDDEN,
-            "a task may bind a card only to its own user".into(),
-        );
-    }
-    if c.scope.asset_id.is_some() && c.scope.asset_id != provenance.asset_id {
-        return refused(
-            StatusCode::FORBIDDEN,
-            store_errors::FORBIDDEN,
-            "a task may bind a card only to its own asset".into(),
+            e.to_string(),
         );
     }
     if s.quota_reached.load(std::sync::atomic::Ordering::Relaxed) {

@@ -12,6 +12,7 @@ use mop_proto::curation::{
     RejectRequest, Rejection, ReviewQueue, SearchResults, StaleQuery, StaleReport,
     SupersedeRequest,
 };
+use mop_proto::error::ErrorBody;
 use reqwest::StatusCode;
 use reqwest::blocking::{Client, RequestBuilder, Response};
 use serde::Deserialize;
@@ -66,13 +67,6 @@ pub struct Connection {
     token: String,
     /// The workspace.
     pub workspace: String,
-}
-
-/// What a server error answer carries.
-#[derive(Debug, Deserialize)]
-struct ErrorBody {
-    error: String,
-    message: String,
 }
 
 /// An answer the server gave, other than success.
@@ -163,9 +157,9 @@ impl Connection {
         }
         let status = response.status();
         let text = response.text().unwrap_or_default();
-        let (code, message) = match serde_json::from_str::<ErrorBody>(&text) {
-            Ok(b) => (b.error, b.message),
-            Err(_) => (
+        let (code, message) = match ErrorBody::parse(text.as_bytes()) {
+            Some(b) => (b.error, b.message),
+            None => (
                 "http".to_owned(),
                 text.chars().take(300).collect::<String>(),
             ),

@@ -48,17 +48,10 @@ pub enum ControlError {
 impl ControlError {
     /// The error for a non-success answer: the JSON body's `message`, else its text.
     pub fn answered(status: u16, body: &[u8]) -> ControlError {
-        let message = serde_json::from_slice::<serde_json::Value>(body)
-            .ok()
-            .and_then(|v| v["message"].as_str().map(str::to_owned))
-            .unwrap_or_else(|| {
-                String::from_utf8_lossy(body)
-                    .trim()
-                    .chars()
-                    .take(500)
-                    .collect()
-            });
-        ControlError::Answered { status, message }
+        ControlError::Answered {
+            status,
+            message: crate::error::ErrorBody::message_of(body),
+        }
     }
 
     /// True when the daemon could not be reached at all (not running, not answering, or

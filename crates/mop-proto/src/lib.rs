@@ -17,11 +17,13 @@
 //! - [`host`]: the host facts both sides must agree on (which `bwrap` to trust).
 //! - [`inside`]: where things appear inside a task's sandbox.
 //! - [`client`]: the small Unix-socket HTTP client under [`control::Control`].
+//! - [`error`]: the body of every error answer (a stable code and a message).
 
 pub mod agent;
 pub mod client;
 pub mod control;
 pub mod curation;
+pub mod error;
 pub mod host;
 pub mod inside;
 pub mod profile;

@@ -324,14 +324,10 @@ impl ServerClient {
             Ok(Ok(b)) => String::from_utf8_lossy(&b).into_owned(),
             _ => String::new(),
         };
-        let json = serde_json::from_str::<serde_json::Value>(&text).ok();
-        let code = json
-            .as_ref()
-            .and_then(|v| v["error"].as_str().map(str::to_owned));
-        let message = json
-            .as_ref()
-            .and_then(|v| v["message"].as_str().map(str::to_owned))
-            .unwrap_or_else(|| text.chars().take(200).collect());
+        let (code, message) = match mop_proto::error::ErrorBody::parse(text.as_bytes()) {
+            Some(b) => (Some(b.error), b.message),
+            None => (None, text.chars().take(200).collect()),
+        };
         ClientError::Status {
             status,
             code,

@@ -219,9 +219,9 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut body = serde_json::json!({ "error": self.code, "message": self.message });
+        let mut body = mop_proto::error::ErrorBody::new(self.code, self.message);
         if let Some((key, value)) = self.extra {
-            body[key] = value;
+            body.details.insert(key.into(), value);
         }
         let mut response = (self.status, axum::Json(body)).into_response();
         if let Some(secs) = self.retry_after {

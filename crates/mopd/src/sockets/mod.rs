@@ -28,11 +28,11 @@ pub const MAX_REQUEST_BYTES: usize = 256 * 1024;
 
 /// A JSON error: `{"error": <reason phrase>, "message": …}`.
 pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (
+    error_with_code(
         status,
-        Json(serde_json::json!({ "error": status.canonical_reason(), "message": message.into() })),
+        mop_proto::error::codes::for_status(status.as_u16()),
+        message,
     )
-        .into_response()
 }
 
 /// A JSON error answer with a stable code (a store refusal passes the server's on, so
@@ -40,7 +40,7 @@ pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
 pub fn error_with_code(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
     (
         status,
-        Json(serde_json::json!({ "error": code, "message": message.into() })),
+        Json(mop_proto::error::ErrorBody::new(code, message)),
     )
         .into_response()
 }

@@ -15,14 +15,16 @@
 //!   and reported to the server.
 //! - [`spool`]: agents' stores the server cannot take now, kept on disk and sent exactly
 //!   once (by idempotency key) when it can.
-//! - [`sockets`]: the control socket and each task's agent socket over one checked
-//!   listener.
+//! - [`agent`]: what a task's agent may ask of memory (list, read, retrieve, store),
+//!   decided in one place; [`sockets`]: the control socket and each task's agent socket
+//!   over one checked listener, translating HTTP to the decisions.
 //! - [`status`]: the status report, assembled, judged and rendered; [`metrics`]: the
 //!   Prometheus metrics (served by `sockets::metrics` when configured).
 //! - [`sys`]: pidfds and allocator calls, the only system calls safe Rust lacks here.
 //! - [`daemon`]: `mopd run`, orchestration only; [`demo`]: `mopd demo`, the whole system
 //!   in a temporary directory with a `mop-server` started beside it.
 
+pub mod agent;
 pub mod client;
 pub mod config;
 pub mod daemon;

@@ -99,14 +99,14 @@ pub struct TaskFacts<'a> {
 /// environment of their own choosing, so the configuration names it in full.
 fn mcp_env(t: &TaskFacts<'_>) -> Vec<(&'static str, String)> {
     let mut env = vec![
-        ("MOP_AGENT_SOCKET", inside::AGENT_SOCKET.to_owned()),
-        ("MOP_MEMORY_DIR", inside::MEMORY_DIR.to_owned()),
+        (inside::env::AGENT_SOCKET, inside::AGENT_SOCKET.to_owned()),
+        (inside::env::MEMORY_DIR, inside::MEMORY_DIR.to_owned()),
     ];
     if let Some(u) = t.user {
-        env.push(("MOP_TASK_USER", u.to_owned()));
+        env.push((inside::env::TASK_USER, u.to_owned()));
     }
     if let Some(a) = t.asset {
-        env.push(("MOP_TASK_ASSET", a.to_owned()));
+        env.push((inside::env::TASK_ASSET, a.to_owned()));
     }
     env
 }

@@ -9,6 +9,7 @@
 //! generator down. The rate steps up from 1,000 hosts until p99 passes the bound or the
 //! server falls behind; the server's CPU comes from `/proc/<pid>/stat`.
 
+use mop_proto::routes::server;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -74,7 +75,7 @@ pub fn run(o: &Options) -> Result<Section> {
         Ok(servers + database)
     };
     let http = mop_tests::http_builder().build()?;
-    let manifest = format!("{}/v1/workspaces/{WS}/manifest", server.url);
+    let manifest = format!("{}{}", server.url, server::MANIFEST.path(&[WS]));
     let etag = |http: &reqwest::blocking::Client| -> Result<String> {
         Ok(http
             .get(&manifest)
@@ -90,8 +91,9 @@ pub fn run(o: &Options) -> Result<Section> {
     let mut card = ws.cards[0].clone();
     card.body.push_str("\nEdited for the fleet benchmark.\n");
     http.put(format!(
-        "{}/v1/workspaces/{WS}/cards/{}",
-        server.url, card.summary.id
+        "{}{}",
+        server.url,
+        server::CARD.path(&[WS, &card.summary.id.to_string()])
     ))
     .bearer_auth(&admin)
     .body(mop_cards::render_card(&card))
@@ -104,7 +106,7 @@ pub fn run(o: &Options) -> Result<Section> {
     let old_version = old.trim_start_matches("W/").trim_matches('"').to_owned();
     // Every replica has seen the edit (each notices another's writes within a second).
     for r in &replicas {
-        let url = format!("{}/v1/workspaces/{WS}/manifest", r.url);
+        let url = format!("{}{}", r.url, server::MANIFEST.path(&[WS]));
         let deadline = Instant::now() + Duration::from_secs(10);
         while http
             .get(&url)
@@ -131,7 +133,7 @@ pub fn run(o: &Options) -> Result<Section> {
         .build()?;
     let manifests = std::iter::once(&server)
         .chain(&replicas)
-        .map(|s| format!("{}/v1/workspaces/{WS}/manifest", s.url))
+        .map(|s| format!("{}{}", s.url, server::MANIFEST.path(&[WS])))
         .collect();
     let poll = Arc::new(Poll {
         client,

@@ -6,6 +6,7 @@
 //!   static file of the same size; the two alternate, round by round.
 //! - Full manifest and delta at the workspace size: bytes (plain and gzip) and latency.
 
+use mop_proto::routes::server;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -68,7 +69,7 @@ pub fn run(o: &Options) -> Result<Section> {
     if !out.status.success() {
         bail!("import failed: {}", String::from_utf8_lossy(&out.stderr));
     }
-    let manifest_url = format!("{}/v1/workspaces/bench/manifest", server.url);
+    let manifest_url = format!("{}{}", server.url, server::MANIFEST.path(&["bench"]));
     let plain = mop_tests::http_builder().gzip(false).zstd(false).build()?;
     let get = |url: &str, gzip: bool| -> Result<reqwest::blocking::Response> {
         let mut req = plain.get(url).bearer_auth(&token);
@@ -97,8 +98,9 @@ pub fn run(o: &Options) -> Result<Section> {
         c.body.push_str("\nEdited for the delta benchmark.\n");
         plain
             .put(format!(
-                "{}/v1/workspaces/bench/cards/{}",
-                server.url, c.summary.id
+                "{}{}",
+                server.url,
+                server::CARD.path(&["bench", &c.summary.id.to_string()])
             ))
             .bearer_auth(&token)
             .body(mop_cards::render_card(&c))

@@ -9,6 +9,7 @@
 //! repeats of an earlier store from another task, and stores that carry a credential
 //! (refused). A warm-up round runs first and is not counted.
 
+use mop_proto::routes::server;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -130,7 +131,7 @@ pub fn run(o: &Options) -> Result<Section> {
             .pool_max_idle_per_host(1)
             .build()
             .context("HTTP client")?;
-        let url = format!("{}/v1/workspaces/bench/memories", server.url);
+        let url = format!("{}{}", server.url, server::MEMORIES.path(&["bench"]));
         let warm = o.stores / 5;
         let stores = mix(&ws, o.seed, warm + o.stores);
         let mut samples = Vec::with_capacity(o.stores);

@@ -9,6 +9,7 @@
 //!   plus the delta manifest, and the time of `POST /v1/workspaces/{ws}/sync`.
 //! - Unchanged polls: the daemon's CPU time and wire bytes per poll that ends in a 304.
 
+use mop_proto::routes::{control, server};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -165,14 +166,14 @@ impl Control {
 
     /// The workspace's generation and card count, once it has one.
     fn generation(&self) -> Option<(String, u64)> {
-        let v = self.get("GET", "/v1/status")?;
+        let v = self.get("GET", &control::STATUS.path(&[]))?;
         let w = &v["workspaces"][0];
         Some((w["generation"].as_str()?.to_owned(), w["cards"].as_u64()?))
     }
 
     fn sync_now(&self) -> Result<String> {
         let v = self
-            .get("POST", &format!("/v1/workspaces/{WS}/sync"))
+            .get("POST", &control::SYNC.path(&[WS]))
             .context("sync request failed")?;
         match v["result"].as_str() {
             Some("failed") | None => bail!("sync failed: {v}"),
@@ -510,8 +511,9 @@ pub fn run(o: &Options) -> Result<Vec<Section>> {
             let text = mop_cards::render_card(&c);
             bytes += text.len() as u64;
             http.put(format!(
-                "{}/v1/workspaces/{WS}/cards/{}",
-                server.url, c.summary.id
+                "{}{}",
+                server.url,
+                server::CARD.path(&[WS, &c.summary.id.to_string()])
             ))
             .bearer_auth(&admin)
             .body(text)
@@ -521,8 +523,9 @@ pub fn run(o: &Options) -> Result<Vec<Section>> {
         // The delta manifest as the daemon gets it (gzip), measured apart.
         let delta = http
             .get(format!(
-                "{}/v1/workspaces/{WS}/manifest?since={version}",
-                server.url
+                "{}{}?since={version}",
+                server.url,
+                server::MANIFEST.path(&[WS])
             ))
             .bearer_auth(&admin)
             .header("accept-encoding", "gzip")
@@ -641,7 +644,7 @@ pub fn run(o: &Options) -> Result<Vec<Section>> {
 /// The workspace's current `<epoch>-<revision>`, from the manifest's ETag.
 fn server_version(http: &reqwest::blocking::Client, url: &str, token: &str) -> Result<String> {
     let r = http
-        .get(format!("{url}/v1/workspaces/{WS}/manifest"))
+        .get(format!("{url}{}", server::MANIFEST.path(&[WS])))
         .bearer_auth(token)
         .send()?
         .error_for_status()?;

@@ -13,6 +13,7 @@ use mop_proto::curation::{
     SupersedeRequest,
 };
 use mop_proto::error::ErrorBody;
+use mop_proto::routes::{Route, server};
 use reqwest::StatusCode;
 use reqwest::blocking::{Client, RequestBuilder, Response};
 use serde::Deserialize;
@@ -143,8 +144,12 @@ impl Connection {
         })
     }
 
-    fn url(&self, rest: &str) -> String {
-        format!("{}/v1/workspaces/{}/{rest}", self.base, self.workspace)
+    /// The URL of a route of this workspace: `args` fill the parameters after `{ws}`.
+    fn url(&self, route: Route, args: &[&str]) -> String {
+        let mut all = Vec::with_capacity(args.len() + 1);
+        all.push(self.workspace.as_str());
+        all.extend_from_slice(args);
+        format!("{}{}", self.base, route.path(&all))
     }
 
     fn send(&self, req: RequestBuilder, what: &str) -> Result<Response> {
@@ -180,13 +185,17 @@ impl Connection {
 
     /// Cards matching the filters.
     pub fn list(&self, q: &ListQuery) -> Result<CardPage> {
-        self.json(self.http.get(self.url("cards")).query(q), "listing cards")
+        self.json(
+            self.http.get(self.url(server::CARDS, &[])).query(q),
+            "listing cards",
+        )
     }
 
     /// One card with its provenance, usage and history.
     pub fn details(&self, id: &CardId) -> Result<CardDetails> {
         self.json(
-            self.http.get(self.url(&format!("cards/{id}/details"))),
+            self.http
+                .get(self.url(server::CARD_DETAILS, &[&id.to_string()])),
             &format!("card {id}"),
         )
     }
@@ -194,7 +203,7 @@ impl Connection {
     /// A card's text and its version tag.
     pub fn text(&self, id: &CardId) -> Result<(String, String)> {
         let r = self.send(
-            self.http.get(self.url(&format!("cards/{id}"))),
+            self.http.get(self.url(server::CARD, &[&id.to_string()])),
             &format!("card {id}"),
         )?;
         let etag = r
@@ -210,7 +219,7 @@ impl Connection {
     pub fn update(&self, id: &CardId, text: String, etag: &str) -> Result<CardChange> {
         self.json(
             self.http
-                .put(self.url(&format!("cards/{id}")))
+                .put(self.url(server::CARD, &[&id.to_string()]))
                 .header(reqwest::header::IF_MATCH, etag)
                 .body(text),
             &format!("saving card {id}"),
@@ -224,7 +233,9 @@ impl Connection {
         body: Option<Vec<u8>>,
         etag: Option<&str>,
     ) -> Result<CardChange> {
-        let mut req = self.http.post(self.url(&format!("cards/{id}/{action}")));
+        let mut req = self
+            .http
+            .post(self.url(server::CARD_ACTION, &[&id.to_string(), action]));
         if let Some(tag) = etag {
             req = req.header(reqwest::header::IF_MATCH, tag);
         }
@@ -256,7 +267,7 @@ impl Connection {
     pub fn delete(&self, id: &CardId, reason: &str) -> Result<CardChange> {
         self.json(
             self.http
-                .delete(self.url(&format!("cards/{id}")))
+                .delete(self.url(server::CARD, &[&id.to_string()]))
                 .query(&[("reason", reason)]),
             &format!("deleting card {id}"),
         )
@@ -265,20 +276,23 @@ impl Connection {
     /// The cards whose text carries a credential (ids, kinds and places only).
     pub fn credentials(&self) -> Result<Vec<CredentialCard>> {
         self.json(
-            self.http.get(self.url("credentials")),
+            self.http.get(self.url(server::CREDENTIALS, &[])),
             "cards with credentials",
         )
     }
 
     /// The rejection tombstones, newest first.
     pub fn rejections(&self) -> Result<Vec<Rejection>> {
-        self.json(self.http.get(self.url("rejections")), "rejections")
+        self.json(
+            self.http.get(self.url(server::REJECTIONS, &[])),
+            "rejections",
+        )
     }
 
     /// Lifts a rejection: its lesson is no longer refused.
     pub fn lift(&self, id: &str) -> Result<Rejection> {
         self.json(
-            self.http.post(self.url(&format!("rejections/{id}/lift"))),
+            self.http.post(self.url(server::REJECTION_LIFT, &[id])),
             &format!("lifting rejection {id}"),
         )
     }
@@ -306,20 +320,23 @@ impl Connection {
     /// A page of the review queue.
     pub fn review(&self, page: &PageQuery) -> Result<ReviewQueue> {
         self.json(
-            self.http.get(self.url("review")).query(page),
+            self.http.get(self.url(server::REVIEW, &[])).query(page),
             "the review queue",
         )
     }
 
     /// BM25 search with the listing filters.
     pub fn search(&self, q: &ListQuery) -> Result<SearchResults> {
-        self.json(self.http.get(self.url("search")).query(q), "search")
+        self.json(
+            self.http.get(self.url(server::SEARCH, &[])).query(q),
+            "search",
+        )
     }
 
     /// The staleness report.
     pub fn stale(&self, q: &StaleQuery) -> Result<StaleReport> {
         self.json(
-            self.http.get(self.url("stale")).query(q),
+            self.http.get(self.url(server::STALE, &[])).query(q),
             "the staleness report",
         )
     }

@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::client::{ControlError, request};
+use crate::routes::agent as routes;
 use crate::sync::{NewCard, StoreResponse};
 
 /// `POST /v1/retrieve` on an agent socket.
@@ -191,28 +192,31 @@ impl Agent {
     /// Searches every card the task may see.
     pub async fn retrieve(&self, req: &RetrieveRequest) -> Result<RetrieveResponse, ControlError> {
         let body = serde_json::to_vec(req).expect("requests serialize");
-        self.call("POST", "/v1/retrieve", Some(body)).await
+        self.call("POST", &routes::RETRIEVE.path(&[]), Some(body))
+            .await
     }
 
     /// One card's file (front matter and body), as Markdown bytes.
     pub async fn get(&self, id: &CardId) -> Result<Vec<u8>, ControlError> {
-        self.raw("GET", &format!("/v1/cards/{id}"), None).await
+        self.raw("GET", &routes::CARD.path(&[&id.to_string()]), None)
+            .await
     }
 
     /// The mounted cards, and how many the task may see.
     pub async fn list(&self) -> Result<ListResponse, ControlError> {
-        self.call("GET", "/v1/cards", None).await
+        self.call("GET", &routes::CARDS.path(&[]), None).await
     }
 
     /// Proposes a card; the daemon adds the task's provenance.
     pub async fn store(&self, req: &AgentStoreRequest) -> Result<AgentStoreResponse, ControlError> {
         let body = serde_json::to_vec(req).expect("requests serialize");
-        self.call("POST", "/v1/store", Some(body)).await
+        self.call("POST", &routes::STORE.path(&[]), Some(body))
+            .await
     }
 
     /// Where one of this task's stores stands (by the `store_id` its answer gave).
     pub async fn store_status(&self, store_id: &str) -> Result<StoreStatus, ControlError> {
-        self.call("GET", &format!("/v1/stores/{store_id}"), None)
+        self.call("GET", &routes::STORE_STATUS.path(&[store_id]), None)
             .await
     }
 }

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::client::ControlError;
 use crate::client::{Hold, request, request_held};
 use crate::receipts::Receipt;
+use crate::routes::control as routes;
 use crate::status::{ErrorKind, StatusReport, SyncResult};
 use crate::tasks::{LeaseInfo, Plan, PrepareEvent, PrepareRequest, RenewRequest, TaskSummary};
 
@@ -162,20 +163,19 @@ impl Control {
 
     /// The status report.
     pub async fn status(&self) -> Result<StatusReport, ControlError> {
-        self.call("GET", "/v1/status", None).await
+        self.call("GET", &routes::STATUS.path(&[]), None).await
     }
 
     /// Syncs a workspace now and waits for the result.
     pub async fn sync(&self, ws: &str) -> Result<SyncReply, ControlError> {
-        self.call("POST", &format!("/v1/workspaces/{ws}/sync"), None)
-            .await
+        self.call("POST", &routes::SYNC.path(&[ws]), None).await
     }
 
     /// Re-hashes a workspace's pool, repairing it when asked.
     pub async fn verify(&self, ws: &str, repair: bool) -> Result<VerifyReply, ControlError> {
         self.call(
             "POST",
-            &format!("/v1/workspaces/{ws}/verify"),
+            &routes::VERIFY.path(&[ws]),
             Self::json(&VerifyRequest { repair }),
         )
         .await
@@ -183,19 +183,25 @@ impl Control {
 
     /// Clears a workspace's new-epoch warning.
     pub async fn ack_epoch(&self, ws: &str) -> Result<AckEpochReply, ControlError> {
-        self.call("POST", &format!("/v1/workspaces/{ws}/ack-epoch"), None)
+        self.call("POST", &routes::ACK_EPOCH.path(&[ws]), None)
             .await
     }
 
     /// Prepares a task with a TTL lease (`mop prepare`).
     pub async fn prepare(&self, req: &PrepareRequest) -> Result<Plan, ControlError> {
-        self.call("POST", "/v1/tasks", Self::json(req)).await
+        self.call("POST", &routes::TASKS.path(&[]), Self::json(req))
+            .await
     }
 
     /// Prepares a task with a run lease (`mop run`): the answer is held open.
     pub async fn prepare_held(&self, req: &PrepareRequest) -> Result<HeldPrepare, ControlError> {
-        let (code, answer, hold) =
-            request_held(&self.socket, "POST", "/v1/tasks", Self::json(req)).await?;
+        let (code, answer, hold) = request_held(
+            &self.socket,
+            "POST",
+            &routes::TASKS.path(&[]),
+            Self::json(req),
+        )
+        .await?;
         match hold {
             Some(h) if (200..300).contains(&code) => Ok(HeldPrepare(h)),
             _ => Err(ControlError::answered(code, &answer)),
@@ -204,19 +210,19 @@ impl Control {
 
     /// The live tasks.
     pub async fn tasks(&self) -> Result<Vec<TaskSummary>, ControlError> {
-        self.call("GET", "/v1/tasks", None).await
+        self.call("GET", &routes::TASKS.path(&[]), None).await
     }
 
     /// Releases a task.
     pub async fn release(&self, task_id: &str) -> Result<ReleaseReply, ControlError> {
-        self.call("DELETE", &format!("/v1/tasks/{task_id}"), None)
+        self.call("DELETE", &routes::TASK.path(&[task_id]), None)
             .await
     }
 
     /// A task's receipt: what it was delivered and what its agent did (the live one while
     /// it runs, else the newest kept). Its runner, root and the daemon's user may read it.
     pub async fn receipt(&self, task_id: &str) -> Result<Receipt, ControlError> {
-        self.call("GET", &format!("/v1/tasks/{task_id}/receipt"), None)
+        self.call("GET", &routes::TASK_RECEIPT.path(&[task_id]), None)
             .await
     }
 
@@ -228,7 +234,7 @@ impl Control {
     ) -> Result<LeaseInfo, ControlError> {
         self.call(
             "POST",
-            &format!("/v1/tasks/{task_id}/renew"),
+            &routes::TASK_RENEW.path(&[task_id]),
             Self::json(&RenewRequest { ttl_secs }),
         )
         .await

@@ -37,3 +37,25 @@ pub const MOP: &str = "/run/mop/bin/mop";
 /// The sandbox-private home of a primed agent (`--agent claude|codex`): a tmpfs that
 /// holds what the adapter wrote and whatever the agent writes, gone when the task ends.
 pub const HOME: &str = "/run/mop/home";
+
+/// The names of the environment variables a task's sandbox carries. The runner sets them
+/// (`mop run`, `mop prepare --print-env`, the agent adapters) and the tools inside read
+/// them, so each name is spelled once.
+pub mod env {
+    /// The agent socket's path.
+    pub const AGENT_SOCKET: &str = "MOP_AGENT_SOCKET";
+    /// The task's id.
+    pub const TASK_ID: &str = "MOP_TASK_ID";
+    /// The working directory as the sandbox sees it.
+    pub const WORKDIR: &str = "MOP_WORKDIR";
+    /// The task's memory view.
+    pub const MEMORY_DIR: &str = "MOP_MEMORY_DIR";
+    /// The task's `MEMORY.md`.
+    pub const MEMORY_MD: &str = "MOP_MEMORY_MD";
+    /// Where `mop memory get --save` writes.
+    pub const SAVED_DIR: &str = "MOP_SAVED_DIR";
+    /// The task's user, a hint for stores (the lease decides).
+    pub const TASK_USER: &str = "MOP_TASK_USER";
+    /// The task's asset, a hint for stores (the lease decides).
+    pub const TASK_ASSET: &str = "MOP_TASK_ASSET";
+}

@@ -28,6 +28,7 @@ pub mod host;
 pub mod inside;
 pub mod profile;
 pub mod receipts;
+pub mod routes;
 pub mod status;
 pub mod sync;
 pub mod tasks;

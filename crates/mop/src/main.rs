@@ -600,8 +600,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 std::env::var_os(k).map_or_else(|| PathBuf::from(default), PathBuf::from)
             };
             let memory = mop_agent::mcp::SandboxMemory::new(
-                var("MOP_AGENT_SOCKET", mop_proto::inside::AGENT_SOCKET),
-                var("MOP_MEMORY_DIR", mop_proto::inside::MEMORY_DIR),
+                var(
+                    mop_proto::inside::env::AGENT_SOCKET,
+                    mop_proto::inside::AGENT_SOCKET,
+                ),
+                var(
+                    mop_proto::inside::env::MEMORY_DIR,
+                    mop_proto::inside::MEMORY_DIR,
+                ),
             );
             runtime()?
                 .block_on(mop_agent::mcp::serve_stdio(

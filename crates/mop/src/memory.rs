@@ -7,12 +7,13 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use mop_cards::{CardId, CardType, MAX_BODY_BYTES, MAX_DESCRIPTION_CHARS, MAX_TITLE_CHARS, Scope};
 use mop_proto::client::ControlError;
+use mop_proto::inside;
 use mop_proto::sync::NewCard;
 use mop_proto::{Agent, AgentStoreRequest, RetrieveRequest, UnboundScope};
 
 /// The task's agent socket, from `MOP_AGENT_SOCKET` (which `mop run` sets).
 pub fn agent() -> Result<Agent> {
-    std::env::var_os("MOP_AGENT_SOCKET")
+    std::env::var_os(inside::env::AGENT_SOCKET)
         .map(Agent::new)
         .context(
             "MOP_AGENT_SOCKET is not set: `mop memory` works inside a task started by `mop run`",
@@ -106,7 +107,7 @@ pub async fn get(id: &str, save: bool) -> Result<()> {
 fn save_copy(id: &CardId, text: &[u8]) -> Result<PathBuf> {
     use std::io::Write;
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    let dir = std::env::var_os("MOP_SAVED_DIR").map(PathBuf::from).context(
+    let dir = std::env::var_os(inside::env::SAVED_DIR).map(PathBuf::from).context(
         "MOP_SAVED_DIR is not set: --save works in a task that `mop run` started; print the card without --save",
     )?;
     std::fs::DirBuilder::new()
@@ -274,7 +275,7 @@ pub async fn store_status(store_id: &str, json: bool) -> Result<()> {
 /// needs them only to fill the scope, and the daemon checks them again.
 pub fn task_scope_from_env() -> (Option<String>, Option<String>) {
     (
-        std::env::var("MOP_TASK_USER").ok(),
-        std::env::var("MOP_TASK_ASSET").ok(),
+        std::env::var(inside::env::TASK_USER).ok(),
+        std::env::var(inside::env::TASK_ASSET).ok(),
     )
 }

@@ -28,6 +28,7 @@ use std::process::{Command, ExitCode};
 use anyhow::{Context, Result, bail};
 use mop_agent::prime::{Primed, TaskFacts, prime};
 use mop_proto::control::{Control, HeldPrepare};
+use mop_proto::inside::env;
 use mop_proto::{AgentKind, LeaseRequest, Plan, PrepareEvent, PrepareRequest, Reservation};
 use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
@@ -196,10 +197,10 @@ fn task_env(
     let mut env = sandbox_env(profile, &runner_env(), &a.envs, task_id, workdir)
         .map_err(anyhow::Error::msg)?;
     if let Some(user) = &a.task.user {
-        env.push(("MOP_TASK_USER".into(), user.clone()));
+        env.push((env::TASK_USER.into(), user.clone()));
     }
     if let Some(asset) = &a.task.asset {
-        env.push(("MOP_TASK_ASSET".into(), asset.clone()));
+        env.push((env::TASK_ASSET.into(), asset.clone()));
     }
     Ok(env)
 }
@@ -511,13 +512,14 @@ fn unsandboxed(plan: &Plan, workdir: &Path, a: &RunArgs) -> Result<ExitCode> {
         .tempdir()
         .context("cannot create a directory for saved cards")?;
     for (k, v) in env.iter_mut() {
-        match k.as_str() {
-            "MOP_AGENT_SOCKET" => *v = plan.agent_socket.display().to_string(),
-            "MOP_MEMORY_DIR" => *v = plan.view_dir.display().to_string(),
-            "MOP_MEMORY_MD" => *v = plan.memory_md.display().to_string(),
-            "MOP_SAVED_DIR" => *v = saved.path().display().to_string(),
-            _ => {}
-        }
+        let host_path = match k.as_str() {
+            env::AGENT_SOCKET => &plan.agent_socket,
+            env::MEMORY_DIR => &plan.view_dir,
+            env::MEMORY_MD => &plan.memory_md,
+            env::SAVED_DIR => saved.path(),
+            _ => continue,
+        };
+        *v = host_path.display().to_string();
     }
     let (cmd, args) = a.command.split_first().context("no command given")?;
     let status = Command::new(cmd)

@@ -14,7 +14,7 @@ use nix::fcntl::{OFlag, open};
 use nix::sys::stat::Mode;
 
 use mop_proto::inside;
-use mop_proto::inside::{AGENT_DIR, BIN_DIR, MEMORY_DIR};
+use mop_proto::inside::{AGENT_DIR, BIN_DIR, MEMORY_DIR, env};
 
 /// How one host system path appears in the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,12 +198,12 @@ pub fn sandbox_env(
         .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
     set("PATH", format!("{BIN_DIR}:{path}"));
     set("HOME", workdir.display().to_string());
-    set("MOP_AGENT_SOCKET", inside::AGENT_SOCKET.to_owned());
-    set("MOP_TASK_ID", task_id.to_owned());
-    set("MOP_WORKDIR", workdir.display().to_string());
-    set("MOP_MEMORY_DIR", MEMORY_DIR.to_owned());
-    set("MOP_MEMORY_MD", inside::MEMORY_MD.to_owned());
-    set("MOP_SAVED_DIR", inside::SAVED_DIR.to_owned());
+    set(env::AGENT_SOCKET, inside::AGENT_SOCKET.to_owned());
+    set(env::TASK_ID, task_id.to_owned());
+    set(env::WORKDIR, workdir.display().to_string());
+    set(env::MEMORY_DIR, MEMORY_DIR.to_owned());
+    set(env::MEMORY_MD, inside::MEMORY_MD.to_owned());
+    set(env::SAVED_DIR, inside::SAVED_DIR.to_owned());
     Ok(env)
 }
 

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mop_proto::receipts::{ReceiptBatch, ReceiptBatchResponse};
+use mop_proto::routes::server;
 use mop_proto::sync::{
     Manifest, OBJECT_BATCH_TYPE, ObjectBatchRequest, StoreRequest, StoreResponse, Version,
 };
@@ -347,7 +348,7 @@ impl ServerClient {
         let response = self
             .send(|http, base| {
                 let req = http
-                    .get(format!("{base}/v1/workspaces/{ws}/manifest{since}"))
+                    .get(format!("{base}{}{since}", server::MANIFEST.path(&[ws])))
                     .timeout(self.manifest_deadline);
                 match current {
                     Some(v) => req.header(header::IF_NONE_MATCH, v.etag()),
@@ -410,7 +411,7 @@ impl ServerClient {
         req: &StoreRequest,
         key: &str,
     ) -> Result<StoreResponse, ClientError> {
-        self.post_json(ws, "memories", req, "store", Some(key))
+        self.post_json(server::MEMORIES.path(&[ws]), req, "store", Some(key))
             .await
     }
 
@@ -420,24 +421,21 @@ impl ServerClient {
         ws: &str,
         batch: &ReceiptBatch,
     ) -> Result<ReceiptBatchResponse, ClientError> {
-        self.post_json(ws, "receipts", batch, "receipts", None)
+        self.post_json(server::RECEIPTS.path(&[ws]), batch, "receipts", None)
             .await
     }
 
-    /// POSTs JSON to a workspace endpoint and reads its JSON answer.
+    /// POSTs JSON to a server path and reads its JSON answer.
     async fn post_json<T: serde::de::DeserializeOwned>(
         &self,
-        ws: &str,
-        endpoint: &str,
+        path: String,
         body: &impl serde::Serialize,
         what: &str,
         key: Option<&str>,
     ) -> Result<T, ClientError> {
         let response = self
             .send(|http, base| {
-                let req = http
-                    .post(format!("{base}/v1/workspaces/{ws}/{endpoint}"))
-                    .json(body);
+                let req = http.post(format!("{base}{path}")).json(body);
                 match key {
                     Some(k) => req.header(mop_proto::sync::IDEMPOTENCY_KEY, k),
                     None => req,
@@ -455,7 +453,7 @@ impl ServerClient {
     /// One object's body, to be read as it arrives.
     pub async fn object(&self, ws: &str, sha256: &str) -> Result<Body, ClientError> {
         let response = self
-            .send(|http, base| http.get(format!("{base}/v1/workspaces/{ws}/objects/{sha256}")))
+            .send(|http, base| http.get(format!("{base}{}", server::OBJECT.path(&[ws, sha256]))))
             .await?;
         if response.status() != StatusCode::OK {
             return Err(Self::error_status(response).await);
@@ -468,7 +466,7 @@ impl ServerClient {
         let request = ObjectBatchRequest { sha256 };
         let response = self
             .send(|http, base| {
-                http.post(format!("{base}/v1/workspaces/{ws}/objects/batch"))
+                http.post(format!("{base}{}", server::OBJECTS_BATCH.path(&[ws])))
                     .json(&request)
             })
             .await?;

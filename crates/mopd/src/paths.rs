@@ -22,6 +22,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use mop_proto::sync::Version;
+
 pub use mop_proto::inside::{AGENT_SOCKET_NAME as AGENT_SOCKET, MEMORY_MD_NAME as MEMORY_MD};
 
 /// The daemon's three directories.
@@ -300,22 +302,20 @@ impl GenerationPaths {
 
 /// A generation's directory name: the version it holds, and a counter when a version was
 /// built more than once (a repair): `<epoch>-<revision>` or `<epoch>-<revision>~<n>`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// The version part is `mop_proto::sync::Version`'s own text.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct GenerationName {
-    /// The server epoch (a UUID).
-    pub epoch: String,
-    /// The revision.
-    pub revision: u64,
+    /// The version the generation holds.
+    pub version: Version,
     /// 0 for the first build of this version.
     pub rebuild: u32,
 }
 
 impl GenerationName {
     /// The first name for a version.
-    pub fn new(epoch: &str, revision: u64) -> GenerationName {
+    pub fn new(version: Version) -> GenerationName {
         GenerationName {
-            epoch: epoch.to_owned(),
-            revision,
+            version,
             rebuild: 0,
         }
     }
@@ -331,7 +331,7 @@ impl GenerationName {
 
 impl fmt::Display for GenerationName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.epoch, self.revision)?;
+        write!(f, "{}", self.version)?;
         if self.rebuild > 0 {
             write!(f, "~{}", self.rebuild)?;
         }
@@ -352,13 +352,8 @@ impl FromStr for GenerationName {
             Some((v, n)) => (v, n.parse::<u32>().map_err(|_| bad())?),
             None => (s, 0),
         };
-        let (epoch, revision) = version.rsplit_once('-').ok_or_else(bad)?;
-        if !mop_cards::is_epoch(epoch) || !revision.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(bad());
-        }
         Ok(GenerationName {
-            epoch: epoch.to_owned(),
-            revision: revision.parse().map_err(|_| bad())?,
+            version: version.parse().map_err(|_| bad())?,
             rebuild,
         })
     }
@@ -372,7 +367,10 @@ mod tests {
 
     #[test]
     fn generation_names_round_trip() {
-        let first = GenerationName::new(EPOCH, 42);
+        let first = GenerationName::new(Version {
+            epoch: EPOCH.into(),
+            revision: 42,
+        });
         assert_eq!(first.to_string(), format!("{EPOCH}-42"));
         assert_eq!(first.next().to_string(), format!("{EPOCH}-42~1"));
         for name in [first.clone(), first.next(), first.next().next()] {

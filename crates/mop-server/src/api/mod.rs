@@ -25,60 +25,46 @@ use serde::de::DeserializeOwned;
 
 use crate::state::AppState;
 use crate::store::{Role, StoreError, TokenInfo, token_hash};
+use mop_proto::routes::{self, server};
 use mop_proto::sync::store_errors;
 
 /// Builds the router.
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route("/v1/health", get(health))
-        .route("/healthz", get(health))
-        .route("/readyz", get(ready))
-        .route("/metrics", get(metrics))
-        .route("/v1/workspaces/{ws}/manifest", get(sync::manifest))
-        .route("/v1/workspaces/{ws}/objects/{sha256}", get(sync::object))
+        .route(server::HEALTH.template(), get(health))
+        .route(server::HEALTHZ.template(), get(health))
+        .route(server::READYZ.template(), get(ready))
+        .route(routes::METRICS.template(), get(metrics))
+        .route(server::MANIFEST.template(), get(sync::manifest))
+        .route(server::OBJECT.template(), get(sync::object))
+        .route(server::OBJECTS_BATCH.template(), post(sync::objects_batch))
+        .route(server::MEMORIES.template(), post(memories::store))
+        .route(server::RECEIPTS.template(), post(receipts::report))
         .route(
-            "/v1/workspaces/{ws}/objects/batch",
-            post(sync::objects_batch),
-        )
-        .route("/v1/workspaces/{ws}/memories", post(memories::store))
-        .route("/v1/workspaces/{ws}/receipts", post(receipts::report))
-        .route(
-            "/v1/workspaces/{ws}/cards",
+            server::CARDS.template(),
             post(admin::create).get(curation::list),
         )
-        .route("/v1/workspaces/{ws}/review", get(curation::review))
-        .route("/v1/workspaces/{ws}/search", get(curation::search))
-        .route("/v1/workspaces/{ws}/stale", get(curation::stale))
+        .route(server::REVIEW.template(), get(curation::review))
+        .route(server::SEARCH.template(), get(curation::search))
+        .route(server::STALE.template(), get(curation::stale))
+        .route(server::CREDENTIALS.template(), get(curation::credentials))
+        .route(server::REJECTIONS.template(), get(curation::rejections))
+        .route(server::REJECTION_LIFT.template(), post(curation::lift))
+        .route(server::CARD_DETAILS.template(), get(curation::details))
         .route(
-            "/v1/workspaces/{ws}/credentials",
-            get(curation::credentials),
-        )
-        .route("/v1/workspaces/{ws}/rejections", get(curation::rejections))
-        .route(
-            "/v1/workspaces/{ws}/rejections/{id}/lift",
-            post(curation::lift),
-        )
-        .route(
-            "/v1/workspaces/{ws}/cards/{id}/details",
-            get(curation::details),
-        )
-        .route(
-            "/v1/workspaces/{ws}/cards/{id}",
+            server::CARD.template(),
             get(admin::read)
                 .put(admin::update)
                 .delete(admin::hard_delete),
         )
+        .route(server::CARD_HISTORY.template(), get(admin::history))
+        .route(server::CARD_ACTION.template(), post(admin::state))
         .route(
-            "/v1/workspaces/{ws}/cards/{id}/history",
-            get(admin::history),
+            server::WORKSPACE_HISTORY.template(),
+            get(admin::workspace_history),
         )
         .route(
-            "/v1/workspaces/{ws}/cards/{id}/{action}",
-            post(admin::state),
-        )
-        .route("/v1/workspaces/{ws}/history", get(admin::workspace_history))
-        .route(
-            "/v1/workspaces/{ws}/counters/publish",
+            server::COUNTERS_PUBLISH.template(),
             post(admin::publish_counters),
         )
         .fallback(|| async {

@@ -26,6 +26,7 @@ pub use generations::{Arrived, Building, Claim, Feed, Generation};
 pub use objects::ObjectWriter;
 
 use crate::paths::{GenerationName, Paths, PoolPaths};
+use mop_proto::sync::Version;
 
 /// Why a pool operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -186,7 +187,10 @@ impl Pool {
     /// The name a new generation of this version gets: never one already used (it may be
     /// current, pinned, or a leftover that collection will remove).
     pub fn fresh_name(&self, epoch: &str, revision: u64) -> GenerationName {
-        let mut name = GenerationName::new(epoch, revision);
+        let mut name = GenerationName::new(Version {
+            epoch: epoch.to_owned(),
+            revision,
+        });
         while self.paths.generation(&name.to_string()).dir().exists() {
             name = name.next();
         }

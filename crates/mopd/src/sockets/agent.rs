@@ -20,6 +20,7 @@ use axum::extract::{Path as UrlPath, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use mop_proto::routes::agent;
 use mop_proto::sync::StoreOutcome;
 use mop_proto::{AgentStoreRequest, RetrieveRequest};
 use tokio::net::UnixListener;
@@ -57,11 +58,11 @@ impl AgentSockets for AgentServer {
         let memory = Arc::new(TaskMemory::new(self.tasks.clone(), task));
         let app = guarded(
             Router::new()
-                .route("/v1/cards", get(list))
-                .route("/v1/cards/{id}", get(card))
-                .route("/v1/retrieve", post(retrieve))
-                .route("/v1/store", post(store))
-                .route("/v1/stores/{id}", get(store_status))
+                .route(agent::CARDS.template(), get(list))
+                .route(agent::CARD.template(), get(card))
+                .route(agent::RETRIEVE.template(), post(retrieve))
+                .route(agent::STORE.template(), post(store))
+                .route(agent::STORE_STATUS.template(), get(store_status))
                 .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") }),
         )
         .with_state(memory);

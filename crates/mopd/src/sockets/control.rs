@@ -24,6 +24,7 @@ use axum::routing::{delete, get, post};
 use mop_proto::control::{
     AckEpochReply, HELD_PREPARE_TYPE, ReleaseReply, SyncReply, VerifyReply, VerifyRequest,
 };
+use mop_proto::routes::control;
 use mop_proto::{LeaseRequest, PrepareEvent, PrepareRequest, RenewRequest};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
@@ -74,14 +75,14 @@ pub async fn bind(path: &Path) -> anyhow::Result<CheckedListener> {
 pub fn router(state: ControlState) -> Router {
     guarded(
         Router::new()
-            .route("/v1/status", get(status))
-            .route("/v1/workspaces/{ws}/sync", post(sync_now))
-            .route("/v1/workspaces/{ws}/ack-epoch", post(ack_epoch))
-            .route("/v1/workspaces/{ws}/verify", post(verify))
-            .route("/v1/tasks", post(prepare).get(list_tasks))
-            .route("/v1/tasks/{id}", delete(release))
-            .route("/v1/tasks/{id}/renew", post(renew))
-            .route("/v1/tasks/{id}/receipt", get(receipt))
+            .route(control::STATUS.template(), get(status))
+            .route(control::SYNC.template(), post(sync_now))
+            .route(control::ACK_EPOCH.template(), post(ack_epoch))
+            .route(control::VERIFY.template(), post(verify))
+            .route(control::TASKS.template(), post(prepare).get(list_tasks))
+            .route(control::TASK.template(), delete(release))
+            .route(control::TASK_RENEW.template(), post(renew))
+            .route(control::TASK_RECEIPT.template(), get(receipt))
             .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") }),
     )
     .with_state(state)

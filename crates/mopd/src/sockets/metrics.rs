@@ -10,6 +10,7 @@ use axum::extract::State as AxumState;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use mop_proto::routes;
 use subtle::ConstantTimeEq;
 use tokio::sync::watch;
 
@@ -53,7 +54,7 @@ async fn scrape(AxumState(s): AxumState<Scrape>, headers: HeaderMap) -> Response
 
 fn router(tasks: Arc<Tasks>, token: Option<Arc<str>>) -> Router {
     Router::new()
-        .route("/metrics", get(scrape))
+        .route(routes::METRICS.template(), get(scrape))
         .with_state(Scrape { tasks, token })
 }
 

@@ -115,9 +115,10 @@ pub fn judge(
 /// curl's arguments for the health check of the server at `url` (a `unix:` server through
 /// its socket).
 fn health_url(url: &str) -> String {
+    const HEALTH: &str = mop_proto::routes::server::HEALTH.template();
     match url.strip_prefix(crate::client::UNIX_PREFIX) {
-        Some(path) => format!("--unix-socket {path} http://localhost/v1/health"),
-        None => format!("{url}/v1/health"),
+        Some(path) => format!("--unix-socket {path} http://localhost{HEALTH}"),
+        None => format!("{url}{HEALTH}"),
     }
 }
 

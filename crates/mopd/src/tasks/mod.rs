@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 use mop_cards::{TaskContext, render_memory_md};
 use mop_proto::receipts::{MAX_RECEIPT_CARDS, RECEIPT_SCHEMA, Receipt, ReceiptCard};
+use mop_proto::sync::Version;
 use mop_proto::{
     LeaseInfo, LeaseRequest, Plan, PlanCard, PrepareRequest, Profile, Reservation, TaskSummary,
 };
@@ -519,7 +520,11 @@ impl Tasks {
                 task_id: lease.task.task_id.clone(),
                 workspace: lease.task.workspace.clone(),
                 host: crate::sys::host_name(),
-                generation: format!("{}-{}", lease.epoch, lease.revision),
+                generation: Version {
+                    epoch: lease.epoch.clone(),
+                    revision: lease.revision,
+                }
+                .to_string(),
                 profile: lease.profile.name.clone(),
                 user_id: lease.task.origin_user_id.clone(),
                 asset_id: lease.task.asset_id.clone(),

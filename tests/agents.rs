@@ -12,11 +12,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use mop_tests::procs::output_text as text;
-use mop_tests::procs::{
+use mop_testkit::procs::output_text as text;
+use mop_testkit::procs::{
     Daemon, DaemonOptions, Server, as_runner, bwrap_available, run, runner_user,
 };
-use mop_tests::{example_cards_dir, profiles_config, repo_root};
+use mop_testkit::{example_cards_dir, profiles_config, repo_root};
 use serde_json::Value;
 
 const WS: &str = "acme";

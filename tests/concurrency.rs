@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mop_tests::procs::{Daemon, DaemonOptions, Server, as_runner, run, runner_user};
-use mop_tests::{card_files, example_cards_dir, load_cards};
+use mop_testkit::procs::{Daemon, DaemonOptions, Server, as_runner, run, runner_user};
+use mop_testkit::{card_files, example_cards_dir, load_cards};
 use serde_json::Value;
 
 const WS: &str = "acme";
@@ -136,7 +136,7 @@ fn sixteen_runners_racing_two_hundred_swaps_never_see_a_torn_view() {
     let admin = server.token("admin", &[WS]);
     let node = server.token("node", &[WS]);
     assert!(server.import(&example_cards_dir(), WS).status.success());
-    let extra = mop_tests::profiles_config(&[]);
+    let extra = mop_testkit::profiles_config(&[]);
     let daemon = Daemon::start(
         &server,
         DaemonOptions {
@@ -151,7 +151,7 @@ fn sixteen_runners_racing_two_hundred_swaps_never_see_a_torn_view() {
         "2026-11-29T00:00:00Z".parse().unwrap(),
     );
     let edited_id = cards.id_titled(EDITED);
-    let http = mop_tests::http();
+    let http = mop_testkit::http();
     let first_revision = server.revision(WS, &node);
     let shared = Arc::new(Shared {
         socket: daemon.socket(),

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::{Client, ClientBuilder, Locator};
 use mop_cards::{CardId, CardType, card_path};
-use mop_tests::example_cards_dir;
-use mop_tests::procs::{Server, run};
+use mop_testkit::example_cards_dir;
+use mop_testkit::procs::{Server, run};
 use serde_json::{Value, json};
 
 const WS: &str = "acme";
@@ -270,7 +270,7 @@ fn api(
     body: Option<String>,
     if_match: Option<&str>,
 ) -> (u16, String, Option<String>) {
-    let mut req = mop_tests::http()
+    let mut req = mop_testkit::http()
         .request(method, format!("{}/v1/workspaces/{WS}{path}", server.url))
         .bearer_auth(token);
     if let Some(b) = body {
@@ -290,7 +290,7 @@ fn api(
 
 /// Stores a card as an agent would (through the host's node token).
 fn agent_store(server: &Server, node: &str, task: &str, card: Value) -> (u16, Value) {
-    let r = mop_tests::http()
+    let r = mop_testkit::http()
         .post(format!("{}/v1/workspaces/{WS}/memories", server.url))
         .bearer_auth(node)
         .json(&json!({
@@ -672,7 +672,7 @@ fn console_posts_need_the_csrf_token_and_pages_carry_a_strict_policy() {
     assert!(server.import(&example_cards_dir(), WS).status.success());
     let admin = server.token_named("admin", &[WS], Some(CURATOR));
     let node = server.token("node", &[WS]);
-    let http = mop_tests::http_builder()
+    let http = mop_testkit::http_builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
@@ -869,7 +869,7 @@ fn an_idle_session_expires_with_a_page_that_says_so() {
     let server = Server::start_with("[console]\nidle_secs = 2\n");
     assert!(server.import(&example_cards_dir(), WS).status.success());
     let admin = server.token_named("admin", &[WS], Some(CURATOR));
-    let http = mop_tests::http_builder()
+    let http = mop_testkit::http_builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();

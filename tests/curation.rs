@@ -11,11 +11,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use mop_tests::procs::{
+use mop_testkit::procs::{
     Daemon, DaemonOptions, Server, as_runner, bin, bwrap_available, output_text as text, run,
     run_with_stdin, runner_user,
 };
-use mop_tests::{example_cards_dir, http, profiles_config};
+use mop_testkit::{example_cards_dir, http, profiles_config};
 use serde_json::Value;
 
 const WS: &str = "acme";
@@ -709,9 +709,9 @@ fn receipts_survive_a_server_outage_and_arrive_once() {
     assert_eq!(ghosts, 0, "no usage for a card that does not exist");
     // A receipt names the cards a runner's task got: another local user of group mop may
     // not read it (the same request by the task's runner is the control).
-    if let Some(other) = mop_tests::procs::daemon_user() {
+    if let Some(other) = mop_testkit::procs::daemon_user() {
         let path = "/v1/tasks/offline-1/receipt";
-        let (code, _) = mop_tests::procs::runner_socket_request(&socket, "GET", path, None);
+        let (code, _) = mop_testkit::procs::runner_socket_request(&socket, "GET", path, None);
         assert_eq!(code, 200, "the runner reads its receipt");
         let mut as_other = Command::new("/usr/bin/setpriv");
         as_other.args([
@@ -724,7 +724,7 @@ fn receipts_survive_a_server_outage_and_arrive_once() {
             "curl",
         ]);
         let (code, body) =
-            mop_tests::procs::socket_request_as(as_other, &socket, "GET", path, None);
+            mop_testkit::procs::socket_request_as(as_other, &socket, "GET", path, None);
         let body = String::from_utf8_lossy(&body);
         assert_eq!(code, 403, "another user was answered: {body}");
         assert!(

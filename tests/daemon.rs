@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use mop_cards::Manifest;
-use mop_tests::example_cards_dir;
-use mop_tests::procs::{Daemon, DaemonOptions, Server, run};
+use mop_testkit::example_cards_dir;
+use mop_testkit::procs::{Daemon, DaemonOptions, Server, run};
 use serde_json::Value;
 
 const WS: &str = "acme";
@@ -28,7 +28,7 @@ fn server() -> (Server, String) {
 /// Checks that `current` is a complete generation: every card file hashes to its manifest
 /// entry, and the index opens. Returns the manifest.
 fn check_current(pool: &Path) -> Manifest {
-    let (_, _, manifest) = mop_tests::check_current_with(pool, |dir, manifest| {
+    let (_, _, manifest) = mop_testkit::check_current_with(pool, |dir, manifest| {
         let index = mop_search::SearchIndex::open(&dir.join("index"))
             .map_err(|e| format!("index of {}: {e}", dir.display()))?;
         let (docs, cards) = (index.num_docs(), manifest.cards.len() as u64);
@@ -48,7 +48,7 @@ fn ws_status(v: &Value) -> &Value {
 }
 
 fn admin_post(server: &Server, token: &str, path: &str, body: Option<Value>) {
-    let mut req = mop_tests::http()
+    let mut req = mop_testkit::http()
         .post(format!("{}/v1/workspaces/{WS}{path}", server.url))
         .bearer_auth(token);
     if let Some(b) = body {
@@ -274,7 +274,8 @@ fn restart_while_offline_serves_at_once() {
 #[test]
 fn an_index_of_an_earlier_format_is_rebuilt_without_the_server() {
     let (mut server, _admin) = server();
-    let profiles = mop_tests::profiles_config(&[&mop_tests::repo_root().join("tests/profiles")]);
+    let profiles =
+        mop_testkit::profiles_config(&[&mop_testkit::repo_root().join("tests/profiles")]);
     let mut d = Daemon::start(
         &server,
         DaemonOptions {
@@ -320,7 +321,7 @@ fn an_index_of_an_earlier_format_is_rebuilt_without_the_server() {
         d.log()
     );
     // A task is served from it, with the server still away.
-    let out = run(std::process::Command::new(mop_tests::procs::bin("mop"))
+    let out = run(std::process::Command::new(mop_testkit::procs::bin("mop"))
         .arg("prepare")
         .arg("--socket")
         .arg(d.socket())
@@ -553,7 +554,7 @@ fn peers_in_another_user_namespace_are_refused() {
     assert_eq!(d.status().0, 0);
     let out = run(std::process::Command::new("unshare")
         .args(["--user", "--map-root-user"])
-        .arg(mop_tests::procs::bin("mopd"))
+        .arg(mop_testkit::procs::bin("mopd"))
         .args(["status", "--socket"])
         .arg(d.socket()));
     let text = String::from_utf8_lossy(&out.stdout);
@@ -585,7 +586,7 @@ fn bad_configs_are_refused_at_start_and_kept_out_on_reload() {
     d.wait_for("both workspaces", |v| {
         v["workspaces"].as_array().unwrap().len() == 2
     });
-    let out = run(std::process::Command::new(mop_tests::procs::bin("mopd"))
+    let out = run(std::process::Command::new(mop_testkit::procs::bin("mopd"))
         .args(["run", "--config"])
         .arg(d.dir.path().join("missing.toml")));
     assert!(!out.status.success());
@@ -596,7 +597,7 @@ fn bad_configs_are_refused_at_start_and_kept_out_on_reload() {
         "[server]\nurl = \"ftp://x\"\n[sync]\nworkspaces = [\"acme\"]\n",
     )
     .unwrap();
-    let out = run(std::process::Command::new(mop_tests::procs::bin("mopd"))
+    let out = run(std::process::Command::new(mop_testkit::procs::bin("mopd"))
         .args(["run", "--config"])
         .arg(&bad));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -697,7 +698,7 @@ fn kill_9_during_syncs_always_leaves_a_complete_generation() {
     // The run reaches the newest revision once left alone.
     d.sync(WS);
     let (_, v) = d.status();
-    let latest: Value = mop_tests::http()
+    let latest: Value = mop_testkit::http()
         .get(format!("{}/v1/workspaces/{WS}/manifest", server.url))
         .bearer_auth(&admin)
         .send()
@@ -790,7 +791,7 @@ fn systemd_notifications_ready_status_watchdog_stopping() {
 
 #[test]
 fn a_misbehaving_network_is_refused_and_the_last_good_generation_keeps_serving() {
-    use mop_tests::faults::{Fault, FaultyProxy};
+    use mop_testkit::faults::{Fault, FaultyProxy};
     let (server, admin) = server();
     let proxy = FaultyProxy::start(&server.url);
     let d = Daemon::start(&server, DaemonOptions::default());
@@ -997,7 +998,7 @@ fn a_hard_delete_leaves_the_text_recoverable_nowhere() {
             String::from_utf8_lossy(marker)
         )
     };
-    let http = mop_tests::http();
+    let http = mop_testkit::http();
     let cards = format!("{}/v1/workspaces/{WS}/cards", server.url);
     let r = http
         .post(&cards)

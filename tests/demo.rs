@@ -4,7 +4,7 @@
 use std::os::unix::fs::chown;
 use std::process::Output;
 
-use mop_tests::procs::{bin, bwrap_available, run, runner_command, runner_user};
+use mop_testkit::procs::{bin, bwrap_available, run, runner_command, runner_user};
 
 /// `mopd demo` as the runner user, with TMPDIR in a directory of its own.
 fn demo(env: &[(&str, &str)]) -> Option<(Output, tempfile::TempDir)> {

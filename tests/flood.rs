@@ -15,10 +15,10 @@ use std::net::TcpStream;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use mop_tests::procs::{
+use mop_testkit::procs::{
     Daemon, DaemonOptions, SYSTEMD_FD_LIMIT, Server, as_runner, run, runner_command, runner_user,
 };
-use mop_tests::{example_cards_dir, profiles_config};
+use mop_testkit::{example_cards_dir, profiles_config};
 
 const WS: &str = "acme";
 
@@ -116,7 +116,7 @@ fn half_open_and_slow_connections_leave_health_and_polls_answering() {
     let server = Server::start_wrapped("[server]\nheader_timeout_secs = 3\n", SYSTEMD_FD_LIMIT);
     assert!(server.import(&example_cards_dir(), WS).status.success());
     let node = server.token("node", &[WS]);
-    let etag = mop_tests::http()
+    let etag = mop_testkit::http()
         .get(format!("{}/v1/workspaces/{WS}/manifest", server.url))
         .bearer_auth(&node)
         .send()
@@ -246,7 +246,7 @@ fn victim(daemon: &Daemon, task: &str, workdir: &std::path::Path) -> Child {
 fn live_tasks(daemon: &Daemon) -> Vec<String> {
     let mut cmd = runner_command("/usr/bin/timeout");
     cmd.arg("3")
-        .arg(mop_tests::procs::bin("mop"))
+        .arg(mop_testkit::procs::bin("mop"))
         .args(["tasks", "--json", "--socket"])
         .arg(daemon.socket());
     let out = run(&mut cmd);
@@ -379,7 +379,7 @@ fn agent_flood(server: &Server, extra: &str) -> (AgentFlood, Daemon) {
         kept &= lease_file.exists() && victim_run.try_wait().unwrap().is_none();
         let mut cmd = runner_command("/usr/bin/timeout");
         cmd.arg("2")
-            .arg(mop_tests::procs::bin("mop"))
+            .arg(mop_testkit::procs::bin("mop"))
             .args(["memory", "list", "--json"])
             .env("MOP_AGENT_SOCKET", &victim_socket);
         let started = Instant::now();
@@ -409,7 +409,7 @@ fn agent_flood(server: &Server, extra: &str) -> (AgentFlood, Daemon) {
 #[test]
 fn an_agent_flooding_its_socket_cannot_end_or_starve_other_tasks() {
     runner_user().expect("the runner user (CI runs as root)");
-    if !mop_tests::procs::bwrap_available() {
+    if !mop_testkit::procs::bwrap_available() {
         return;
     }
     let server = Server::start();

@@ -4,7 +4,7 @@
 
 use mop_cards::{CardType, Rules, TaskContext, Tier, render_memory_md};
 use mop_search::select_for_task;
-use mop_tests::{
+use mop_testkit::{
     Generation, Workspace, build_generation, example_cards_dir, load_cards, repo_root,
 };
 

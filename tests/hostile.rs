@@ -6,8 +6,8 @@
 
 use std::path::Path;
 
-use mop_tests::example_cards_dir;
-use mop_tests::procs::{Daemon, DaemonOptions, Server};
+use mop_testkit::example_cards_dir;
+use mop_testkit::procs::{Daemon, DaemonOptions, Server};
 use serde_json::{Value, json};
 
 const WS: &str = "acme";
@@ -51,7 +51,7 @@ fn setup() -> Env {
     let server = Server::start();
     let node = server.token("node", &[WS]);
     assert!(server.import(&example_cards_dir(), WS).status.success());
-    let extra = mop_tests::profiles_config(&[]);
+    let extra = mop_testkit::profiles_config(&[]);
     let daemon = Daemon::start(
         &server,
         DaemonOptions {
@@ -256,9 +256,9 @@ fn hostile_agent_requests_are_refused_and_store_nothing() {
     );
     // `mop memory store` refuses an oversized card itself, with what to do instead.
     let memory = |args: &[&str], stdin: &[u8]| {
-        let mut cmd = std::process::Command::new(mop_tests::procs::bin("mop"));
+        let mut cmd = std::process::Command::new(mop_testkit::procs::bin("mop"));
         cmd.arg("memory").args(args).env("MOP_AGENT_SOCKET", &agent);
-        mop_tests::procs::run_with_stdin(&mut cmd, stdin)
+        mop_testkit::procs::run_with_stdin(&mut cmd, stdin)
     };
     let out = memory(
         &["store", "--type", "fact", "--title", "t", "--content-stdin"],
@@ -321,7 +321,7 @@ fn hostile_server_requests_are_refused_and_change_nothing() {
     let env = setup();
     let admin = env.server.token("admin", &[WS]);
     let before = env.revision();
-    let http = mop_tests::http();
+    let http = mop_testkit::http();
     let memories = format!("{}/v1/workspaces/{WS}/memories", env.server.url);
     let post = |url: &str, token: &str, body: Vec<u8>| {
         let r = http.post(url).bearer_auth(token).body(body).send().unwrap();

@@ -20,11 +20,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use mop_tests::procs::output_text as text;
-use mop_tests::procs::{
+use mop_testkit::procs::output_text as text;
+use mop_testkit::procs::{
     Daemon, DaemonOptions, Server, as_runner, bwrap_available, fixed_port, runner_user, self_signed,
 };
-use mop_tests::{example_cards_dir, profiles_config};
+use mop_testkit::{example_cards_dir, profiles_config};
 use serde_json::Value;
 
 const WS: &str = "acme";
@@ -265,7 +265,7 @@ fn an_agent_cannot_take_the_servers_or_the_metrics_port_and_the_server_starts_ag
     // use), while a port the kernel picks still works.
     let w = env.workdir();
     let (p, m) = (port.to_string(), metrics.to_string());
-    let out = mop_tests::procs::run(&mut env.mop_run(
+    let out = mop_testkit::procs::run(&mut env.mop_run(
         "squat-default",
         w.path(),
         "default",
@@ -292,8 +292,8 @@ fn an_agent_cannot_take_the_servers_or_the_metrics_port_and_the_server_starts_ag
         );
     }
     // The control: the same user outside any sandbox takes the free port with MPTCP.
-    let out = mop_tests::procs::run(
-        mop_tests::procs::runner_command(PYTHON).args(["-c", BIND_PROBE, &p]),
+    let out = mop_testkit::procs::run(
+        mop_testkit::procs::runner_command(PYTHON).args(["-c", BIND_PROBE, &p]),
     );
     let outside: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
     assert_eq!(
@@ -309,7 +309,7 @@ fn an_agent_cannot_take_the_servers_or_the_metrics_port_and_the_server_starts_ag
     // The control: a profile that lists both ports. The metrics port is mopd's (in use);
     // the server's port is free, and the squatter there catches mopd's next poll with the
     // node token: the hole the default profile now closes.
-    let out = mop_tests::procs::run(&mut env.mop_run(
+    let out = mop_testkit::procs::run(&mut env.mop_run(
         "squat-allowed-probe",
         w.path(),
         "squatter",
@@ -349,7 +349,7 @@ fn an_agent_cannot_take_the_servers_or_the_metrics_port_and_the_server_starts_ag
         "{synced}"
     );
     // mop doctor says this kernel confines binding.
-    let out = mop_tests::procs::run(&mut as_runner(&["doctor".as_ref(), "--json".as_ref()]));
+    let out = mop_testkit::procs::run(&mut as_runner(&["doctor".as_ref(), "--json".as_ref()]));
     let doctor: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doctor["tcp_ports"]["blocked"], true, "{doctor}");
 }
@@ -437,8 +437,8 @@ fn a_ca_file_is_only_for_https_and_must_hold_a_certificate() {
         )
         .unwrap();
         // A bad config stops the daemon before it does anything.
-        mop_tests::procs::run(
-            Command::new(mop_tests::procs::bin("mopd"))
+        mop_testkit::procs::run(
+            Command::new(mop_testkit::procs::bin("mopd"))
                 .arg("run")
                 .arg("--config")
                 .arg(&config),
@@ -499,8 +499,8 @@ fn on_the_servers_unix_socket_no_local_user_can_stand_in_for_it() {
     assert_eq!(status["daemon"]["server_url"], url.as_str(), "{status}");
 
     assert!(server.stop());
-    let out = mop_tests::procs::run(
-        mop_tests::procs::runner_command(PYTHON)
+    let out = mop_testkit::procs::run(
+        mop_testkit::procs::runner_command(PYTHON)
             .args(["-c", UNIX_BIND_PROBE])
             .arg(&socket),
     );
@@ -527,7 +527,7 @@ fn on_the_servers_unix_socket_no_local_user_can_stand_in_for_it() {
     let w = tempfile::tempdir().unwrap();
     let (uid, gid) = runner_user().unwrap();
     nix::unistd::chown(w.path(), Some(uid.into()), Some(gid.into())).unwrap();
-    let mut squatter = mop_tests::procs::runner_command(PYTHON)
+    let mut squatter = mop_testkit::procs::runner_command(PYTHON)
         .args(["-c", SQUATTER, &port.to_string()])
         .current_dir(w.path())
         .stdout(Stdio::piped())
@@ -567,8 +567,8 @@ fn a_unix_server_url_must_be_in_a_directory_only_its_owner_writes() {
         ),
     )
     .unwrap();
-    let out = mop_tests::procs::run(
-        Command::new(mop_tests::procs::bin("mopd"))
+    let out = mop_testkit::procs::run(
+        Command::new(mop_testkit::procs::bin("mopd"))
             .arg("run")
             .arg("--config")
             .arg(&config),

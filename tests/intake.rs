@@ -4,7 +4,7 @@
 //! same-lesson rule's precision and recall on the eval's splits.
 
 use mop_intake::secrets::Screen;
-use mop_tests::credentials::{credentials, look_alikes};
+use mop_testkit::credentials::{credentials, look_alikes};
 
 #[test]
 fn every_credential_is_found_with_its_kind_and_every_look_alike_passes() {
@@ -74,7 +74,7 @@ fn check_corpus(seed: u64) {
 #[test]
 fn the_same_lesson_rule_never_merges_two_lessons_and_finds_most_rewordings() {
     use mop_intake::lesson::Thresholds;
-    use mop_tests::lessons::{load, score};
+    use mop_testkit::lessons::{load, score};
     let lessons = load();
     for split in ["dev", "test"] {
         let of_split: Vec<_> = lessons.iter().filter(|l| l.split == split).collect();
@@ -105,8 +105,9 @@ fn the_same_lesson_rule_never_merges_two_lessons_and_finds_most_rewordings() {
 #[test]
 fn with_the_embedding_model_the_rule_finds_more_rewordings_and_still_never_merges_two_lessons() {
     use mop_intake::lesson::Thresholds;
-    use mop_tests::lessons::{items, load, score_items};
-    let model = mop_embed::Model::load(&mop_tests::embedding_model_dir()).expect("the model loads");
+    use mop_testkit::lessons::{items, load, score_items};
+    let model =
+        mop_embed::Model::load(&mop_testkit::embedding_model_dir()).expect("the model loads");
     let lessons = load();
     let words = Thresholds {
         dense_cosine: 2.0,

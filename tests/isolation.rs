@@ -10,11 +10,11 @@ use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::process::Output;
 
-use mop_tests::procs::output_text as text;
-use mop_tests::procs::{
+use mop_testkit::procs::output_text as text;
+use mop_testkit::procs::{
     Daemon, DaemonOptions, Server, as_runner, run, runner_socket_request, runner_user,
 };
-use mop_tests::{card_files, example_cards_dir};
+use mop_testkit::{card_files, example_cards_dir};
 use serde_json::{Value, json};
 
 const MARKER: &str = "zqvmarker7731";
@@ -34,7 +34,7 @@ fn setup() -> Option<Env> {
     for ws in ["acme", "globex"] {
         assert!(server.import(&example_cards_dir(), ws).status.success());
     }
-    let extra = mop_tests::profiles_config(&[]);
+    let extra = mop_testkit::profiles_config(&[]);
     let daemon = Daemon::start(
         &server,
         DaemonOptions {
@@ -163,7 +163,7 @@ impl Env {
             .env("MOP_TASK_USER", "alice")
             .env("MOP_TASK_ASSET", "db-prod-01");
         let out =
-            mop_tests::procs::run_with_stdin(&mut cmd, format!("{MARKER}: {body}\n").as_bytes());
+            mop_testkit::procs::run_with_stdin(&mut cmd, format!("{MARKER}: {body}\n").as_bytes());
         assert!(out.status.success(), "{}", text(&out));
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(stdout.starts_with("created:"), "{stdout}");
@@ -182,7 +182,7 @@ impl Env {
     }
 
     fn server_has(&self, ws: &str, id: &str) -> bool {
-        let r = mop_tests::http()
+        let r = mop_testkit::http()
             .get(format!("{}/v1/workspaces/{ws}/cards/{id}", self.server.url))
             .bearer_auth(&self.admin)
             .send()
@@ -408,7 +408,7 @@ fn retrieve_answers_do_not_depend_on_cards_the_task_cannot_see() {
         .env("MOP_TASK_USER", "alice");
         let body = format!("ledger undo retention nightly ETL snapshot zqhiddenword {words} ")
             .repeat(30 + n);
-        let out = mop_tests::procs::run_with_stdin(&mut cmd, body.as_bytes());
+        let out = mop_testkit::procs::run_with_stdin(&mut cmd, body.as_bytes());
         assert!(out.status.success(), "{}", text(&out));
     }
     env.release("alice-secret");

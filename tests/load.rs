@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mop_cards::Manifest;
-use mop_tests::example_cards_dir;
-use mop_tests::procs::Server;
+use mop_testkit::example_cards_dir;
+use mop_testkit::procs::Server;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
@@ -195,7 +195,7 @@ async fn storer(
 }
 
 fn live_ids(server: &Server, token: &str) -> (u64, BTreeSet<String>) {
-    let m: Manifest = mop_tests::http()
+    let m: Manifest = mop_testkit::http()
         .get(format!("{}/v1/workspaces/{WS}/manifest", server.url))
         .bearer_auth(token)
         .send()

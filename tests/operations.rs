@@ -8,16 +8,16 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use mop_tests::example_cards_dir;
-use mop_tests::faults::{Fault, FaultyProxy};
-use mop_tests::postgres::Postgres;
-use mop_tests::procs::{Daemon, DaemonOptions, Server, output_text, run};
+use mop_testkit::example_cards_dir;
+use mop_testkit::faults::{Fault, FaultyProxy};
+use mop_testkit::postgres::Postgres;
+use mop_testkit::procs::{Daemon, DaemonOptions, Server, output_text, run};
 use serde_json::{Value, json};
 
 const WS: &str = "acme";
 
 fn get(url: &str, token: Option<&str>, etag: Option<&str>) -> reqwest::blocking::Response {
-    let mut req = mop_tests::http().get(url);
+    let mut req = mop_testkit::http().get(url);
     if let Some(t) = token {
         req = req.bearer_auth(t);
     }
@@ -28,7 +28,7 @@ fn get(url: &str, token: Option<&str>, etag: Option<&str>) -> reqwest::blocking:
 }
 
 fn store(server: &Server, node: &str, title: &str) -> Value {
-    let r = mop_tests::http()
+    let r = mop_testkit::http()
         .post(format!("{}/v1/workspaces/{WS}/memories", server.url))
         .bearer_auth(node)
         .json(&json!({
@@ -188,7 +188,7 @@ fn an_online_backup_is_consistent_while_stores_go_on() {
         std::thread::spawn(move || {
             let mut n = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 40 {
-                let r = mop_tests::http()
+                let r = mop_testkit::http()
                     .post(format!("{url}/v1/workspaces/{WS}/memories"))
                     .bearer_auth(&node)
                     .json(&json!({
@@ -216,7 +216,7 @@ fn an_online_backup_is_consistent_while_stores_go_on() {
     );
     // The copy is a working database: a server serves it and export reads it.
     let export = dir.path().join("export");
-    let out = run(Command::new(mop_tests::procs::bin("mop-server"))
+    let out = run(Command::new(mop_testkit::procs::bin("mop-server"))
         .args(["export", "--workspace", WS, "--db"])
         .arg(&dest)
         .arg(&export));
@@ -247,7 +247,7 @@ fn an_online_backup_is_consistent_while_stores_go_on() {
 
 fn trusting(cert: &Path) -> reqwest::blocking::Client {
     let pem = std::fs::read(cert).unwrap();
-    mop_tests::http_builder()
+    mop_testkit::http_builder()
         .tls_backend_rustls()
         .tls_certs_only([reqwest::Certificate::from_pem(&pem).unwrap()])
         .build()
@@ -257,8 +257,8 @@ fn trusting(cert: &Path) -> reqwest::blocking::Client {
 #[test]
 fn native_tls_serves_https_and_a_new_certificate_after_sighup() {
     let dir = tempfile::tempdir().unwrap();
-    let (cert1, key1) = mop_tests::procs::self_signed(dir.path(), "first");
-    let (cert2, key2) = mop_tests::procs::self_signed(dir.path(), "second");
+    let (cert1, key1) = mop_testkit::procs::self_signed(dir.path(), "first");
+    let (cert2, key2) = mop_testkit::procs::self_signed(dir.path(), "second");
     let (live_cert, live_key) = (dir.path().join("live.crt"), dir.path().join("live.key"));
     std::fs::copy(&cert1, &live_cert).unwrap();
     std::fs::copy(&key1, &live_key).unwrap();
@@ -285,7 +285,7 @@ fn native_tls_serves_https_and_a_new_certificate_after_sighup() {
         "http://{}/healthz",
         server.url.trim_start_matches("https://")
     );
-    let plain_answered = mop_tests::http()
+    let plain_answered = mop_testkit::http()
         .get(&plain)
         .send()
         .is_ok_and(|r| r.status().is_success());
@@ -458,7 +458,7 @@ fn a_daemon_fails_over_from_a_killed_replica_and_waits_for_one_behind() {
     }
     let behind = Server::on_database(&frozen, &b.config());
     let id = {
-        let r = mop_tests::http()
+        let r = mop_testkit::http()
             .get(format!("{}/v1/workspaces/{WS}/cards?limit=1", b.url))
             .bearer_auth(&admin)
             .send()
@@ -519,7 +519,7 @@ fn daemon_metrics_are_served_on_loopback_only_when_asked() {
     }
     let extra = format!(
         "{}[metrics]\nlisten = \"127.0.0.1:{port}\"\ntoken_file = \"{}\"\n",
-        mop_tests::profiles_config(&[]),
+        mop_testkit::profiles_config(&[]),
         token_file.display()
     );
     let daemon = Daemon::start(
@@ -531,7 +531,7 @@ fn daemon_metrics_are_served_on_loopback_only_when_asked() {
     );
     daemon.wait_synced();
     daemon.sync(WS);
-    let out = run(Command::new(mop_tests::procs::bin("mop")).args([
+    let out = run(Command::new(mop_testkit::procs::bin("mop")).args([
         "prepare",
         "--socket",
         daemon.socket().to_str().unwrap(),
@@ -609,10 +609,10 @@ fn daemon_metrics_are_served_on_loopback_only_when_asked() {
 /// without sharing anything.
 #[test]
 fn the_tests_start_their_own_postgresql_on_loopback() {
-    let Some(first) = mop_tests::postgres::Postgres::start() else {
+    let Some(first) = mop_testkit::postgres::Postgres::start() else {
         return;
     };
-    let second = mop_tests::postgres::Postgres::start().expect("a second cluster");
+    let second = mop_testkit::postgres::Postgres::start().expect("a second cluster");
     assert_ne!(first.port, second.port);
     assert!(first.psql("SELECT version()").starts_with("PostgreSQL "));
     assert_eq!(first.psql("SHOW listen_addresses"), "127.0.0.1");
@@ -628,7 +628,7 @@ fn the_tests_start_their_own_postgresql_on_loopback() {
 
 /// One agent store with a unique title and task; the status and, when created, the id.
 fn try_store(server: &Server, node: &str, n: usize) -> (u16, Option<String>) {
-    let r = mop_tests::http()
+    let r = mop_testkit::http()
         .post(format!("{}/v1/workspaces/{WS}/memories", server.url))
         .bearer_auth(node)
         .timeout(Duration::from_secs(30))
@@ -819,7 +819,7 @@ fn a_migration_from_sqlite_to_postgresql_gives_a_byte_identical_export() {
     // An archived card beside live ones: NULL and non-NULL in one column, which the two
     // engines sort differently.
     let archived = page_ids(&a, &admin)[1].clone();
-    let r = mop_tests::http()
+    let r = mop_testkit::http()
         .post(format!(
             "{}/v1/workspaces/{WS}/cards/{archived}/archive",
             a.url
@@ -833,7 +833,7 @@ fn a_migration_from_sqlite_to_postgresql_gives_a_byte_identical_export() {
     export(&mut a.cli(&["export"]), &dirs.path().join("sqlite"));
 
     let migrate = |from: &std::ffi::OsStr, to: &str, extra: &[&str]| {
-        let mut cmd = Command::new(mop_tests::procs::bin("mop-server"));
+        let mut cmd = Command::new(mop_testkit::procs::bin("mop-server"));
         cmd.arg("migrate")
             .arg("--from")
             .arg(from)
@@ -929,13 +929,13 @@ fn a_migration_from_sqlite_to_postgresql_gives_a_byte_identical_export() {
 /// umask is readable by the other user, so the directory does not stop them.
 #[test]
 fn the_database_files_are_owner_only_whatever_the_umask() {
-    let Some(_) = mop_tests::procs::runner_user() else {
+    let Some(_) = mop_testkit::procs::runner_user() else {
         return;
     };
     let server = Server::start_wrapped("", &["/bin/sh", "-c", "umask 022 && exec \"$0\" \"$@\""]);
     let node = server.token("node", &["acme"]);
     assert!(server.import(&example_cards_dir(), "acme").status.success());
-    let r = mop_tests::http()
+    let r = mop_testkit::http()
         .post(format!("{}/v1/workspaces/acme/memories", server.url))
         .bearer_auth(&node)
         .json(&json!({"provenance": {"task_id": "t-1", "user_id": "alice"},
@@ -952,7 +952,7 @@ fn the_database_files_are_owner_only_whatever_the_umask() {
         .arg("-c")
         .arg(format!("umask 022 && echo hello > {}", control.display())));
     let read_as_other = |path: &Path| {
-        run(mop_tests::procs::runner_command("/bin/cat").arg(path))
+        run(mop_testkit::procs::runner_command("/bin/cat").arg(path))
             .status
             .success()
     };

@@ -8,11 +8,11 @@ use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Output;
 
-use mop_tests::procs::output_text as text;
-use mop_tests::procs::{
+use mop_testkit::procs::output_text as text;
+use mop_testkit::procs::{
     Daemon, DaemonOptions, Server, as_runner, bwrap_available, run, runner_user,
 };
-use mop_tests::{example_cards_dir, profiles_config};
+use mop_testkit::{example_cards_dir, profiles_config};
 use serde_json::{Value, json};
 
 const WS: &str = "acme";
@@ -158,7 +158,7 @@ impl Env {
         let mut cmd = as_runner(&a);
         cmd.env("MOP_AGENT_SOCKET", plan["agent_socket"].as_str().unwrap());
         match stdin {
-            Some(input) => mop_tests::procs::run_with_stdin(&mut cmd, input.as_bytes()),
+            Some(input) => mop_testkit::procs::run_with_stdin(&mut cmd, input.as_bytes()),
             None => run(&mut cmd),
         }
     }
@@ -172,7 +172,7 @@ impl Env {
     }
 
     fn admin(&self, method: reqwest::Method, path: &str, body: Option<String>) -> (u16, String) {
-        let mut r = mop_tests::http()
+        let mut r = mop_testkit::http()
             .request(
                 method,
                 format!("{}/v1/workspaces/{WS}{path}", self.server.url),
@@ -246,7 +246,7 @@ fn an_agent_without_a_user_cannot_poison_other_tasks() {
     );
     // The same store sent straight to the server with the host's node token, as a
     // compromised daemon might: refused there too.
-    let r = mop_tests::http()
+    let r = mop_testkit::http()
         .post(format!("{}/v1/workspaces/{WS}/memories", env.server.url))
         .bearer_auth(&env.node)
         .json(&json!({
@@ -413,7 +413,7 @@ fn stores_are_bounded_per_task_per_card_and_per_token() {
     );
     let (code, _) = env.admin(reqwest::Method::POST, "/counters/publish", None);
     assert_eq!(code, 200);
-    let m: Value = mop_tests::http()
+    let m: Value = mop_testkit::http()
         .get(format!("{}/v1/workspaces/{WS}/manifest", env.server.url))
         .bearer_auth(&env.node)
         .send()
@@ -456,7 +456,7 @@ fn stores_are_bounded_per_task_per_card_and_per_token() {
     // refused with Retry-After, and changes nothing.
     let token = env.server.token("node", &[WS]);
     let post = |task: String| {
-        mop_tests::http()
+        mop_testkit::http()
             .post(format!("{}/v1/workspaces/{WS}/memories", env.server.url))
             .bearer_auth(&token)
             .json(&json!({

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use mop_cards::Rules;
 use mop_embed::Model;
 use mop_search::DenseState;
-use mop_tests::eval::{self, Eval, asker, id_of};
-use mop_tests::{Generation, build_generation_with, embedding_model_dir};
+use mop_testkit::eval::{self, Eval, asker, id_of};
+use mop_testkit::{Generation, build_generation_with, embedding_model_dir};
 
 /// The paraphrase recall@5 the hybrid must add to BM25's, in points.
 const MIN_PARAPHRASE_GAIN: f64 = 20.0;
@@ -265,12 +265,12 @@ fn vectors_of_another_dimension_are_refused_before_any_query() {
 /// How many of the eval's paraphrases `mop memory retrieve` finds in its first five hits,
 /// asked inside a task prepared by the runner.
 fn paraphrases_retrieved(
-    d: &mop_tests::procs::Daemon,
+    d: &mop_testkit::procs::Daemon,
     e: &Eval,
-    ws: &mop_tests::Workspace,
+    ws: &mop_testkit::Workspace,
     task: &str,
 ) -> usize {
-    use mop_tests::procs::{as_runner, output_text, run};
+    use mop_testkit::procs::{as_runner, output_text, run};
     use std::ffi::OsStr;
     let socket = d.socket();
     let args: Vec<&OsStr> = [
@@ -328,7 +328,7 @@ fn paraphrases_retrieved(
 
 #[test]
 fn mopd_fails_closed_without_its_model_and_rebuilds_the_vectors_once_it_loads() {
-    use mop_tests::procs::{Daemon, DaemonOptions, Server, runner_user};
+    use mop_testkit::procs::{Daemon, DaemonOptions, Server, runner_user};
     if runner_user().is_none() {
         return;
     }
@@ -337,7 +337,7 @@ fn mopd_fails_closed_without_its_model_and_rebuilds_the_vectors_once_it_loads() 
     let cards = tempfile::tempdir().unwrap();
     e.write_cards(cards.path());
     let server = Server::start();
-    for dir in [mop_tests::example_cards_dir(), cards.path().to_owned()] {
+    for dir in [mop_testkit::example_cards_dir(), cards.path().to_owned()] {
         let out = server.import(&dir, "acme");
         assert!(
             out.status.success(),
@@ -345,7 +345,8 @@ fn mopd_fails_closed_without_its_model_and_rebuilds_the_vectors_once_it_loads() 
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let profiles = mop_tests::profiles_config(&[&mop_tests::repo_root().join("tests/profiles")]);
+    let profiles =
+        mop_testkit::profiles_config(&[&mop_testkit::repo_root().join("tests/profiles")]);
     let absent = tempfile::tempdir().unwrap().path().join("no-model-here");
     let config = |model: &Path| {
         format!(
@@ -391,7 +392,7 @@ fn mopd_fails_closed_without_its_model_and_rebuilds_the_vectors_once_it_loads() 
             .contains("no-model-here"),
         "{warning}"
     );
-    let (_, generation, _) = mop_tests::check_current_files(&d.pool("acme"));
+    let (_, generation, _) = mop_testkit::check_current_files(&d.pool("acme"));
     assert!(
         !generation
             .join("index")
@@ -414,7 +415,7 @@ fn mopd_fails_closed_without_its_model_and_rebuilds_the_vectors_once_it_loads() 
     d.signal(nix::sys::signal::Signal::SIGHUP);
     d.wait_for("the model loaded", |v| !warned(v));
     d.sync("acme");
-    let (_, generation, _) = mop_tests::check_current_files(&d.pool("acme"));
+    let (_, generation, _) = mop_testkit::check_current_files(&d.pool("acme"));
     let stored = mop_embed::stored_fingerprint(&generation.join("index"))
         .expect("the rebuilt generation has card vectors");
     assert_eq!(&stored, model().fingerprint());

@@ -10,12 +10,12 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use mop_tests::procs::output_text as text;
-use mop_tests::procs::{
+use mop_testkit::procs::output_text as text;
+use mop_testkit::procs::{
     Daemon, DaemonOptions, Server, as_runner, bin, bwrap_available, run, runner_command,
     runner_user,
 };
-use mop_tests::{example_cards_dir, profiles_config, repo_root};
+use mop_testkit::{example_cards_dir, profiles_config, repo_root};
 use serde_json::Value;
 
 const WS: &str = "acme";
@@ -585,7 +585,7 @@ fn a_runner_killed_in_its_first_milliseconds_leaves_no_command_running() {
             .spawn()
             .unwrap();
         std::thread::sleep(Duration::from_micros(500 * (i - 1)));
-        if !mop_tests::procs::task_processes(&task).is_empty() {
+        if !mop_testkit::procs::task_processes(&task).is_empty() {
             bwrap_was_up += 1;
         }
         nix::sys::signal::kill(
@@ -604,7 +604,7 @@ fn a_runner_killed_in_its_first_milliseconds_leaves_no_command_running() {
         std::thread::sleep(Duration::from_millis(200));
         let left: Vec<u32> = dirs
             .iter()
-            .flat_map(|(task, _)| mop_tests::procs::task_processes(task))
+            .flat_map(|(task, _)| mop_testkit::procs::task_processes(task))
             .collect();
         if left.is_empty() || std::time::Instant::now() > deadline {
             break left;
@@ -704,7 +704,7 @@ fn bwrap_starts_no_command_on_a_cut_short_seccomp_program() {
 /// socket file (group `mop`, as every runner is) is refused before a byte is read.
 #[test]
 fn an_agent_socket_answers_its_tasks_owner_only() {
-    let Some(other) = mop_tests::procs::daemon_user() else {
+    let Some(other) = mop_testkit::procs::daemon_user() else {
         return;
     };
     let Some(env) = setup() else { return };
@@ -731,7 +731,7 @@ fn an_agent_socket_answers_its_tasks_owner_only() {
     }
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).unwrap();
     // Control: the owner's request is answered.
-    let (code, _) = mop_tests::procs::runner_socket_request(socket, "GET", "/v1/cards", None);
+    let (code, _) = mop_testkit::procs::runner_socket_request(socket, "GET", "/v1/cards", None);
     assert_eq!(code, 200);
     // Another uid, and root too: refused at accept (curl sees the connection closed).
     let mut as_other = Command::new("/usr/bin/setpriv");
@@ -745,15 +745,20 @@ fn an_agent_socket_answers_its_tasks_owner_only() {
         "curl",
     ]);
     let (code, body) =
-        mop_tests::procs::socket_request_as(as_other, socket, "GET", "/v1/cards", None);
+        mop_testkit::procs::socket_request_as(as_other, socket, "GET", "/v1/cards", None);
     assert_eq!(
         code,
         0,
         "another user was answered: {}",
         String::from_utf8_lossy(&body)
     );
-    let (code, _) =
-        mop_tests::procs::socket_request_as(Command::new("curl"), socket, "GET", "/v1/cards", None);
+    let (code, _) = mop_testkit::procs::socket_request_as(
+        Command::new("curl"),
+        socket,
+        "GET",
+        "/v1/cards",
+        None,
+    );
     assert_eq!(code, 0, "root is not the task's owner either");
     assert!(
         env.daemon
@@ -896,7 +901,7 @@ fn socket_paths_name_no_task() {
 #[test]
 fn the_daemons_metrics_port_answers_no_sandbox() {
     let Some(env) = setup() else { return };
-    let port = mop_tests::procs::fixed_port();
+    let port = mop_testkit::procs::fixed_port();
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("metrics.token");
     std::fs::write(&token_file, "a-scrape-token\n").unwrap();
@@ -928,9 +933,9 @@ fn the_daemons_metrics_port_answers_no_sandbox() {
         text(&out)
     );
     let url = format!("http://127.0.0.1:{port}/metrics");
-    let r = mop_tests::http().get(&url).send().unwrap();
+    let r = mop_testkit::http().get(&url).send().unwrap();
     assert_eq!(r.status().as_u16(), 401);
-    let r = mop_tests::http()
+    let r = mop_testkit::http()
         .get(&url)
         .bearer_auth("a-scrape-token")
         .send()

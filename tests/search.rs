@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use mop_cards::{CardId, Rules, TaskContext};
 use mop_search::{SearchError, SearchIndex, select_for_task};
-use mop_tests::{Generation, Workspace, build_generation, example_cards_dir, load_cards};
+use mop_testkit::{Generation, Workspace, build_generation, example_cards_dir, load_cards};
 
 fn setup() -> (Workspace, Generation) {
     let ws = load_cards(

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use mop_cards::{CardId, Manifest};
 use mop_proto::sync::{StoreOutcome, StoreResponse, Version, decode_batch};
-use mop_tests::procs::{Server, run};
-use mop_tests::{card_files, example_cards_dir};
+use mop_testkit::procs::{Server, run};
+use mop_testkit::{card_files, example_cards_dir};
 use reqwest::StatusCode;
 use reqwest::blocking::{Client, RequestBuilder, Response};
 use serde_json::{Value, json};
@@ -23,7 +23,7 @@ struct Api {
 impl Api {
     fn new(server: &Server, token: &str) -> Api {
         Api {
-            http: mop_tests::http(),
+            http: mop_testkit::http(),
             url: server.url.clone(),
             token: token.to_owned(),
         }
@@ -608,7 +608,7 @@ fn objects_single_batch_and_retention() {
 fn sync_answers_are_compressed_as_asked_zstd_first() {
     use std::io::Read;
     let (server, _admin, node) = setup("");
-    let raw = mop_tests::http_builder()
+    let raw = mop_testkit::http_builder()
         .gzip(false)
         .zstd(false)
         .build()
@@ -896,7 +896,7 @@ fn tokens_missing_invalid_and_revoked() {
     let server = Server::start();
     let node_token = server.token("node", &[WS]);
     let url = format!("{}/v1/workspaces/{WS}/manifest", server.url);
-    let http = mop_tests::http();
+    let http = mop_testkit::http();
     let check = |r: Response, needle: &str| {
         assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
         assert_eq!(r.headers()["content-type"], "application/json");
@@ -1180,7 +1180,7 @@ fn tokens_carry_names_expire_and_show_their_last_use() {
         "90d",
     ]);
     let url = format!("{}/v1/workspaces/{WS}/manifest", server.url);
-    let http = mop_tests::http();
+    let http = mop_testkit::http();
     // Control: both work now.
     for t in [&short, &lasting] {
         assert_eq!(

@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mop_cards::Manifest;
-use mop_tests::example_cards_dir;
-use mop_tests::procs::{Daemon, DaemonOptions, Server, run};
+use mop_testkit::example_cards_dir;
+use mop_testkit::procs::{Daemon, DaemonOptions, Server, run};
 use serde_json::Value;
 
 const WS: &str = "acme";
@@ -61,7 +61,7 @@ fn in_daemon_ns(d: &Daemon, script: &str) -> std::process::Output {
 fn check_current(d: &Daemon) -> (String, Manifest) {
     let out = run(&mut d.cli(&["verify", "--json"]));
     assert!(out.status.success(), "mopd verify: {out:?}");
-    let (name, dir, manifest) = mop_tests::check_current_files(&inside(d, &d.pool(WS)));
+    let (name, dir, manifest) = mop_testkit::check_current_files(&inside(d, &d.pool(WS)));
     // Opening the index through /proc/<pid>/root is not possible (the directory is
     // canonicalized out of the namespace); its metadata must be there and sound.
     let meta = std::fs::read(dir.join("index/mop-search.json")).expect("index metadata");
@@ -76,7 +76,7 @@ fn workspace_status(d: &Daemon) -> Value {
 
 /// `mop prepare` as root (the runner's uid does not matter here) for a TTL task.
 fn prepare(d: &Daemon, task: &str) -> std::process::Output {
-    run(Command::new(mop_tests::procs::bin("mop")).args([
+    run(Command::new(mop_testkit::procs::bin("mop")).args([
         "prepare",
         "--socket",
         d.socket().to_str().unwrap(),
@@ -137,7 +137,7 @@ fn a_full_disk_keeps_the_last_generation_and_status_says_why() {
     let (server, admin) = server();
     let d = start_in_ns(
         &server,
-        &mop_tests::profiles_config(&[]),
+        &mop_testkit::profiles_config(&[]),
         &own_mount_ns("mount -t tmpfs -o size=4m,mode=0750 tmpfs \"$c\""),
     );
     let pool = d.pool(WS);
@@ -268,7 +268,7 @@ fn a_read_only_cache_refuses_writes_clearly_and_recovers_when_remounted() {
     let (server, admin) = server();
     let d = start_in_ns(
         &server,
-        &mop_tests::profiles_config(&[]),
+        &mop_testkit::profiles_config(&[]),
         &own_mount_ns("mount --bind \"$c\" \"$c\""),
     );
     let cache = d.dir.path().join("cache");
@@ -327,7 +327,7 @@ fn a_deleted_cache_is_rebuilt_and_prepares_resume() {
         return;
     }
     let (server, _admin) = server();
-    let extra = mop_tests::profiles_config(&[]);
+    let extra = mop_testkit::profiles_config(&[]);
     let d = Daemon::start(
         &server,
         DaemonOptions {
@@ -364,7 +364,7 @@ fn a_deleted_cache_is_rebuilt_and_prepares_resume() {
     check_view(Path::new(later["view_dir"].as_str().unwrap()), &later);
     // The task whose view was deleted with the cache is still listed and can be released.
     assert!(!early_view.exists());
-    let out = run(Command::new(mop_tests::procs::bin("mop")).args([
+    let out = run(Command::new(mop_testkit::procs::bin("mop")).args([
         "release",
         "--socket",
         d.socket().to_str().unwrap(),
@@ -383,7 +383,7 @@ fn kill_9_during_prepares_leaves_every_handed_out_view_valid() {
         return;
     }
     let (server, _admin) = server();
-    let extra = mop_tests::profiles_config(&[]);
+    let extra = mop_testkit::profiles_config(&[]);
     let mut d = Daemon::start(
         &server,
         DaemonOptions {
@@ -409,7 +409,7 @@ fn kill_9_during_prepares_leaves_every_handed_out_view_valid() {
                 while !stop.load(Ordering::Relaxed) {
                     let task = format!("k{w}-{n}");
                     n += 1;
-                    let out = run(Command::new(mop_tests::procs::bin("mop")).args([
+                    let out = run(Command::new(mop_testkit::procs::bin("mop")).args([
                         "prepare",
                         "--socket",
                         socket.to_str().unwrap(),

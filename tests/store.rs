@@ -13,7 +13,7 @@ use mop_server::store::{
     CardState, Database, Expect, ManifestKind, NewToken, Role, Store, StoreError, StoreLimits,
     token_hash,
 };
-use mop_tests::postgres::Postgres;
+use mop_testkit::postgres::Postgres;
 
 const WS: &str = "acme";
 

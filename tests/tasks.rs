@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use mop_tests::procs::output_text as text;
-use mop_tests::procs::{
+use mop_testkit::procs::output_text as text;
+use mop_testkit::procs::{
     Daemon, DaemonOptions, Server, as_runner, bin, bwrap_available, run, runner_command,
     runner_user,
 };
-use mop_tests::{Workspace, example_cards_dir, load_cards, repo_root};
+use mop_testkit::{Workspace, example_cards_dir, load_cards, repo_root};
 use serde_json::Value;
 
 const WS: &str = "acme";
@@ -36,7 +36,7 @@ fn setup() -> Option<Env> {
     let admin = server.token("admin", &[WS]);
     let out = server.import(&example_cards_dir(), WS);
     assert!(out.status.success());
-    let extra = mop_tests::profiles_config(&[&repo_root().join("tests/profiles")]);
+    let extra = mop_testkit::profiles_config(&[&repo_root().join("tests/profiles")]);
     let daemon = Daemon::start(
         &server,
         DaemonOptions {
@@ -717,11 +717,11 @@ fn sigkill_of_mop_run_releases_its_lease() {
     }
     // bwrap and the command died with mop run (--die-with-parent).
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !mop_tests::procs::task_processes("killed").is_empty() {
+    while !mop_testkit::procs::task_processes("killed").is_empty() {
         assert!(
             Instant::now() < deadline,
             "sandbox processes outlived mop run: {:?}",
-            mop_tests::procs::task_processes("killed")
+            mop_testkit::procs::task_processes("killed")
         );
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -755,7 +755,7 @@ fn store_from_inside_goes_to_the_server_with_the_tasks_provenance() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.starts_with("created:"), "{stdout}");
     let id = stdout.split('(').nth(1).unwrap().split(')').next().unwrap();
-    let raw = mop_tests::http()
+    let raw = mop_testkit::http()
         .get(format!("{}/v1/workspaces/{WS}/cards/{id}", env.server.url))
         .bearer_auth(&env.admin)
         .send()
@@ -777,7 +777,7 @@ fn store_from_inside_goes_to_the_server_with_the_tasks_provenance() {
     // A task cannot bind a card to another user through its socket.
     let p = plan(&env, "forger", "alice", None);
     let body = serde_json::json!({"card": {"type": "fact", "title": "x", "body": "y", "scope": {"user_id": "bob"}}});
-    let (code, answer) = mop_tests::procs::runner_socket_request(
+    let (code, answer) = mop_testkit::procs::runner_socket_request(
         Path::new(p["agent_socket"].as_str().unwrap()),
         "POST",
         "/v1/store",
@@ -962,7 +962,7 @@ fn an_unprivileged_daemon_serves_runners_of_another_uid_and_refuses_their_sandbo
     // The packaged layout: mopd as an unprivileged user, the runner another user in
     // group mop. The daemon cannot read a runner's /proc/<pid>/ns/user then (EACCES), so
     // the refusal of sandboxed peers must come from the pid-namespace check.
-    let Some(daemon_user) = mop_tests::procs::daemon_user() else {
+    let Some(daemon_user) = mop_testkit::procs::daemon_user() else {
         return;
     };
     if runner_user().is_none() || !bwrap_available() {
@@ -971,7 +971,7 @@ fn an_unprivileged_daemon_serves_runners_of_another_uid_and_refuses_their_sandbo
     let server = Server::start();
     let out = server.import(&example_cards_dir(), WS);
     assert!(out.status.success());
-    let extra = mop_tests::profiles_config(&[]);
+    let extra = mop_testkit::profiles_config(&[]);
     let daemon = Daemon::start(
         &server,
         DaemonOptions {
@@ -1078,7 +1078,7 @@ fn an_unprivileged_daemon_serves_runners_of_another_uid_and_refuses_their_sandbo
 
 #[test]
 fn daemon_wide_operations_need_root_or_the_daemons_user() {
-    let Some(daemon_user) = mop_tests::procs::daemon_user() else {
+    let Some(daemon_user) = mop_testkit::procs::daemon_user() else {
         return;
     };
     let server = Server::start();

@@ -11,10 +11,10 @@
 
 use std::process::Command;
 
-use mop_tests::procs::{
+use mop_testkit::procs::{
     Daemon, DaemonOptions, Server, as_runner, output_text as text, run, runner_user,
 };
-use mop_tests::{example_cards_dir, http, http_builder, profiles_config};
+use mop_testkit::{example_cards_dir, http, http_builder, profiles_config};
 use serde_json::{Value, json};
 
 const WS: &str = "acme";
@@ -128,7 +128,7 @@ fn runner_fills_then_root(server: &Server, per_uid: usize) -> (usize, (bool, Str
         }
         got += 1;
     }
-    let root = Command::new(mop_tests::procs::bin("mop"));
+    let root = Command::new(mop_testkit::procs::bin("mop"));
     (got, prepare(&daemon, root, "root-task"))
 }
 

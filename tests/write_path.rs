@@ -22,14 +22,14 @@ use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use mop_tests::credentials::{credentials, look_alikes};
-use mop_tests::faults::{Fault, FaultyProxy};
-use mop_tests::postgres::Postgres;
-use mop_tests::procs::output_text as text;
-use mop_tests::procs::{
+use mop_testkit::credentials::{credentials, look_alikes};
+use mop_testkit::faults::{Fault, FaultyProxy};
+use mop_testkit::postgres::Postgres;
+use mop_testkit::procs::output_text as text;
+use mop_testkit::procs::{
     Daemon, DaemonOptions, Server, as_runner, bin, bwrap_available, run, runner_user,
 };
-use mop_tests::{example_cards_dir, profiles_config};
+use mop_testkit::{example_cards_dir, profiles_config};
 use serde_json::{Value, json};
 
 const WS: &str = "acme";
@@ -197,7 +197,7 @@ impl Env {
         let mut cmd = as_runner(&a);
         cmd.env("MOP_AGENT_SOCKET", plan["agent_socket"].as_str().unwrap());
         match stdin {
-            Some(input) => mop_tests::procs::run_with_stdin(&mut cmd, input.as_bytes()),
+            Some(input) => mop_testkit::procs::run_with_stdin(&mut cmd, input.as_bytes()),
             None => run(&mut cmd),
         }
     }
@@ -218,7 +218,7 @@ impl Env {
     }
 
     fn api(&self, method: reqwest::Method, path: &str, body: Option<String>) -> (u16, Value) {
-        let mut r = mop_tests::http()
+        let mut r = mop_testkit::http()
             .request(
                 method,
                 format!("{}/v1/workspaces/{WS}{path}", self.server.url),
@@ -588,7 +588,7 @@ fn a_verify_of_a_card_with_a_credential_needs_the_override() {
 #[test]
 fn the_same_lesson_reinforces_what_a_task_sees_groups_what_it_cannot_and_reveals_nothing() {
     let Some(env) = setup(ROOMY, "") else { return };
-    let lessons = mop_tests::lessons::load();
+    let lessons = mop_testkit::lessons::load();
     let undo = lessons
         .iter()
         .find(|l| l.id == "ora-undo-retention")
@@ -705,13 +705,13 @@ fn no_two_lessons_of_the_eval_merge_on_the_real_server() {
     let server = Server::start_with(ROOMY);
     let node = server.token("node", &[WS]);
     assert!(server.import(&example_cards_dir(), WS).status.success());
-    let lessons = mop_tests::lessons::load();
+    let lessons = mop_testkit::lessons::load();
     assert!(lessons.len() >= 10 && lessons.iter().all(|l| l.wordings.len() >= 4));
     let mut owner: BTreeMap<String, String> = BTreeMap::new();
     let (mut reinforced, mut stores) = (0, 0);
     for (li, l) in lessons.iter().enumerate() {
         for (wi, (title, body)) in l.wordings.iter().enumerate() {
-            let r = mop_tests::http()
+            let r = mop_testkit::http()
                 .post(format!("{}/v1/workspaces/{WS}/memories", server.url))
                 .bearer_auth(&node)
                 .json(&json!({
@@ -923,7 +923,7 @@ fn another_users_rejected_lesson_is_never_named_to_them_and_a_deleted_card_leave
         env.prepare("n1", "alice")["agent_socket"].as_str().unwrap(),
     )
     .env("MOP_TASK_USER", "alice");
-    let first = mop_tests::procs::run_with_stdin(&mut cmd, body.as_bytes());
+    let first = mop_testkit::procs::run_with_stdin(&mut cmd, body.as_bytes());
     let x = outcome(&first)
         .1
         .unwrap_or_else(|| panic!("{}", text(&first)));
@@ -986,7 +986,7 @@ fn an_idempotency_key_belongs_to_one_task() {
     let server = Server::start_with(ROOMY);
     let node = server.token("node", &[WS]);
     let send = |task: &str, title: &str| {
-        let r = mop_tests::http()
+        let r = mop_testkit::http()
             .post(format!("{}/v1/workspaces/{WS}/memories", server.url))
             .bearer_auth(&node)
             .header("idempotency-key", "5f0c0d6a-1111-4222-8333-944455556666")
@@ -1399,9 +1399,9 @@ fn the_queue_is_bounded_and_old_stores_are_dropped_and_counted() {
 #[test]
 fn with_an_embedding_model_the_server_reinforces_a_paraphrase_that_words_alone_miss() {
     use mop_intake::lesson::Thresholds;
-    use mop_tests::lessons::{items, load};
+    use mop_testkit::lessons::{items, load};
     // A pair of one lesson's wordings that words alone tell apart and the model does not.
-    let model_dir = mop_tests::embedding_model_dir();
+    let model_dir = mop_testkit::embedding_model_dir();
     let model = mop_embed::Model::load(&model_dir).expect("the model loads");
     let lessons = load();
     let with = items(&lessons, "test", Some(&model));
@@ -1424,7 +1424,7 @@ fn with_an_embedding_model_the_server_reinforces_a_paraphrase_that_words_alone_m
     };
     let ((t1, b1), (t2, b2)) = (text(a), text(b));
     let store = |server: &Server, node: &str, task: &str, title: &str, body: &str| -> Value {
-        mop_tests::http()
+        mop_testkit::http()
             .post(format!("{}/v1/workspaces/{WS}/memories", server.url))
             .bearer_auth(node)
             .json(&json!({

@@ -365,7 +365,7 @@ fn render(sections: &[Section], smoke: bool, secs: f64, complete: bool) -> Strin
         );
     }
     let _ = writeln!(md);
-    let notes = mop_tests::repo_root().join("bench/NOTES.md");
+    let notes = mop_testkit::repo_root().join("bench/NOTES.md");
     if let Ok(text) = std::fs::read_to_string(&notes) {
         let _ = writeln!(md, "{}", text.trim_end());
         let _ = writeln!(md);

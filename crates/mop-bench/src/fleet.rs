@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use mop_bench::{Section, cpu_time, show, summarize, synth};
-use mop_tests::procs::Server;
+use mop_testkit::procs::Server;
 
 pub struct Options {
     pub cards: usize,
@@ -74,7 +74,7 @@ pub fn run(o: &Options) -> Result<Section> {
         };
         Ok(servers + database)
     };
-    let http = mop_tests::http_builder().build()?;
+    let http = mop_testkit::http_builder().build()?;
     let manifest = format!("{}{}", server.url, server::MANIFEST.path(&[WS]));
     let etag = |http: &reqwest::blocking::Client| -> Result<String> {
         Ok(http

@@ -1,5 +1,5 @@
 //! `mop-bench hybrid`: what the dense ranker finds and what it costs. In one run: the
-//! retrieval eval (recall of BM25 alone and of the hybrid, `mop_tests::eval`), the model's
+//! retrieval eval (recall of BM25 alone and of the hybrid, `mop_testkit::eval`), the model's
 //! load time and resident size, and at N synthetic cards the index build and the per-task
 //! select + rank + render without and with the dense ranker, alternating.
 
@@ -40,11 +40,11 @@ pub fn run(o: &Options) -> Result<Vec<Section>> {
         .sum();
 
     eprintln!("hybrid: retrieval eval");
-    let eval = mop_tests::eval::run(&model);
+    let eval = mop_testkit::eval::run(&model);
     let mut recall = Section::new("Hybrid retrieval: what it finds");
     recall.line(format!(
         "The retrieval eval (`tests/retrieval.rs`, cards and queries in `tests/eval/retrieval.toml`): the example workspace plus {} cards, every query asked of BM25 alone and of BM25 + model {} fused by reciprocal rank fusion (k = 60), in one run. A paraphrase shares no search term with its card (checked).\n",
-        mop_tests::eval::Eval::load().card.len(),
+        mop_testkit::eval::Eval::load().card.len(),
         model.fingerprint(),
     ));
     recall.line(eval.table());

@@ -12,7 +12,7 @@
 
 use mop_bench::Section;
 use mop_intake::lesson::Thresholds;
-use mop_tests::lessons::{Score, load, score};
+use mop_testkit::lessons::{Score, load, score};
 
 fn row(name: &str, t: &Thresholds, s: &Score) -> String {
     format!(
@@ -146,11 +146,11 @@ pub fn run(model: Option<&std::path::Path>) -> anyhow::Result<Section> {
 /// least 0.05 above every dev pair of two lessons it could merge), then scores test once.
 fn dense(
     section: &mut Section,
-    lessons: &[mop_tests::lessons::EvalLesson],
+    lessons: &[mop_testkit::lessons::EvalLesson],
     lexical: &Thresholds,
     dir: &std::path::Path,
 ) -> anyhow::Result<()> {
-    use mop_tests::lessons::{items, score_items};
+    use mop_testkit::lessons::{items, score_items};
     let model = mop_embed::Model::load(dir)?;
     let dev = items(lessons, "dev", Some(&model));
     let test = items(lessons, "test", Some(&model));
@@ -261,10 +261,10 @@ fn dense(
 
 /// Pairs of wordings of two different lessons, most similar first.
 fn closest_negatives(
-    lessons: &[mop_tests::lessons::EvalLesson],
+    lessons: &[mop_testkit::lessons::EvalLesson],
     split: &str,
 ) -> Vec<(f32, String)> {
-    let items = mop_tests::lessons::items(lessons, split, None);
+    let items = mop_testkit::lessons::items(lessons, split, None);
     let mut out = Vec::new();
     for (i, a) in items.iter().enumerate() {
         for b in &items[i + 1..] {

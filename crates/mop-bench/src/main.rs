@@ -262,16 +262,16 @@ pub(crate) fn start_server(
     postgres: bool,
     config: &str,
 ) -> Result<(
-    mop_tests::procs::Server,
-    Option<mop_tests::postgres::Postgres>,
+    mop_testkit::procs::Server,
+    Option<mop_testkit::postgres::Postgres>,
 )> {
     if !postgres {
-        return Ok((mop_tests::procs::Server::start_with(config), None));
+        return Ok((mop_testkit::procs::Server::start_with(config), None));
     }
-    let pg = mop_tests::postgres::Postgres::start()
+    let pg = mop_testkit::postgres::Postgres::start()
         .context("PostgreSQL is not installed: apt-get install postgresql")?;
     Ok((
-        mop_tests::procs::Server::on_postgres(&pg.url(), config),
+        mop_testkit::procs::Server::on_postgres(&pg.url(), config),
         Some(pg),
     ))
 }

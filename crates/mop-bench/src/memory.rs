@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use mop_bench::{Section, show_bytes, synth};
-use mop_tests::procs::{Daemon, DaemonOptions, Server};
+use mop_testkit::procs::{Daemon, DaemonOptions, Server};
 
 pub struct Options {
     /// Workspaces in the main measurement.
@@ -60,7 +60,7 @@ pub fn measure_with(
     eprintln!("memory: {workspaces} × {cards} cards: syncing");
     let mut extra = format!(
         "[pool]\nmax_bytes = 17179869184\nverify_interval_secs = 0\n[tasks]\nprofile_dirs = [\"{}\"]\n",
-        mop_tests::repo_root().join("bwrap-profiles").display()
+        mop_testkit::repo_root().join("bwrap-profiles").display()
     );
     if let Some(m) = model {
         extra += &format!("[selection]\nembedding_model = \"{}\"\n", m.display());

@@ -80,7 +80,7 @@ pub fn start(dir: &Path, files: &[(&str, &[u8])]) -> Result<Nginx> {
         .context("cannot start nginx (apt-get install nginx)")?;
     let base = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while mop_tests::http().get(&base).send().is_err() {
+    while mop_testkit::http().get(&base).send().is_err() {
         if Instant::now() > deadline {
             bail!(
                 "nginx did not start; see {}",

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use mop_bench::{Section, show, summarize, synth};
-use mop_tests::procs::{Daemon, DaemonOptions, Server, bin};
+use mop_testkit::procs::{Daemon, DaemonOptions, Server, bin};
 
 pub struct Options {
     pub cards: usize,
@@ -88,7 +88,7 @@ pub fn run(o: &Options) -> Result<Section> {
     if !out.status.success() {
         bail!("import failed: {}", String::from_utf8_lossy(&out.stderr));
     }
-    let profiles = mop_tests::repo_root().join("bwrap-profiles");
+    let profiles = mop_testkit::repo_root().join("bwrap-profiles");
     let extra = format!(
         "[tasks]\nprofile_dirs = [\"{}\"]\n[pool]\nmax_bytes = 17179869184\n",
         profiles.display()

@@ -70,7 +70,10 @@ pub fn run(o: &Options) -> Result<Section> {
         bail!("import failed: {}", String::from_utf8_lossy(&out.stderr));
     }
     let manifest_url = format!("{}{}", server.url, server::MANIFEST.path(&["bench"]));
-    let plain = mop_tests::http_builder().gzip(false).zstd(false).build()?;
+    let plain = mop_testkit::http_builder()
+        .gzip(false)
+        .zstd(false)
+        .build()?;
     let get = |url: &str, gzip: bool| -> Result<reqwest::blocking::Response> {
         let mut req = plain.get(url).bearer_auth(&token);
         if gzip {
@@ -134,7 +137,7 @@ pub fn run(o: &Options) -> Result<Section> {
     // 304s: mop-server vs nginx, alternating.
     let nginx = crate::nginx::start(&tmp.path().join("nginx"), &[("manifest.json", &full_bytes)])?;
     let nginx_url = nginx.url("manifest.json");
-    let nginx_etag = mop_tests::http().get(&nginx_url).send()?.headers()["etag"]
+    let nginx_etag = mop_testkit::http().get(&nginx_url).send()?.headers()["etag"]
         .to_str()?
         .to_owned();
     for (url, inm, auth) in [

@@ -116,7 +116,7 @@ pub fn run(o: &Options) -> Result<Section> {
     for &n in &o.cards {
         let tmp = tempfile::tempdir()?;
         let (ws, dir) = synth::workspace_in(o.seed, n, tmp.path())?;
-        let server = mop_tests::procs::Server::start_with(
+        let server = mop_testkit::procs::Server::start_with(
             "[limits]\nstores_per_task = 1000000\nstores_per_token_per_minute = 100000000\n[sync]\ncounter_publish_secs = 3600\n",
         );
         let node = server.token("node", &["bench"]);
@@ -127,7 +127,7 @@ pub fn run(o: &Options) -> Result<Section> {
             bail!("import failed: {}", String::from_utf8_lossy(&out.stderr));
         }
         eprintln!("imported in {}", show(started.elapsed()));
-        let http = mop_tests::http_builder()
+        let http = mop_testkit::http_builder()
             .pool_max_idle_per_host(1)
             .build()
             .context("HTTP client")?;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use mop_bench::{CountingProxy, Section, cpu_time, show, show_bytes, summarize, synth};
-use mop_tests::procs::{Daemon, DaemonOptions, Server, bin};
+use mop_testkit::procs::{Daemon, DaemonOptions, Server, bin};
 
 pub struct Options {
     pub cards: usize,
@@ -493,7 +493,7 @@ pub fn run(o: &Options) -> Result<Vec<Section>> {
 
     // 2. Incremental: 1 % of the cards change on the server, then one sync.
     let changed = (o.cards / 100).max(1);
-    let http = mop_tests::http_builder().gzip(true).build()?;
+    let http = mop_testkit::http_builder().gzip(true).build()?;
     let mut wire = Vec::new();
     let mut cards_bytes = Vec::new();
     let mut delta_bytes = Vec::new();

@@ -1,6 +1,9 @@
-//! Shared helpers for mop's whole-system tests: load a card directory (the example
-//! workspace under `config/examples/cards`) and build a real generation from it — the
-//! catalog and a real search index in a temporary directory.
+//! The kit mop's whole-system tests (`tests/`) and benchmarks (`mop-bench`) build their
+//! worlds with: real `mop-server` and `mopd` processes ([`procs`]), PostgreSQL clusters
+//! ([`postgres`]), network faults ([`faults`]), the evals ([`eval`], [`lessons`]), credential
+//! samples ([`credentials`]), and here: loading a card directory (the example workspace
+//! under `config/examples/cards`) and building a real generation from it, the catalog
+//! and a real search index in a temporary directory.
 
 pub mod credentials;
 pub mod eval;
@@ -31,8 +34,9 @@ pub fn http_builder() -> reqwest::blocking::ClientBuilder {
 /// The repository root.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ sits in the repository root")
+        .ancestors()
+        .nth(2)
+        .expect("crates/mop-testkit sits two levels below the repository root")
         .to_owned()
 }
 

@@ -8,7 +8,9 @@
 //!   API (listings, review queue and actions, search, staleness).
 //! - [`console`]: the curators' web console under `/console` (server-rendered pages over
 //!   the same store calls as the curation API; sessions, CSRF, a strict CSP).
-//! - [`metrics`]: Prometheus metrics at `/metrics`.
+//! - [`encoding`]: the content codings of the large answers (zstd, gzip), negotiated and
+//!   applied.
+//! - [`metrics`]: Prometheus metrics at `/metrics` (counted by `api::track`).
 //! - [`rate`]: token buckets by key (stores per task and per token, failed logins).
 //! - [`search`]: the server's own BM25 index of each workspace, for curators.
 //! - [`server`]: serving with graceful shutdown and background work.
@@ -17,6 +19,7 @@
 pub mod api;
 pub mod config;
 pub mod console;
+pub mod encoding;
 pub mod metrics;
 pub mod rate;
 pub mod search;

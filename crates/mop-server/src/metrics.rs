@@ -8,11 +8,8 @@
 //! path a client sent, so no workspace name, card id or token appears.
 
 use std::sync::LazyLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use axum::extract::{MatchedPath, Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -168,32 +165,26 @@ impl Metrics {
     }
 }
 
-/// Middleware (a route layer, so the route pattern is known): counts and times requests.
-pub async fn track(
-    State(state): State<std::sync::Arc<crate::state::AppState>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    // `:ws` rather than `{ws}`: braces inside a label value trip some exposition parsers.
-    let route = request.extensions().get::<MatchedPath>().map_or_else(
-        || "unmatched".to_owned(),
-        |p| p.as_str().replace('{', ":").replace('}', ""),
-    );
-    let method = request.method().as_str().to_owned();
-    let start = Instant::now();
-    let response = next.run(request).await;
-    let m = &state.metrics;
-    m.latency
-        .get_or_create(&RouteLabels {
-            route: route.clone(),
-        })
-        .observe(start.elapsed().as_secs_f64());
-    m.requests
-        .get_or_create(&RequestLabels {
-            route,
-            method,
-            status: response.status().as_u16(),
-        })
-        .inc();
-    response
+impl Metrics {
+    /// Counts and times one answered request. `route` is the matched pattern (or
+    /// "unmatched"), never the path a client sent.
+    pub fn observe_request(&self, route: Option<&str>, method: &str, status: u16, took: Duration) {
+        // `:ws` rather than `{ws}`: braces inside a label value trip some exposition parsers.
+        let route = route.map_or_else(
+            || "unmatched".to_owned(),
+            |p| p.replace('{', ":").replace('}', ""),
+        );
+        self.latency
+            .get_or_create(&RouteLabels {
+                route: route.clone(),
+            })
+            .observe(took.as_secs_f64());
+        self.requests
+            .get_or_create(&RequestLabels {
+                route,
+                method: method.to_owned(),
+                status,
+            })
+            .inc();
+    }
 }

@@ -126,7 +126,7 @@ async fn serve_with(
     if config.metrics.enabled {
         app = app.route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            crate::metrics::track,
+            api::track,
         ));
     }
     let mut http_stop = stop_rx.clone();

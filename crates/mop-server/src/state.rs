@@ -45,8 +45,8 @@ impl CachedManifest {
     }
 
     /// The body in `coding` (compressed once per coding and revision).
-    pub fn body(&self, coding: crate::api::encoding::Coding) -> Bytes {
-        use crate::api::encoding::Coding;
+    pub fn body(&self, coding: crate::encoding::Coding) -> Bytes {
+        use crate::encoding::Coding;
         match coding {
             Coding::Identity => self.json.clone(),
             Coding::Gzip => self.gzip.get_or_init(|| coding.encode(&self.json)).clone(),

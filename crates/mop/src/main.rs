@@ -6,6 +6,7 @@
 //! retrieve|get|list|store`, and `mop mcp` for agent CLIs that take tools over MCP.
 
 mod confine;
+mod control;
 mod doctor;
 mod guard;
 mod memory;
@@ -18,10 +19,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use clap::{Args, Parser, Subcommand};
-use mop_cards::{CardType, TaskContext};
-use mop_proto::control::{Control, ControlError};
+use clap::{Parser, Subcommand};
+use mop_cards::CardType;
+use mop_proto::control::Control;
 use mop_proto::{AgentKind, LeaseRequest, Plan, PrepareRequest};
+
+use control::{Daemon, TaskArgs, prepare, refused, release, runtime};
 
 #[derive(Parser)]
 #[command(
@@ -40,57 +43,6 @@ use mop_proto::{AgentKind, LeaseRequest, Plan, PrepareRequest};
 struct Cli {
     #[command(subcommand)]
     command: Command,
-}
-
-/// Where the daemon is.
-#[derive(Args, Clone)]
-struct Daemon {
-    /// mopd's control socket.
-    #[arg(long, env = "MOP_SOCKET", default_value = "/run/mopd/mopd.sock")]
-    socket: PathBuf,
-}
-
-/// What a task is about.
-#[derive(Args, Clone)]
-struct TaskArgs {
-    /// Workspace whose memory the task may use.
-    #[arg(long)]
-    workspace: String,
-    /// Task id: 1–64 of [A-Za-z0-9._-], starting with a letter or digit.
-    #[arg(long)]
-    task_id: Option<String>,
-    /// Who asked (their personal cards join the task).
-    #[arg(long)]
-    user: Option<String>,
-    /// What the task targets (host, database, cluster …).
-    #[arg(long)]
-    asset: Option<String>,
-    /// The ticket title.
-    #[arg(long)]
-    title: String,
-    /// The ticket text.
-    #[arg(long, default_value = "")]
-    description: String,
-    /// Labels (repeatable).
-    #[arg(long = "label")]
-    labels: Vec<String>,
-    /// Sandbox profile [default: the daemon's tasks.default_profile].
-    #[arg(long)]
-    profile: Option<String>,
-}
-
-impl TaskArgs {
-    fn context(&self, generated_id: impl FnOnce() -> String) -> TaskContext {
-        TaskContext {
-            task_id: self.task_id.clone().unwrap_or_else(generated_id),
-            workspace: self.workspace.clone(),
-            origin_user_id: self.user.clone(),
-            asset_id: self.asset.clone(),
-            title: self.title.clone(),
-            description: self.description.clone(),
-            labels: self.labels.clone(),
-        }
-    }
 }
 
 #[derive(Subcommand)]
@@ -299,44 +251,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
-}
-
-/// Turns a daemon's refusal into "<what> (<status>): <its message>"; other errors (the
-/// daemon unreachable) keep their own advice.
-pub(crate) fn refused(what: String) -> impl FnOnce(ControlError) -> anyhow::Error {
-    move |e| match e {
-        ControlError::Answered { status, message } => {
-            anyhow::anyhow!("{what} ({status}): {message}")
-        }
-        e => e.into(),
-    }
-}
-
-/// Sends a prepare to the daemon.
-pub async fn prepare(socket: &std::path::Path, req: &PrepareRequest) -> Result<Plan> {
-    Control::new(socket)
-        .prepare(req)
-        .await
-        .map_err(refused(format!(
-            "prepare of task {} refused",
-            req.task.task_id
-        )))
-}
-
-/// Releases a task.
-pub async fn release(socket: &std::path::Path, task_id: &str) -> Result<()> {
-    Control::new(socket)
-        .release(task_id)
-        .await
-        .map_err(refused(format!("release of task {task_id} failed")))?;
-    Ok(())
 }
 
 /// A receipt for people: one line per card and per agent action.

@@ -34,9 +34,10 @@ use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 
 use crate::confine::{self, AbstractSockets, TcpBind};
+use crate::control::{TaskArgs, refused, runtime};
 use crate::sandbox::{Spec, bwrap_args, open_dir, sandbox_env, system_layout};
 use crate::workdir::Workdir;
-use crate::{TaskArgs, doctor, refused, sys};
+use crate::{doctor, sys};
 
 /// Exit status when the sandbox could not be set up (the command never ran).
 pub const SETUP_FAILED: u8 = 125;
@@ -116,7 +117,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         _ => None,
     };
     // After the guard: a fork needs this process to have one thread.
-    let rt = crate::runtime()?;
+    let rt = runtime()?;
     let mut hold = rt
         .block_on(Control::new(&a.socket).prepare_held(&req))
         .map_err(refused(format!(

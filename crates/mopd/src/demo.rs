@@ -308,7 +308,7 @@ fn start_daemon(exe: &Path, root: &Path, server: &Server) -> Result<Daemon> {
         .context("cannot start mopd run")?;
     Ok(Daemon {
         child,
-        socket: crate::paths::Paths::new(&root.join("cache"), &root.join("state"), &runtime_dir)
+        socket: mopd::paths::Paths::new(&root.join("cache"), &root.join("state"), &runtime_dir)
             .control_socket(),
     })
 }

@@ -21,14 +21,13 @@
 //! - [`status`]: the status report, assembled, judged and rendered; [`metrics`]: the
 //!   Prometheus metrics (served by `sockets::metrics` when configured).
 //! - [`sys`]: pidfds and allocator calls, the only system calls safe Rust lacks here.
-//! - [`daemon`]: `mopd run`, orchestration only; [`demo`]: `mopd demo`, the whole system
-//!   in a temporary directory with a `mop-server` started beside it.
+//! - [`daemon`]: `mopd run`, orchestration only. (`mopd demo`, the whole system in a
+//!   temporary directory, is the binary's own module: it is no part of the daemon.)
 
 pub mod agent;
 pub mod client;
 pub mod config;
 pub mod daemon;
-pub mod demo;
 pub mod embedding;
 pub mod files;
 pub mod metrics;

@@ -1,5 +1,7 @@
 //! `mopd`: the mop host daemon and its operator commands.
 
+mod demo;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -135,7 +137,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo { keep } => {
-            let ok = mopd::demo::run(&mopd::demo::DemoOptions { keep })?;
+            let ok = demo::run(&demo::DemoOptions { keep })?;
             Ok(if ok {
                 ExitCode::SUCCESS
             } else {

@@ -6,7 +6,6 @@
 
 pub(crate) mod admin;
 pub(crate) mod curation;
-pub mod encoding;
 mod memories;
 mod receipts;
 mod sync;
@@ -82,6 +81,28 @@ pub fn router(state: Arc<AppState>) -> Router {
             )
         })
         .with_state(state)
+}
+
+/// Middleware (a route layer, so the route pattern is known): counts and times requests.
+pub async fn track(
+    State(state): State<Arc<AppState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| p.as_str().to_owned());
+    let method = request.method().as_str().to_owned();
+    let start = std::time::Instant::now();
+    let response = next.run(request).await;
+    state.metrics.observe_request(
+        route.as_deref(),
+        &method,
+        response.status().as_u16(),
+        start.elapsed(),
+    );
+    response
 }
 
 /// `/v1/health` and `/healthz`: the process is alive and serving.
@@ -387,7 +408,7 @@ pub struct Conditional {
     /// The `If-None-Match` value, if any.
     pub if_none_match: Option<axum::http::HeaderValue>,
     /// The coding to answer with.
-    pub coding: encoding::Coding,
+    pub coding: crate::encoding::Coding,
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Conditional {
@@ -396,7 +417,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Conditional {
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
         Ok(Conditional {
             if_none_match: parts.headers.get(header::IF_NONE_MATCH).cloned(),
-            coding: encoding::Coding::negotiate(&parts.headers),
+            coding: crate::encoding::Coding::negotiate(&parts.headers),
         })
     }
 }

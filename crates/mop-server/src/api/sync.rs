@@ -12,8 +12,8 @@ use mop_cards::is_sha256_hex;
 use mop_proto::sync::{OBJECT_BATCH_TYPE, ObjectBatchRequest, Version, encode_batch_item};
 use serde::Deserialize;
 
-use super::encoding::Coding;
 use super::{ApiError, Caller, Conditional, blocking, json, read_body};
+use crate::encoding::Coding;
 use crate::state::{AppState, CachedManifest};
 use crate::store::ManifestKind;
 

@@ -188,6 +188,22 @@ pub enum ErrorKind {
     Server,
 }
 
+impl ErrorKind {
+    /// Its name on the wire (the status JSON) and in metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Unreachable => "unreachable",
+            ErrorKind::Unauthorized => "unauthorized",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::BadResponse => "bad_response",
+            ErrorKind::Rollback => "rollback",
+            ErrorKind::Quota => "quota",
+            ErrorKind::Local => "local",
+            ErrorKind::Server => "server",
+        }
+    }
+}
+
 /// One sync attempt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SyncRecord {
@@ -278,4 +294,28 @@ pub struct WorkspaceStatus {
     /// Counters.
     #[serde(default)]
     pub stats: SyncStats,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_kind_names_are_their_wire_names() {
+        for kind in [
+            ErrorKind::Unreachable,
+            ErrorKind::Unauthorized,
+            ErrorKind::NotFound,
+            ErrorKind::BadResponse,
+            ErrorKind::Rollback,
+            ErrorKind::Quota,
+            ErrorKind::Local,
+            ErrorKind::Server,
+        ] {
+            assert_eq!(
+                serde_json::to_value(kind).unwrap(),
+                serde_json::Value::from(kind.as_str())
+            );
+        }
+    }
 }

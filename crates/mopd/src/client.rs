@@ -263,9 +263,10 @@ impl ServerClient {
         self.servers.len()
     }
 
-    /// Makes the next request start at the following server (the current one answered
-    /// with something older than what is held: a replica that is behind).
-    pub fn skip_current(&self) {
+    /// The server that answered last gave an answer the caller could not use (older than
+    /// what is held, or refused): the next request starts at the following server, when
+    /// there is one.
+    pub fn distrust_last_answer(&self) {
         let next = (self.current.load(Ordering::Relaxed) + 1) % self.servers.len();
         self.current.store(next, Ordering::Relaxed);
     }

@@ -156,9 +156,6 @@ pub struct Syncer {
     held: Arc<Mutex<Option<(String, Version)>>>,
     /// Older answers in a row from replicas that are behind (see [`MAX_BEHIND`]).
     behind: Arc<std::sync::atomic::AtomicU32>,
-    /// The server that answered this poll's manifest request, if one did, and whether its
-    /// answer was from a replica that is behind.
-    answered: Arc<Mutex<(Option<String>, bool)>>,
     /// The (generation, model hash or "") whose index was last found usable, so a poll
     /// reads no file to know (see [`Syncer::refresh_index`]).
     index_checked: Arc<Mutex<Option<(String, String)>>>,
@@ -191,7 +188,6 @@ impl Syncer {
             state,
             held: Arc::default(),
             behind: Arc::default(),
-            answered: Arc::default(),
             index_checked: Arc::default(),
             publishing: Arc::default(),
         }
@@ -250,44 +246,37 @@ impl Syncer {
         &self,
         _publishing: &tokio::sync::MutexGuard<'_, ()>,
     ) -> Result<SyncResult, Failure> {
-        *self.answered.lock() = (None, false);
-        let outcome = self.try_sync().await;
+        let Poll { server, outcome } = self.poll().await;
         let now = Timestamp::now();
-        let (server, behind) = self.answered.lock().clone();
-        let client = self.state.client();
         if let Err(f) = &outcome
             && f.reached
-            && client.servers() > 1
         {
-            // A server that answered with something refused is not asked first again:
-            // the next poll starts at the next replica.
-            client.skip_current();
+            // A server that answered with something refused is not asked first again.
+            self.state.client().distrust_last_answer();
         }
         let status = self.update(|s| record_sync(s, now, &outcome, server));
         let metrics = &self.state.metrics;
-        let result = match &outcome {
-            Ok((SyncResult::Modified, _)) => "modified".to_owned(),
-            Ok(_) if behind => "behind".to_owned(),
-            Ok(_) => "not_modified".to_owned(),
-            Err(f) => format!("{:?}", f.kind).to_lowercase(),
+        let label = match &outcome {
+            Ok(polled) => polled.label(),
+            Err(f) => f.kind.as_str(),
         };
-        metrics.sync(&self.ws, &result);
+        metrics.sync(&self.ws, label);
         metrics.pool_bytes(&self.ws, status.pool_bytes);
         record::save(self.state.paths(), &status);
-        outcome.map(|(r, _)| r)
+        outcome.map(|p| p.result().0)
     }
 
-    async fn try_sync(&self) -> Result<(SyncResult, Option<u16>), Failure> {
-        let pool = self.pool.clone();
-        if blocking(move || pool.ensure_layout()).await? {
-            // With no `current` left, the held version is none: everything is fetched again.
-            tracing::warn!(workspace = %self.ws, pool = %self.pool.root().display(), "pool directory was missing or incomplete; recreated it and syncing in full");
-        }
-        // Before the server is asked: a generation whose index this build cannot read is
-        // rebuilt from the pool alone, so an upgraded daemon serves offline too.
-        self.refresh_index().await?;
-        let client = self.state.client();
-        let held = self.held_version().await?;
+    /// One poll: readies the pool, asks the server, and applies its answer.
+    async fn poll(&self) -> Poll {
+        let held = match self.ready().await {
+            Ok(held) => held,
+            Err(f) => {
+                return Poll {
+                    server: None,
+                    outcome: Err(f),
+                };
+            }
+        };
         // One workspace at a time from here to the published generation: each holds a
         // parsed manifest (about 11 MiB at 10k cards) for the whole sync, and five cold
         // syncs at once held them all while waiting for their index builds (peak 154 MiB).
@@ -296,17 +285,44 @@ impl Syncer {
             .acquire()
             .await
             .expect("the sync semaphore is never closed");
+        let client = self.state.client();
         let fetched = client.manifest(&self.ws, held.as_ref()).await;
-        if !matches!(&fetched, Err(e) if e.is_offline()) {
-            self.answered.lock().0 = Some(client.answered_by().to_owned());
-        }
-        let incoming = match fetched? {
-            ManifestFetch::NotModified => {
-                self.behind.store(0, std::sync::atomic::Ordering::Relaxed);
-                return Ok((SyncResult::NotModified, Some(304)));
-            }
-            ManifestFetch::Manifest(m) => *m,
+        let server = match &fetched {
+            Err(e) if e.is_offline() => None,
+            _ => Some(client.answered_by().to_owned()),
         };
+        let outcome = match fetched {
+            Err(e) => Err(e.into()),
+            Ok(ManifestFetch::NotModified) => {
+                self.behind.store(0, std::sync::atomic::Ordering::Relaxed);
+                Ok(Polled::NotModified { http_status: 304 })
+            }
+            Ok(ManifestFetch::Manifest(m)) => self.apply(&client, *m).await,
+        };
+        Poll { server, outcome }
+    }
+
+    /// Before the server is asked: the pool's layout is complete, the current
+    /// generation's index is one this build reads, and the held version is known.
+    async fn ready(&self) -> Result<Option<Version>, Failure> {
+        let pool = self.pool.clone();
+        if blocking(move || pool.ensure_layout()).await? {
+            // With no `current` left, the held version is none: everything is fetched again.
+            tracing::warn!(workspace = %self.ws, pool = %self.pool.root().display(), "pool directory was missing or incomplete; recreated it and syncing in full");
+        }
+        // A generation whose index this build cannot read is rebuilt from the pool alone,
+        // so an upgraded daemon serves offline too.
+        self.refresh_index().await?;
+        self.held_version().await
+    }
+
+    /// Applies a manifest the server sent: plans it against the current generation, and
+    /// builds and publishes what it describes.
+    async fn apply(
+        &self,
+        client: &ServerClient,
+        incoming: mop_proto::sync::Manifest,
+    ) -> Result<Polled, Failure> {
         // Loaded only now that something came: a delta is checked against it, so a
         // generation published in between (a repair) cannot be mixed up with `held`.
         let pool = self.pool.clone();
@@ -331,9 +347,8 @@ impl Syncer {
             {
                 tracing::info!(workspace = %self.ws, server = %client.answered_by(), "a replica answered with an older revision than the held one (it is behind); kept the held generation");
                 self.update(|s| s.stats.behind_answers += 1);
-                self.answered.lock().1 = true;
-                client.skip_current();
-                return Ok((SyncResult::NotModified, Some(200)));
+                client.distrust_last_answer();
+                return Ok(Polled::Behind);
             }
             Err(r) => return Err(refused(r)),
         };
@@ -346,7 +361,7 @@ impl Syncer {
             replaces_epoch,
         } = planned
         else {
-            return Ok((SyncResult::NotModified, Some(200)));
+            return Ok(Polled::NotModified { http_status: 200 });
         };
         if let Some(old) = replaces_epoch {
             let warning = format!(
@@ -363,7 +378,7 @@ impl Syncer {
             manifest.revision,
             manifest.cards.len(),
         );
-        let built = self.build_and_publish(&client, manifest, &missing).await?;
+        let built = self.build_and_publish(client, manifest, &missing).await?;
         tracing::info!(workspace = %self.ws, generation = %built.name, cards, objects = missing.len(), bytes = built.received, fetch_ms = built.fetch_ms, build_ms = built.build_ms, flush_ms = built.flush_ms, collect_ms = built.collect_ms, build_cpu_ms = built.build_cpu_ms, "published a new generation");
         self.update(|s| {
             s.stats.objects_fetched += missing.len() as u64;
@@ -371,7 +386,7 @@ impl Syncer {
             record_generation(s, &built.name, epoch, revision, cards);
             s.pool_bytes = built.usage;
         });
-        Ok((SyncResult::Modified, Some(200)))
+        Ok(Polled::Modified)
     }
 
     /// Rebuilds the current generation from its own manifest when its search index is of
@@ -541,6 +556,48 @@ impl Syncer {
     }
 }
 
+/// What a poll that went well did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Polled {
+    /// Nothing to do: a 304, or a 200 whose manifest is what the pool holds.
+    NotModified {
+        /// The manifest answer's status.
+        http_status: u16,
+    },
+    /// A replica that is behind answered with an older revision; the held generation
+    /// stays and the next poll starts at the next server.
+    Behind,
+    /// A new generation was published.
+    Modified,
+}
+
+impl Polled {
+    /// What the status records.
+    fn result(self) -> (SyncResult, Option<u16>) {
+        match self {
+            Polled::NotModified { http_status } => (SyncResult::NotModified, Some(http_status)),
+            Polled::Behind => (SyncResult::NotModified, Some(200)),
+            Polled::Modified => (SyncResult::Modified, Some(200)),
+        }
+    }
+
+    /// Its `mopd_syncs_total` result label.
+    fn label(self) -> &'static str {
+        match self {
+            Polled::NotModified { .. } => "not_modified",
+            Polled::Behind => "behind",
+            Polled::Modified => "modified",
+        }
+    }
+}
+
+/// One poll: which server answered its manifest request (none when none was reached),
+/// and what came of it.
+struct Poll {
+    server: Option<String>,
+    outcome: Result<Polled, Failure>,
+}
+
 /// A published generation: its name, the pool's size after it, the bytes fetched for it,
 /// and how long it took, for the log line that announces it: the fetch (the build runs
 /// beside it), the build's remainder once the last object came, the flush and swap, and
@@ -575,12 +632,12 @@ fn record_generation(
 fn record_sync(
     s: &mut WorkspaceStatus,
     now: Timestamp,
-    outcome: &Result<(SyncResult, Option<u16>), Failure>,
+    outcome: &Result<Polled, Failure>,
     server: Option<String>,
 ) {
     use mop_proto::status::{ErrorRecord, SyncRecord};
     s.stats.polls += 1;
-    match outcome {
+    match outcome.as_ref().map(|p| p.result()) {
         Ok((result, code)) => {
             if s.consecutive_failures > 0 {
                 tracing::info!(workspace = %s.workspace, "sync recovered after {} failures", s.consecutive_failures);
@@ -589,8 +646,8 @@ fn record_sync(
             s.last_reached = Some(now);
             s.last_sync = Some(SyncRecord {
                 at: now,
-                result: *result,
-                http_status: *code,
+                result,
+                http_status: code,
                 server,
             });
             match result {

@@ -366,32 +366,30 @@ fn print_json(v: &impl serde::Serialize) -> Result<()> {
     Ok(())
 }
 
+/// Prints an answer as JSON with `--json`, else as `render` words it for people.
+fn print_as<T: serde::Serialize>(json: bool, v: &T, render: impl Fn(&T) -> String) -> Result<()> {
+    if json {
+        print_json(v)
+    } else {
+        print!("{}", render(v));
+        Ok(())
+    }
+}
+
 fn run(cli: Cli) -> Result<ExitCode> {
     let c = connect(&cli.conn)?;
     match cli.command {
         Command::List { filters, json } => {
             let page = c.list(&filters.query())?;
-            if json {
-                print_json(&page)?;
-            } else {
-                print!("{}", render::page(&page));
-            }
+            print_as(json, &page, render::page)?;
         }
         Command::Show { id, json } => {
             let details = c.details(&card_id(&id)?)?;
-            if json {
-                print_json(&details)?;
-            } else {
-                print!("{}", render::details(&details));
-            }
+            print_as(json, &details, render::details)?;
         }
         Command::History { id, json } => {
             let details = c.details(&card_id(&id)?)?;
-            if json {
-                print_json(&details.history)?;
-            } else {
-                print!("{}", render::history(&details.history));
-            }
+            print_as(json, &details.history, |h| render::history(h))?;
         }
         Command::Verify {
             id,
@@ -441,76 +439,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 change.revision
             );
         }
-        Command::Delete { id, reason, yes } => {
-            let id = card_id(&id)?;
-            if reason.trim().is_empty() {
-                bail!("--reason must say why the card is deleted (it is kept in the audit)");
-            }
-            if !yes {
-                let details = c.details(&id)?;
-                eprint!(
-                    "Delete card {id} ({}) for good? Its text, objects and history text go and cannot be restored. Type yes: ",
-                    render::safe(&details.card.summary.title)
-                );
-                let mut answer = String::new();
-                std::io::stdin().read_line(&mut answer)?;
-                if answer.trim() != "yes" {
-                    bail!("not deleted (answer yes, or pass --yes)");
-                }
-            }
-            let change = c.delete(&id, &reason)?;
-            println!(
-                "deleted card {id} for good (revision {}); every host drops it at its next sync",
-                change.revision
-            );
-        }
-        Command::Credentials { json } => {
-            let cards = c.credentials()?;
-            if json {
-                print_json(&cards)?;
-            } else if cards.is_empty() {
-                println!("no card carries a credential");
-            } else {
-                for card in &cards {
-                    let archived = if card.archived_at.is_some() {
-                        " (archived)"
-                    } else {
-                        ""
-                    };
-                    for f in &card.findings {
-                        println!("{}{archived}  {f}", card.id);
-                    }
-                }
-                println!(
-                    "{} card(s) carry credentials: `mop-curate delete ID --reason …` removes one for good",
-                    cards.len()
-                );
-            }
-        }
-        Command::Rejections { json } => {
-            let list = c.rejections()?;
-            if json {
-                print_json(&list)?;
-            } else if list.is_empty() {
-                println!("no lesson has been rejected");
-            } else {
-                for r in &list {
-                    let who = r.actor_name.as_deref().unwrap_or(&r.actor);
-                    let state = match &r.lifted_at {
-                        Some(at) => format!("lifted {at}"),
-                        None => "refused".into(),
-                    };
-                    println!(
-                        "{}  card {}  by {} at {}  [{state}]  {}",
-                        r.id,
-                        r.card_id,
-                        render::safe(who),
-                        r.at,
-                        render::safe(&r.reason)
-                    );
-                }
-            }
-        }
+        Command::Delete { id, reason, yes } => delete(&c, &id, &reason, yes)?,
+        Command::Credentials { json } => credentials(&c, json)?,
+        Command::Rejections { json } => rejections(&c, json)?,
         Command::Lift { id } => {
             let r = c.lift(&id)?;
             println!(
@@ -531,22 +462,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 q: Some(query),
                 ..filters.query()
             })?;
-            if json {
-                print_json(&results)?;
-            } else {
-                print!("{}", render::search(&results));
-            }
+            print_as(json, &results, render::search)?;
         }
         Command::Stale { days, chain, json } => {
             let report = c.stale(&StaleQuery {
                 days: Some(days),
                 chain: Some(chain),
             })?;
-            if json {
-                print_json(&report)?;
-            } else {
-                print!("{}", render::stale(&report));
-            }
+            print_as(json, &report, render::stale)?;
         }
         Command::Review { json, limit } => {
             if json {
@@ -562,4 +485,83 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `mop-curate delete`: a card gone for good, after a typed yes.
+fn delete(c: &Connection, id: &str, reason: &str, yes: bool) -> Result<()> {
+    let id = card_id(id)?;
+    if reason.trim().is_empty() {
+        bail!("--reason must say why the card is deleted (it is kept in the audit)");
+    }
+    if !yes {
+        let details = c.details(&id)?;
+        eprint!(
+            "Delete card {id} ({}) for good? Its text, objects and history text go and cannot be restored. Type yes: ",
+            render::safe(&details.card.summary.title)
+        );
+        let mut answer = String::new();
+        std::io::stdin().read_line(&mut answer)?;
+        if answer.trim() != "yes" {
+            bail!("not deleted (answer yes, or pass --yes)");
+        }
+    }
+    let change = c.delete(&id, reason)?;
+    println!(
+        "deleted card {id} for good (revision {}); every host drops it at its next sync",
+        change.revision
+    );
+    Ok(())
+}
+
+/// `mop-curate credentials`: the cards whose text carries a credential.
+fn credentials(c: &Connection, json: bool) -> Result<()> {
+    let cards = c.credentials()?;
+    if json {
+        print_json(&cards)?;
+    } else if cards.is_empty() {
+        println!("no card carries a credential");
+    } else {
+        for card in &cards {
+            let archived = if card.archived_at.is_some() {
+                " (archived)"
+            } else {
+                ""
+            };
+            for f in &card.findings {
+                println!("{}{archived}  {f}", card.id);
+            }
+        }
+        println!(
+            "{} card(s) carry credentials: `mop-curate delete ID --reason …` removes one for good",
+            cards.len()
+        );
+    }
+    Ok(())
+}
+
+/// `mop-curate rejections`: the rejected lessons, lifted or still refused.
+fn rejections(c: &Connection, json: bool) -> Result<()> {
+    let list = c.rejections()?;
+    if json {
+        print_json(&list)?;
+    } else if list.is_empty() {
+        println!("no lesson has been rejected");
+    } else {
+        for r in &list {
+            let who = r.actor_name.as_deref().unwrap_or(&r.actor);
+            let state = match &r.lifted_at {
+                Some(at) => format!("lifted {at}"),
+                None => "refused".into(),
+            };
+            println!(
+                "{}  card {}  by {} at {}  [{state}]  {}",
+                r.id,
+                r.card_id,
+                render::safe(who),
+                r.at,
+                render::safe(&r.reason)
+            );
+        }
+    }
+    Ok(())
 }

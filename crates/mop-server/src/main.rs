@@ -257,152 +257,18 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 let _ = std::io::stdout().flush();
             }))?;
         }
-        Command::Token { command } => match command {
-            TokenCommand::Create {
-                role,
-                workspaces,
-                note,
-                name,
-                expires_in,
-                at,
-            } => {
-                let role = Role::parse(&role).expect("clap checked the role");
-                let expires_at = expires_in
-                    .map(|d| jiff::Timestamp::now().checked_add(d))
-                    .transpose()
-                    .context("--expires-in is too far in the future")?;
-                let (id, token) = open(&at)?.create_token(&NewToken {
-                    role,
-                    workspaces: &workspaces,
-                    note: note.as_deref(),
-                    name: name.as_deref(),
-                    expires_at,
-                    actor: "cli:token",
-                })?;
-                let until = expires_at.map_or_else(String::new, |t| format!(", valid until {t}"));
-                eprintln!(
-                    "created {role} token {id} for {}{until}; store it now, it is not shown again",
-                    workspaces.join(", ")
-                );
-                println!("{token}");
-            }
-            TokenCommand::List { json, at } => {
-                let rows = open(&at)?.list_tokens()?;
-                if json {
-                    println!("{}", serde_json::to_string_pretty(&rows)?);
-                } else if rows.is_empty() {
-                    println!(
-                        "no tokens; create one with: mop-server token create --role node --workspace W"
-                    );
-                } else {
-                    println!(
-                        "{:<12} {:<6} {:<20} {:<20} {:<28} {:<28} STATUS",
-                        "ID", "ROLE", "NAME", "WORKSPACES", "CREATED", "LAST USED"
-                    );
-                    let now = jiff::Timestamp::now();
-                    for r in rows {
-                        let status = match (&r.revoked_at, &r.expires_at) {
-                            (Some(t), _) => format!("revoked {t}"),
-                            (None, Some(t))
-                                if t.parse::<jiff::Timestamp>().is_ok_and(|t| t <= now) =>
-                            {
-                                format!("expired {t}")
-                            }
-                            (None, Some(t)) => format!("active until {t}"),
-                            (None, None) => "active".to_owned(),
-                        };
-                        println!(
-                            "{:<12} {:<6} {:<20} {:<20} {:<28} {:<28} {}",
-                            r.id,
-                            r.role,
-                            r.name.as_deref().unwrap_or("-"),
-                            r.workspaces.join(","),
-                            r.created_at,
-                            r.last_used_at.as_deref().unwrap_or("never"),
-                            status
-                        );
-                    }
-                }
-            }
-            TokenCommand::Revoke { id, at } => {
-                open(&at)?.revoke_token(&id, "cli:token")?;
-                println!("revoked token {id}");
-            }
-        },
+        Command::Token { command } => token_command(command)?,
         Command::Credentials {
             workspace,
             json,
             at,
-        } => {
-            let cards = open(&at)?.credential_cards(&workspace)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&cards)?);
-            } else if cards.is_empty() {
-                println!(
-                    "no card of {workspace} carries a credential (rules: {})",
-                    mop_intake::secrets::RULES_SOURCE
-                );
-            } else {
-                for c in &cards {
-                    let archived = if c.archived_at.is_some() {
-                        " (archived)"
-                    } else {
-                        ""
-                    };
-                    for f in &c.findings {
-                        println!(
-                            "{}{archived}  {}  {} line {} column {}",
-                            c.id, f.kind, f.field, f.line, f.column
-                        );
-                    }
-                }
-                println!(
-                    "{} card(s) carry credentials; delete each for good (mop-curate delete ID --reason …) or edit the credential out",
-                    cards.len()
-                );
-            }
-        }
+        } => credentials_command(&workspace, json, &at)?,
         Command::Import {
             dir,
             workspace,
             allow_credentials,
             at,
-        } => {
-            if !mop_cards::is_slug(&workspace) {
-                bail!(
-                    "--workspace {workspace:?} must be a lowercase slug matching [a-z0-9][a-z0-9._-]{{0,63}}"
-                );
-            }
-            let store = open(&at)?;
-            let (files, skipped) = transfer::read_card_dir(&dir, |n| {
-                if n % 1000 == 0 {
-                    eprintln!("read {n} files");
-                }
-            })?;
-            let total = files.len() + skipped.len();
-            let mut report = store.import(&workspace, files, "cli:import", &allow_credentials)?;
-            for s in skipped {
-                report.rejected.push(mop_server::store::Rejected {
-                    path: s.path,
-                    reason: s.reason,
-                });
-            }
-            for r in &report.rejected {
-                eprintln!("rejected {}: {}", dir.join(&r.path).display(), r.reason);
-            }
-            println!(
-                "imported {total} files into {workspace}: {} created, {} updated, {} unchanged, {} rejected; revision {}",
-                report.created,
-                report.updated,
-                report.unchanged,
-                report.rejected.len(),
-                report.revision
-            );
-            if !report.rejected.is_empty() {
-                eprintln!("some files were rejected (listed above); the others were imported");
-                return Ok(std::process::ExitCode::FAILURE);
-            }
-        }
+        } => return import_command(&dir, &workspace, &allow_credentials, &at),
         Command::Backup { dest, force, at } => {
             let config = config(&at)?;
             if let Database::Postgres(_) = config.database() {
@@ -478,6 +344,157 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 dir.display()
             );
         }
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `mop-server token create|list|revoke`.
+fn token_command(command: TokenCommand) -> Result<()> {
+    match command {
+        TokenCommand::Create {
+            role,
+            workspaces,
+            note,
+            name,
+            expires_in,
+            at,
+        } => {
+            let role = Role::parse(&role).expect("clap checked the role");
+            let expires_at = expires_in
+                .map(|d| jiff::Timestamp::now().checked_add(d))
+                .transpose()
+                .context("--expires-in is too far in the future")?;
+            let (id, token) = open(&at)?.create_token(&NewToken {
+                role,
+                workspaces: &workspaces,
+                note: note.as_deref(),
+                name: name.as_deref(),
+                expires_at,
+                actor: "cli:token",
+            })?;
+            let until = expires_at.map_or_else(String::new, |t| format!(", valid until {t}"));
+            eprintln!(
+                "created {role} token {id} for {}{until}; store it now, it is not shown again",
+                workspaces.join(", ")
+            );
+            println!("{token}");
+        }
+        TokenCommand::List { json, at } => {
+            let rows = open(&at)?.list_tokens()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else if rows.is_empty() {
+                println!(
+                    "no tokens; create one with: mop-server token create --role node --workspace W"
+                );
+            } else {
+                println!(
+                    "{:<12} {:<6} {:<20} {:<20} {:<28} {:<28} STATUS",
+                    "ID", "ROLE", "NAME", "WORKSPACES", "CREATED", "LAST USED"
+                );
+                let now = jiff::Timestamp::now();
+                for r in rows {
+                    let status = match (&r.revoked_at, &r.expires_at) {
+                        (Some(t), _) => format!("revoked {t}"),
+                        (None, Some(t)) if t.parse::<jiff::Timestamp>().is_ok_and(|t| t <= now) => {
+                            format!("expired {t}")
+                        }
+                        (None, Some(t)) => format!("active until {t}"),
+                        (None, None) => "active".to_owned(),
+                    };
+                    println!(
+                        "{:<12} {:<6} {:<20} {:<20} {:<28} {:<28} {}",
+                        r.id,
+                        r.role,
+                        r.name.as_deref().unwrap_or("-"),
+                        r.workspaces.join(","),
+                        r.created_at,
+                        r.last_used_at.as_deref().unwrap_or("never"),
+                        status
+                    );
+                }
+            }
+        }
+        TokenCommand::Revoke { id, at } => {
+            open(&at)?.revoke_token(&id, "cli:token")?;
+            println!("revoked token {id}");
+        }
+    }
+    Ok(())
+}
+
+/// `mop-server credentials`: the cards of a workspace that carry a credential.
+fn credentials_command(workspace: &str, json: bool, at: &Location) -> Result<()> {
+    let cards = open(at)?.credential_cards(workspace)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&cards)?);
+    } else if cards.is_empty() {
+        println!(
+            "no card of {workspace} carries a credential (rules: {})",
+            mop_intake::secrets::RULES_SOURCE
+        );
+    } else {
+        for c in &cards {
+            let archived = if c.archived_at.is_some() {
+                " (archived)"
+            } else {
+                ""
+            };
+            for f in &c.findings {
+                println!(
+                    "{}{archived}  {}  {} line {} column {}",
+                    c.id, f.kind, f.field, f.line, f.column
+                );
+            }
+        }
+        println!(
+            "{} card(s) carry credentials; delete each for good (mop-curate delete ID --reason …) or edit the credential out",
+            cards.len()
+        );
+    }
+    Ok(())
+}
+
+/// `mop-server import`: an OKF card directory into a workspace, bad files reported.
+fn import_command(
+    dir: &Path,
+    workspace: &str,
+    allow_credentials: &[mop_cards::CardId],
+    at: &Location,
+) -> Result<std::process::ExitCode> {
+    if !mop_cards::is_slug(workspace) {
+        bail!(
+            "--workspace {workspace:?} must be a lowercase slug matching [a-z0-9][a-z0-9._-]{{0,63}}"
+        );
+    }
+    let store = open(at)?;
+    let (files, skipped) = transfer::read_card_dir(dir, |n| {
+        if n % 1000 == 0 {
+            eprintln!("read {n} files");
+        }
+    })?;
+    let total = files.len() + skipped.len();
+    let mut report = store.import(workspace, files, "cli:import", allow_credentials)?;
+    for s in skipped {
+        report.rejected.push(mop_server::store::Rejected {
+            path: s.path,
+            reason: s.reason,
+        });
+    }
+    for r in &report.rejected {
+        eprintln!("rejected {}: {}", dir.join(&r.path).display(), r.reason);
+    }
+    println!(
+        "imported {total} files into {workspace}: {} created, {} updated, {} unchanged, {} rejected; revision {}",
+        report.created,
+        report.updated,
+        report.unchanged,
+        report.rejected.len(),
+        report.revision
+    );
+    if !report.rejected.is_empty() {
+        eprintln!("some files were rejected (listed above); the others were imported");
+        return Ok(std::process::ExitCode::FAILURE);
     }
     Ok(std::process::ExitCode::SUCCESS)
 }

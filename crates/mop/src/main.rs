@@ -434,25 +434,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Command::Tasks { json, daemon } => {
-            let tasks = runtime()?
-                .block_on(Control::new(&daemon.socket).tasks())
-                .map_err(refused("listing tasks failed".into()))?;
-            if json {
-                println!("{}", serde_json::to_string(&tasks)?);
-            } else {
-                if tasks.is_empty() {
-                    println!("no live tasks");
-                }
-                for t in tasks {
-                    println!(
-                        "{}  {}  revision {}  {}  uid {}",
-                        t.task_id, t.workspace, t.revision, t.lease.kind, t.owner_uid
-                    );
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Tasks { json, daemon } => tasks_command(json, &daemon),
         Command::Receipt {
             task_id,
             json,
@@ -469,37 +451,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Guard { task_id } => Ok(guard::run(&task_id)),
-        Command::Doctor { json } => {
-            let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-            let report = doctor::probe(&cwd);
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else if report.ok {
-                println!(
-                    "mop doctor: ok — {} ({}) runs sandboxes with mop's flags for you",
-                    report
-                        .bwrap
-                        .as_ref()
-                        .map_or("bwrap".into(), |b| b.display().to_string()),
-                    report.version.as_deref().unwrap_or("unknown version")
-                );
-                println!("  abstract sockets: {}", report.abstract_sockets.detail);
-                println!("  TCP ports: {}", report.tcp_ports.detail);
-            } else {
-                println!(
-                    "mop doctor: PROBLEM — {}",
-                    report.problem.as_deref().unwrap_or("unknown")
-                );
-                println!("  fix: {}", report.fix.as_deref().unwrap_or("-"));
-                println!("  abstract sockets: {}", report.abstract_sockets.detail);
-                println!("  TCP ports: {}", report.tcp_ports.detail);
-            }
-            Ok(if report.ok {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
-        }
+        Command::Doctor { json } => doctor_command(json),
         Command::Prime { agent } => {
             let agent: AgentKind = agent.parse().map_err(anyhow::Error::msg)?;
             print!(
@@ -508,41 +460,123 @@ fn run(cli: Cli) -> Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Command::Mcp => {
-            let (user, asset) = memory::task_scope_from_env();
-            let var = |k: &str, default: &str| {
-                std::env::var_os(k).map_or_else(|| PathBuf::from(default), PathBuf::from)
-            };
-            let memory = mop_agent::mcp::SandboxMemory::new(
-                var(
-                    mop_proto::inside::env::AGENT_SOCKET,
-                    mop_proto::inside::AGENT_SOCKET,
-                ),
-                var(
-                    mop_proto::inside::env::MEMORY_DIR,
-                    mop_proto::inside::MEMORY_DIR,
-                ),
-            );
-            runtime()?
-                .block_on(mop_agent::mcp::serve_stdio(
-                    memory,
-                    mop_agent::mcp::TaskScope { user, asset },
-                ))
-                .map_err(|e| anyhow::anyhow!("mop mcp: {e}"))?;
-            Ok(ExitCode::SUCCESS)
+        Command::Mcp => mcp_command(),
+        Command::Memory { command } => memory_command(command),
+    }
+}
+
+/// `mop tasks`: the live tasks of the daemon.
+fn tasks_command(json: bool, daemon: &Daemon) -> Result<ExitCode> {
+    let tasks = runtime()?
+        .block_on(Control::new(&daemon.socket).tasks())
+        .map_err(refused("listing tasks failed".into()))?;
+    if json {
+        println!("{}", serde_json::to_string(&tasks)?);
+    } else {
+        if tasks.is_empty() {
+            println!("no live tasks");
         }
-        Command::Memory { command } => {
-            let rt = runtime()?;
-            match command {
-                MemoryCommand::Retrieve { query, limit, json } => {
-                    rt.block_on(memory::retrieve(&query, limit, json))?
-                }
-                MemoryCommand::Get { id, save } => rt.block_on(memory::get(&id, save))?,
-                MemoryCommand::List { json } => rt.block_on(memory::list(json))?,
-                MemoryCommand::StoreStatus { store_id, json } => {
-                    rt.block_on(memory::store_status(&store_id, json))?
-                }
-                MemoryCommand::Store {
+        for t in tasks {
+            println!(
+                "{}  {}  revision {}  {}  uid {}",
+                t.task_id, t.workspace, t.revision, t.lease.kind, t.owner_uid
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `mop doctor`: probes bubblewrap and the kernel's confinement, and says what to fix.
+fn doctor_command(json: bool) -> Result<ExitCode> {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let report = doctor::probe(&cwd);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if report.ok {
+        println!(
+            "mop doctor: ok — {} ({}) runs sandboxes with mop's flags for you",
+            report
+                .bwrap
+                .as_ref()
+                .map_or("bwrap".into(), |b| b.display().to_string()),
+            report.version.as_deref().unwrap_or("unknown version")
+        );
+        println!("  abstract sockets: {}", report.abstract_sockets.detail);
+        println!("  TCP ports: {}", report.tcp_ports.detail);
+    } else {
+        println!(
+            "mop doctor: PROBLEM — {}",
+            report.problem.as_deref().unwrap_or("unknown")
+        );
+        println!("  fix: {}", report.fix.as_deref().unwrap_or("-"));
+        println!("  abstract sockets: {}", report.abstract_sockets.detail);
+        println!("  TCP ports: {}", report.tcp_ports.detail);
+    }
+    Ok(if report.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `mop mcp`: the task's memory as MCP tools on stdin and stdout.
+fn mcp_command() -> Result<ExitCode> {
+    let (user, asset) = memory::task_scope_from_env();
+    let var = |k: &str, default: &str| {
+        std::env::var_os(k).map_or_else(|| PathBuf::from(default), PathBuf::from)
+    };
+    let memory = mop_agent::mcp::SandboxMemory::new(
+        var(
+            mop_proto::inside::env::AGENT_SOCKET,
+            mop_proto::inside::AGENT_SOCKET,
+        ),
+        var(
+            mop_proto::inside::env::MEMORY_DIR,
+            mop_proto::inside::MEMORY_DIR,
+        ),
+    );
+    runtime()?
+        .block_on(mop_agent::mcp::serve_stdio(
+            memory,
+            mop_agent::mcp::TaskScope { user, asset },
+        ))
+        .map_err(|e| anyhow::anyhow!("mop mcp: {e}"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `mop memory …`: an agent's calls on its task's memory.
+fn memory_command(command: MemoryCommand) -> Result<ExitCode> {
+    let rt = runtime()?;
+    match command {
+        MemoryCommand::Retrieve { query, limit, json } => {
+            rt.block_on(memory::retrieve(&query, limit, json))?
+        }
+        MemoryCommand::Get { id, save } => rt.block_on(memory::get(&id, save))?,
+        MemoryCommand::List { json } => rt.block_on(memory::list(json))?,
+        MemoryCommand::StoreStatus { store_id, json } => {
+            rt.block_on(memory::store_status(&store_id, json))?
+        }
+        MemoryCommand::Store {
+            card_type,
+            title,
+            description,
+            labels,
+            error_codes,
+            stacks,
+            personal,
+            asset,
+            content_file,
+            content_stdin,
+        } => {
+            let card_type = CardType::parse(&card_type).with_context(|| {
+                format!(
+                    "--type {card_type:?}: must be one of {}",
+                    CardType::NAMES.join(", ")
+                )
+            })?;
+            let (user, task_asset) = memory::task_scope_from_env();
+            rt.block_on(memory::store(
+                memory::StoreArgs {
                     card_type,
                     title,
                     description,
@@ -553,33 +587,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     asset,
                     content_file,
                     content_stdin,
-                } => {
-                    let card_type = CardType::parse(&card_type).with_context(|| {
-                        format!(
-                            "--type {card_type:?}: must be one of {}",
-                            CardType::NAMES.join(", ")
-                        )
-                    })?;
-                    let (user, task_asset) = memory::task_scope_from_env();
-                    rt.block_on(memory::store(
-                        memory::StoreArgs {
-                            card_type,
-                            title,
-                            description,
-                            labels,
-                            error_codes,
-                            stacks,
-                            personal,
-                            asset,
-                            content_file,
-                            content_stdin,
-                        },
-                        user,
-                        task_asset,
-                    ))?
-                }
-            }
-            Ok(ExitCode::SUCCESS)
+                },
+                user,
+                task_asset,
+            ))?
         }
     }
+    Ok(ExitCode::SUCCESS)
 }

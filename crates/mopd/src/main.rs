@@ -148,44 +148,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             json,
             socket,
             config,
-        } => {
-            let control = Control::new(socket_for(socket, &config));
-            let report = match runtime()?.block_on(control.status()) {
-                Ok(r) => r,
-                Err(e @ (ControlError::Answered { .. } | ControlError::Unreadable(_))) => {
-                    eprintln!("mopd: {e}");
-                    return Ok(ExitCode::from(2));
-                }
-                Err(e) => {
-                    if json {
-                        let kind = match &e {
-                            ControlError::Missing(_) => "socket_missing",
-                            ControlError::Refused(_) => "socket_refusing",
-                            ControlError::Denied(_) => "permission_denied",
-                            _ => "error",
-                        };
-                        println!(
-                            "{}",
-                            serde_json::json!({ "schema": mop_proto::status::STATUS_SCHEMA, "reachable": false, "reason": kind, "message": e.to_string() })
-                        );
-                    } else {
-                        println!("mopd: UNREACHABLE — {e}");
-                    }
-                    return Ok(ExitCode::from(2));
-                }
-            };
-            if json {
-                println!("{}", serde_json::to_string(&report)?);
-            } else {
-                print!(
-                    "{}",
-                    mopd::status::render::render(&report, jiff::Timestamp::now())
-                );
-            }
-            Ok(ExitCode::from(
-                mopd::status::render::exit_code(&report) as u8
-            ))
-        }
+        } => status_command(json, socket_for(socket, &config)),
         Command::Sync {
             workspaces,
             socket,
@@ -349,4 +312,45 @@ fn verify(config_path: &Path, repair: bool, only: Option<String>, json: bool) ->
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// `mopd status`: the daemon's report, for people or as JSON; exit 2 when the daemon
+/// cannot be asked.
+fn status_command(json: bool, socket: PathBuf) -> Result<ExitCode> {
+    let control = Control::new(socket);
+    let report = match runtime()?.block_on(control.status()) {
+        Ok(r) => r,
+        Err(e @ (ControlError::Answered { .. } | ControlError::Unreadable(_))) => {
+            eprintln!("mopd: {e}");
+            return Ok(ExitCode::from(2));
+        }
+        Err(e) => {
+            if json {
+                let kind = match &e {
+                    ControlError::Missing(_) => "socket_missing",
+                    ControlError::Refused(_) => "socket_refusing",
+                    ControlError::Denied(_) => "permission_denied",
+                    _ => "error",
+                };
+                println!(
+                    "{}",
+                    serde_json::json!({ "schema": mop_proto::status::STATUS_SCHEMA, "reachable": false, "reason": kind, "message": e.to_string() })
+                );
+            } else {
+                println!("mopd: UNREACHABLE — {e}");
+            }
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!(
+            "{}",
+            mopd::status::render::render(&report, jiff::Timestamp::now())
+        );
+    }
+    Ok(ExitCode::from(
+        mopd::status::render::exit_code(&report) as u8
+    ))
 }

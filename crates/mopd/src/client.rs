@@ -253,24 +253,6 @@ impl ServerClient {
         })
     }
 
-    /// The URL of the server that answered last (or is tried first).
-    pub fn answered_by(&self) -> &str {
-        &self.servers[self.current.load(Ordering::Relaxed) % self.servers.len()].shown
-    }
-
-    /// How many servers this client knows.
-    pub fn servers(&self) -> usize {
-        self.servers.len()
-    }
-
-    /// The server that answered last gave an answer the caller could not use (older than
-    /// what is held, or refused): the next request starts at the following server, when
-    /// there is one.
-    pub fn distrust_last_answer(&self) {
-        let next = (self.current.load(Ordering::Relaxed) + 1) % self.servers.len();
-        self.current.store(next, Ordering::Relaxed);
-    }
-
     /// Sends the request `build` makes with a server's client for its base URL, starting at
     /// the server that answered last and moving on past connection failures, timeouts and
     /// 5xx answers. Other answers (a 4xx among them) are the caller's to read.
@@ -340,7 +322,7 @@ impl ServerClient {
 
     /// Asks for the manifest: conditional on `current` (304 when unchanged) and as a delta
     /// from it when the server still has the history.
-    pub async fn manifest(
+    async fn fetch_manifest(
         &self,
         ws: &str,
         current: Option<&Version>,
@@ -403,29 +385,6 @@ impl ServerClient {
         Ok(ManifestFetch::Manifest(Box::new(manifest)))
     }
 
-    /// Forwards a store from a task, with its idempotency key: however often it is sent
-    /// (again after a timeout, to another replica, replayed from the queue), the server
-    /// applies it once and answers every repeat with its first answer.
-    pub async fn store(
-        &self,
-        ws: &str,
-        req: &StoreRequest,
-        key: &str,
-    ) -> Result<StoreResponse, ClientError> {
-        self.post_json(server::MEMORIES.path(&[ws]), req, "store", Some(key))
-            .await
-    }
-
-    /// Reports receipts of ended tasks.
-    pub async fn report_receipts(
-        &self,
-        ws: &str,
-        batch: &ReceiptBatch,
-    ) -> Result<ReceiptBatchResponse, ClientError> {
-        self.post_json(server::RECEIPTS.path(&[ws]), batch, "receipts", None)
-            .await
-    }
-
     /// POSTs JSON to a server path and reads its JSON answer.
     async fn post_json<T: serde::de::DeserializeOwned>(
         &self,
@@ -452,18 +411,18 @@ impl ServerClient {
     }
 
     /// One object's body, to be read as it arrives.
-    pub async fn object(&self, ws: &str, sha256: &str) -> Result<Body, ClientError> {
+    async fn fetch_object(&self, ws: &str, sha256: &str) -> Result<Body, ClientError> {
         let response = self
             .send(|http, base| http.get(format!("{base}{}", server::OBJECT.path(&[ws, sha256]))))
             .await?;
         if response.status() != StatusCode::OK {
             return Err(Self::error_status(response).await);
         }
-        Ok(Body(response))
+        Ok(Body(Chunks::Http(response)))
     }
 
     /// A batch answer for `sha256` (in that order), to be decoded as it arrives.
-    pub async fn object_batch(&self, ws: &str, sha256: Vec<String>) -> Result<Body, ClientError> {
+    async fn fetch_object_batch(&self, ws: &str, sha256: Vec<String>) -> Result<Body, ClientError> {
         let request = ObjectBatchRequest { sha256 };
         let response = self
             .send(|http, base| {
@@ -484,17 +443,116 @@ impl ServerClient {
                 "expected {OBJECT_BATCH_TYPE}, got {ct:?}"
             )));
         }
-        Ok(Body(response))
+        Ok(Body(Chunks::Http(response)))
     }
 }
 
-/// A response body, chunk by chunk as the network delivers it.
-pub struct Body(reqwest::Response);
+/// A response body, chunk by chunk as the network delivers it (or as a stand-in server
+/// in a test hands it over).
+pub struct Body(Chunks);
+
+enum Chunks {
+    Http(reqwest::Response),
+    Ready(std::collections::VecDeque<Bytes>),
+}
 
 impl Body {
+    /// A body of chunks already in hand.
+    pub fn from_chunks(chunks: Vec<Bytes>) -> Body {
+        Body(Chunks::Ready(chunks.into()))
+    }
+
     /// The next chunk, or `None` at the end.
     pub async fn chunk(&mut self) -> Result<Option<Bytes>, ClientError> {
-        self.0.chunk().await.map_err(transport)
+        match &mut self.0 {
+            Chunks::Http(r) => r.chunk().await.map_err(transport),
+            Chunks::Ready(c) => Ok(c.pop_front()),
+        }
+    }
+}
+
+/// A future answer of a [`CardServer`].
+pub type Answer<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, ClientError>> + Send + 'a>>;
+
+/// The card server as the daemon uses it: what sync, the store queue and receipts ask of
+/// it, and which of its replicas answered. [`ServerClient`] is the one over HTTP; the sync
+/// module's unit tests drive a workspace's sync against a stand-in.
+pub trait CardServer: Send + Sync {
+    /// A workspace's manifest, conditional on (and a delta from) the `held` version.
+    fn manifest<'a>(&'a self, ws: &'a str, held: Option<&'a Version>) -> Answer<'a, ManifestFetch>;
+    /// One object's body.
+    fn object<'a>(&'a self, ws: &'a str, sha256: &'a str) -> Answer<'a, Body>;
+    /// A batch answer for `sha256`, in that order.
+    fn object_batch<'a>(&'a self, ws: &'a str, sha256: Vec<String>) -> Answer<'a, Body>;
+    /// Forwards a store from a task with its idempotency key: however often it is sent
+    /// (again after a timeout, to another replica, replayed from the queue), the server
+    /// applies it once and answers every repeat with its first answer.
+    fn store<'a>(
+        &'a self,
+        ws: &'a str,
+        req: &'a StoreRequest,
+        key: &'a str,
+    ) -> Answer<'a, StoreResponse>;
+    /// Reports receipts of ended tasks.
+    fn report_receipts<'a>(
+        &'a self,
+        ws: &'a str,
+        batch: &'a ReceiptBatch,
+    ) -> Answer<'a, ReceiptBatchResponse>;
+    /// The server that answered last (or is asked first next).
+    fn answered_by(&self) -> String;
+    /// How many servers (replicas) there are.
+    fn servers(&self) -> usize;
+    /// The server that answered last gave an answer the caller could not use (older than
+    /// what is held, or refused): the next request starts at the following server, when
+    /// there is one.
+    fn distrust_last_answer(&self);
+}
+
+impl CardServer for ServerClient {
+    fn manifest<'a>(&'a self, ws: &'a str, held: Option<&'a Version>) -> Answer<'a, ManifestFetch> {
+        Box::pin(self.fetch_manifest(ws, held))
+    }
+
+    fn object<'a>(&'a self, ws: &'a str, sha256: &'a str) -> Answer<'a, Body> {
+        Box::pin(self.fetch_object(ws, sha256))
+    }
+
+    fn object_batch<'a>(&'a self, ws: &'a str, sha256: Vec<String>) -> Answer<'a, Body> {
+        Box::pin(self.fetch_object_batch(ws, sha256))
+    }
+
+    fn store<'a>(
+        &'a self,
+        ws: &'a str,
+        req: &'a StoreRequest,
+        key: &'a str,
+    ) -> Answer<'a, StoreResponse> {
+        Box::pin(self.post_json(server::MEMORIES.path(&[ws]), req, "store", Some(key)))
+    }
+
+    fn report_receipts<'a>(
+        &'a self,
+        ws: &'a str,
+        batch: &'a ReceiptBatch,
+    ) -> Answer<'a, ReceiptBatchResponse> {
+        Box::pin(self.post_json(server::RECEIPTS.path(&[ws]), batch, "receipts", None))
+    }
+
+    fn answered_by(&self) -> String {
+        self.servers[self.current.load(Ordering::Relaxed) % self.servers.len()]
+            .shown
+            .clone()
+    }
+
+    fn servers(&self) -> usize {
+        self.servers.len()
+    }
+
+    fn distrust_last_answer(&self) {
+        let next = (self.current.load(Ordering::Relaxed) + 1) % self.servers.len();
+        self.current.store(next, Ordering::Relaxed);
     }
 }
 

@@ -13,7 +13,7 @@ use anyhow::Context;
 use sd_notify::NotifyState;
 use tokio::sync::{mpsc, watch};
 
-use crate::client::{ServerClient, read_token};
+use crate::client::{CardServer, ServerClient, read_token};
 use crate::config::MopdConfig;
 use crate::files::make_dir;
 use crate::receipts::Receipts;
@@ -45,9 +45,10 @@ fn prepare_dirs(config: &MopdConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn client_for(config: &MopdConfig) -> anyhow::Result<ServerClient> {
+fn client_for(config: &MopdConfig) -> anyhow::Result<Arc<dyn CardServer>> {
     let token = read_token(&config.server.token_file).map_err(anyhow::Error::msg)?;
-    ServerClient::for_config(&config.server, token).map_err(anyhow::Error::msg)
+    let client = ServerClient::for_config(&config.server, token).map_err(anyhow::Error::msg)?;
+    Ok(Arc::new(client))
 }
 
 /// Re-reads the config file; a bad file is logged and the running config kept.

@@ -249,7 +249,7 @@ fn verify(config_path: &Path, repair: bool, only: Option<String>, json: bool) ->
                 .map_err(anyhow::Error::msg)?;
             let state = Arc::new(mopd::state::State::new(
                 config.clone(),
-                client,
+                Arc::new(client),
                 config_path.to_owned(),
             ));
             let pool = Pool::open(state.paths(), ws)?;

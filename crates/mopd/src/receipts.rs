@@ -482,7 +482,7 @@ impl Receipts {
         let client = state.client();
         let (mut sent, mut failure) = (0, None);
         for (ws, items) in by_ws {
-            match self.report_workspace(&client, &ws, &items).await {
+            match self.report_workspace(&*client, &ws, &items).await {
                 Ok(n) => sent += n,
                 Err(e) => {
                     tracing::warn!(workspace = %ws, error = %e, "cannot report this workspace's receipts now");
@@ -495,7 +495,7 @@ impl Receipts {
 
     async fn report_workspace(
         &self,
-        client: &crate::client::ServerClient,
+        client: &dyn crate::client::CardServer,
         ws: &str,
         items: &[(PathBuf, Receipt)],
     ) -> Result<usize, ClientError> {

@@ -15,14 +15,14 @@ use jiff::Timestamp;
 
 use mop_proto::status::WorkspaceStatus;
 
-use crate::client::ServerClient;
+use crate::client::CardServer;
 use crate::config::MopdConfig;
 use crate::paths::Paths;
 
 /// Daemon-wide state.
 pub struct State {
     config: RwLock<Arc<MopdConfig>>,
-    client: RwLock<Arc<ServerClient>>,
+    client: RwLock<Arc<dyn CardServer>>,
     paths: Paths,
     /// The config file.
     pub config_path: PathBuf,
@@ -41,11 +41,11 @@ pub struct State {
 
 impl State {
     /// New state.
-    pub fn new(config: MopdConfig, client: ServerClient, config_path: PathBuf) -> State {
+    pub fn new(config: MopdConfig, client: Arc<dyn CardServer>, config_path: PathBuf) -> State {
         State {
             paths: config.layout(),
             config: RwLock::new(Arc::new(config)),
-            client: RwLock::new(Arc::new(client)),
+            client: RwLock::new(client),
             config_path,
             started_at: Timestamp::now(),
             statuses: Mutex::default(),
@@ -73,14 +73,14 @@ impl State {
     }
 
     /// The server client in force.
-    pub fn client(&self) -> Arc<ServerClient> {
+    pub fn client(&self) -> Arc<dyn CardServer> {
         self.client.read().clone()
     }
 
     /// Swaps in a new config and client (reload).
-    pub fn replace(&self, config: MopdConfig, client: ServerClient) {
+    pub fn replace(&self, config: MopdConfig, client: Arc<dyn CardServer>) {
         *self.config.write() = Arc::new(config);
-        *self.client.write() = Arc::new(client);
+        *self.client.write() = client;
     }
 
     /// Registers (or forgets, with `None`) a workspace's status.

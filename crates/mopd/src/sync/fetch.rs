@@ -6,7 +6,7 @@
 
 use mop_proto::sync::{BatchDecoder, BatchError, BatchSink};
 
-use crate::client::{ClientError, ServerClient};
+use crate::client::{CardServer, ClientError};
 use crate::pool::{Arrived, Feed, ObjectWriter, Pool, PoolError};
 
 /// Objects per batch request.
@@ -39,7 +39,7 @@ pub enum FetchError {
 /// Fetches `wanted` (sha256, size) into the pool, handing each object to `feed` once it
 /// is named there; returns the bytes received.
 pub async fn fetch(
-    client: &ServerClient,
+    client: &dyn CardServer,
     pool: &Pool,
     ws: &str,
     wanted: &[(String, u64)],

@@ -11,6 +11,9 @@ pub mod fetch;
 pub mod plan;
 pub mod record;
 
+#[cfg(test)]
+mod poll_tests;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +24,7 @@ use mop_proto::sync::Version;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::client::{ClientError, ManifestFetch, ServerClient};
+use crate::client::{CardServer, ClientError, ManifestFetch};
 use crate::pool::{Pool, PoolError};
 use crate::state::State;
 use fetch::FetchError;
@@ -297,7 +300,7 @@ impl Syncer {
                 self.behind.store(0, std::sync::atomic::Ordering::Relaxed);
                 Ok(Polled::NotModified { http_status: 304 })
             }
-            Ok(ManifestFetch::Manifest(m)) => self.apply(&client, *m).await,
+            Ok(ManifestFetch::Manifest(m)) => self.apply(&*client, *m).await,
         };
         Poll { server, outcome }
     }
@@ -320,7 +323,7 @@ impl Syncer {
     /// builds and publishes what it describes.
     async fn apply(
         &self,
-        client: &ServerClient,
+        client: &dyn CardServer,
         incoming: mop_proto::sync::Manifest,
     ) -> Result<Polled, Failure> {
         // Loaded only now that something came: a delta is checked against it, so a
@@ -427,7 +430,7 @@ impl Syncer {
         let m = &current.manifest;
         let (epoch, revision, cards) = (m.epoch.clone(), m.revision, m.cards.len());
         let built = self
-            .build_and_publish(&self.state.client(), current.manifest, &[])
+            .build_and_publish(&*self.state.client(), current.manifest, &[])
             .await?;
         let (name, usage) = (built.name, built.usage);
         let model = model
@@ -470,7 +473,7 @@ impl Syncer {
     /// then collects what nothing needs.
     async fn build_and_publish(
         &self,
-        client: &ServerClient,
+        client: &dyn CardServer,
         manifest: mop_proto::sync::Manifest,
         missing: &[(String, u64)],
     ) -> Result<Built, Failure> {
@@ -547,7 +550,7 @@ impl Syncer {
             self.pool.has_object(sha, size)
         });
         let name = self
-            .build_and_publish(&self.state.client(), current.manifest, &missing)
+            .build_and_publish(&*self.state.client(), current.manifest, &missing)
             .await?
             .name;
         tracing::info!(workspace = %self.ws, generation = %name, refetched = missing.len(), "pool repaired");

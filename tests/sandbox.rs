@@ -4,7 +4,7 @@
 //! probe runs where it must fail and, as its control, where it should work. The real
 //! mop-server, mopd and bubblewrap; runners are the unprivileged user `moprunner`.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -12,65 +12,44 @@ use std::time::{Duration, Instant};
 
 use mop_testkit::procs::output_text as text;
 use mop_testkit::procs::{
-    Daemon, DaemonOptions, Server, as_runner, bin, bwrap_available, run, runner_command,
-    runner_user,
+    Daemon, DaemonOptions, as_runner, bin, bwrap_available, run, runner_command,
 };
-use mop_testkit::{example_cards_dir, profiles_config, repo_root};
+use mop_testkit::profiles_config;
+use mop_testkit::world::{Task, World};
 use serde_json::Value;
 
 const WS: &str = "acme";
 const PYTHON: &str = "/usr/bin/python3";
 
+/// The world of these tests: the example cards, the tests' profiles, tasks by alice.
 struct Env {
-    server: Server,
-    daemon: Daemon,
-    uid: u32,
-    gid: u32,
+    world: World,
+}
+
+impl std::ops::Deref for Env {
+    type Target = World;
+    fn deref(&self) -> &World {
+        &self.world
+    }
 }
 
 fn setup() -> Option<Env> {
-    let (uid, gid) = runner_user()?;
-    if !bwrap_available() {
-        return None;
-    }
+    let world = World::builder().test_profiles().start()?;
     assert!(
         Path::new(PYTHON).exists(),
         "{PYTHON} is needed (.ci/run installs python3)"
     );
-    let server = Server::start();
-    assert!(server.import(&example_cards_dir(), WS).status.success());
-    let extra = profiles_config(&[&repo_root().join("tests/profiles")]);
-    let daemon = Daemon::start(
-        &server,
-        DaemonOptions {
-            extra: &extra,
-            ..Default::default()
-        },
-    );
-    daemon.wait_synced();
-    Some(Env {
-        server,
-        daemon,
-        uid,
-        gid,
-    })
+    Some(Env { world })
 }
 
 impl Env {
-    /// A working directory of the runner's, mode `mode`.
-    fn workdir_mode(&self, mode: u32) -> tempfile::TempDir {
-        let w = tempfile::Builder::new().prefix("mopw").tempdir().unwrap();
-        nix::unistd::chown(w.path(), Some(self.uid.into()), Some(self.gid.into())).unwrap();
-        std::fs::set_permissions(w.path(), std::fs::Permissions::from_mode(mode)).unwrap();
-        w
+    /// Task `id`, asked by alice.
+    fn alices(&self, id: &str) -> Task {
+        self.world.task(id).user("alice")
     }
 
-    fn workdir(&self) -> tempfile::TempDir {
-        self.workdir_mode(0o755)
-    }
-
-    /// The arguments of `mop run` in `workdir`, for task `task`, with `extra` flags, then
-    /// `-- command…`.
+    /// The arguments of `mop run` of alice's task `task` in `workdir`, with `extra`
+    /// flags, then `-- command…`.
     fn run_args(
         &self,
         task: &str,
@@ -78,30 +57,14 @@ impl Env {
         extra: &[&str],
         command: &[&str],
     ) -> Vec<OsString> {
-        let mut a: Vec<OsString> = vec![
-            "run".into(),
-            "--socket".into(),
-            self.daemon.socket().into(),
-            "--workdir".into(),
-            workdir.into(),
-        ];
-        a.extend(
-            ["--workspace", WS, "--task-id", task, "--user", "alice"]
-                .iter()
-                .chain(&["--title", "Nightly ETL fails with ORA-01555"])
-                .chain(extra)
-                .chain(&["--"])
-                .chain(command)
-                .map(OsString::from),
-        );
-        a
+        self.world
+            .run_args(&self.alices(task), workdir, extra, command)
     }
 
     /// That `mop run`, as the runner.
     fn mop_run(&self, task: &str, workdir: &Path, extra: &[&str], command: &[&str]) -> Command {
-        let args = self.run_args(task, workdir, extra, command);
-        let refs: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
-        as_runner(&refs)
+        self.world
+            .mop_run(&self.alices(task), workdir, extra, command)
     }
 
     fn sh(&self, task: &str, workdir: &Path, extra: &[&str], script: &str) -> Output {

@@ -1,9 +1,10 @@
 //! The kit mop's whole-system tests (`tests/`) and benchmarks (`mop-bench`) build their
-//! worlds with: real `mop-server` and `mopd` processes ([`procs`]), PostgreSQL clusters
-//! ([`postgres`]), network faults ([`faults`]), the evals ([`eval`], [`lessons`]), credential
-//! samples ([`credentials`]), and here: loading a card directory (the example workspace
-//! under `config/examples/cards`) and building a real generation from it, the catalog
-//! and a real search index in a temporary directory.
+//! worlds with: the world most tests need ([`world`]: server, daemon, tokens and the
+//! runner user, with typed helpers), real `mop-server` and `mopd` processes one by one
+//! ([`procs`]), PostgreSQL clusters ([`postgres`]), network faults ([`faults`]), the evals
+//! ([`eval`], [`lessons`]), credential samples ([`credentials`]), and here: loading a card
+//! directory (the example workspace under `config/examples/cards`) and building a real
+//! generation from it, the catalog and a real search index in a temporary directory.
 
 pub mod credentials;
 pub mod eval;
@@ -11,6 +12,7 @@ pub mod faults;
 pub mod lessons;
 pub mod postgres;
 pub mod procs;
+pub mod world;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -5,54 +5,32 @@
 //! bubblewrap run on loopback; runners are the unprivileged user `moprunner`.
 
 use std::ffi::OsStr;
-use std::os::unix::fs::PermissionsExt;
 use std::process::Output;
 
+use mop_proto::Plan;
 use mop_testkit::procs::output_text as text;
-use mop_testkit::procs::{
-    Daemon, DaemonOptions, Server, as_runner, bwrap_available, run, runner_user,
-};
-use mop_testkit::{example_cards_dir, profiles_config};
+use mop_testkit::procs::{as_runner, run};
+use mop_testkit::world::{Task, World};
 use serde_json::{Value, json};
 
 const WS: &str = "acme";
 const MARKER: &str = "zqhotfix4417";
 
+/// The world of these tests: the example cards, and a task's agent by the runner user.
 struct Env {
-    server: Server,
-    admin: String,
-    node: String,
-    daemon: Daemon,
-    uid: u32,
-    gid: u32,
+    world: World,
+}
+
+impl std::ops::Deref for Env {
+    type Target = World;
+    fn deref(&self) -> &World {
+        &self.world
+    }
 }
 
 fn setup(server_config: &str) -> Option<Env> {
-    let (uid, gid) = runner_user()?;
-    if !bwrap_available() {
-        return None;
-    }
-    let server = Server::start_with(server_config);
-    let admin = server.token("admin", &[WS]);
-    let node = server.token("node", &[WS]);
-    assert!(server.import(&example_cards_dir(), WS).status.success());
-    let extra = profiles_config(&[]);
-    let daemon = Daemon::start(
-        &server,
-        DaemonOptions {
-            extra: &extra,
-            ..Default::default()
-        },
-    );
-    daemon.wait_synced();
-    Some(Env {
-        server,
-        admin,
-        node,
-        daemon,
-        uid,
-        gid,
-    })
+    let world = World::builder().server_config(server_config).start()?;
+    Some(Env { world })
 }
 
 /// The text of one `## ` section of a MEMORY.md.
@@ -75,96 +53,41 @@ fn stored_id(stdout: &str) -> String {
 }
 
 impl Env {
-    fn workdir(&self) -> tempfile::TempDir {
-        let w = tempfile::Builder::new().prefix("mopw").tempdir().unwrap();
-        std::fs::set_permissions(w.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        nix::unistd::chown(w.path(), Some(self.uid.into()), Some(self.gid.into())).unwrap();
-        w
-    }
-
-    fn task_args<'a>(
-        &'a self,
-        task: &'a str,
-        user: Option<&'a str>,
-        asset: Option<&'a str>,
-        title: &'a str,
-    ) -> Vec<&'a str> {
-        let mut a = vec!["--workspace", WS, "--task-id", task, "--title", title];
-        if let Some(u) = user {
-            a.extend(["--user", u]);
-        }
-        if let Some(x) = asset {
-            a.extend(["--asset", x]);
-        }
-        a
+    fn task(&self, task: &str, user: Option<&str>, asset: Option<&str>, title: &str) -> Task {
+        let mut t = self.world.task(task).title(title);
+        t.user = user.map(str::to_owned);
+        t.asset = asset.map(str::to_owned);
+        t
     }
 
     /// `mop run … -- sh -c script` as the runner, in a fresh working directory.
     fn mop_run(&self, task: &str, user: Option<&str>, asset: Option<&str>, script: &str) -> Output {
         let w = self.workdir();
-        let socket = self.daemon.socket();
-        let mut a: Vec<&OsStr> = vec![
-            OsStr::new("run"),
-            OsStr::new("--socket"),
-            socket.as_os_str(),
-            OsStr::new("--workdir"),
-            w.path().as_os_str(),
-        ];
-        let title = "Apply the billing hotfix";
-        a.extend(
-            self.task_args(task, user, asset, title)
-                .into_iter()
-                .map(OsStr::new),
-        );
-        a.extend(["--", "/bin/sh", "-c", script].map(OsStr::new));
-        run(&mut as_runner(&a))
+        let task = self.task(task, user, asset, "Apply the billing hotfix");
+        run(&mut self
+            .world
+            .mop_run(&task, w.path(), &[], &["/bin/sh", "-c", script]))
     }
 
     /// A bare `mop prepare --json`; the plan.
-    fn prepare(&self, task: &str, user: Option<&str>, asset: Option<&str>, title: &str) -> Value {
-        let socket = self.daemon.socket();
-        let mut a: Vec<&OsStr> = vec![
-            OsStr::new("prepare"),
-            OsStr::new("--socket"),
-            socket.as_os_str(),
-            OsStr::new("--json"),
-        ];
-        a.extend(
-            self.task_args(task, user, asset, title)
-                .into_iter()
-                .map(OsStr::new),
-        );
-        let out = run(&mut as_runner(&a));
-        assert!(out.status.success(), "{}", text(&out));
-        serde_json::from_slice(&out.stdout).unwrap()
-    }
-
-    fn release(&self, task: &str) {
-        let socket = self.daemon.socket();
-        let out = run(&mut as_runner(&[
-            OsStr::new("release"),
-            OsStr::new("--socket"),
-            socket.as_os_str(),
-            OsStr::new("--task-id"),
-            OsStr::new(task),
-        ]));
-        assert!(out.status.success(), "{}", text(&out));
+    fn prepare(&self, task: &str, user: Option<&str>, asset: Option<&str>, title: &str) -> Plan {
+        self.world.prepare(&self.task(task, user, asset, title))
     }
 
     /// `mop memory <args>` against a prepared task's agent socket, as its agent would.
-    fn agent(&self, plan: &Value, args: &[&str], stdin: Option<&str>) -> Output {
+    fn agent(&self, plan: &Plan, args: &[&str], stdin: Option<&str>) -> Output {
         let mut a = vec![OsStr::new("memory")];
         a.extend(args.iter().map(OsStr::new));
         let mut cmd = as_runner(&a);
-        cmd.env("MOP_AGENT_SOCKET", plan["agent_socket"].as_str().unwrap());
+        cmd.env("MOP_AGENT_SOCKET", &plan.agent_socket);
         match stdin {
             Some(input) => mop_testkit::procs::run_with_stdin(&mut cmd, input.as_bytes()),
             None => run(&mut cmd),
         }
     }
 
-    fn memory_md(plan: &Value) -> String {
-        std::fs::read_to_string(plan["memory_md"].as_str().unwrap()).unwrap()
+    fn memory_md(plan: &Plan) -> String {
+        std::fs::read_to_string(&plan.memory_md).unwrap()
     }
 
     fn revision(&self) -> u64 {
@@ -186,14 +109,9 @@ impl Env {
     }
 
     /// Where card `id` shows up in a task: plan, MEMORY.md anchors, table, retrieve.
-    fn reach(&self, plan: &Value, id: &str) -> Vec<&'static str> {
+    fn reach(&self, plan: &Plan, id: &str) -> Vec<&'static str> {
         let mut ways = Vec::new();
-        if plan["cards"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c["id"] == id)
-        {
+        if plan.cards.iter().any(|c| c.id.to_string() == id) {
             ways.push("plan");
         }
         let md = Self::memory_md(plan);
@@ -571,29 +489,18 @@ fn a_title_cannot_imitate_the_marks_agents_see() {
     );
 
     // The control: the card file keeps the title as stored.
-    let path = plan["cards"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == id.as_str())
-        .unwrap()["path"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let file = std::fs::read_to_string(
-        std::path::Path::new(plan["view_dir"].as_str().unwrap()).join(path),
-    )
-    .unwrap();
+    let card = plan.cards.iter().find(|c| c.id.to_string() == id).unwrap();
+    let file = std::fs::read_to_string(plan.view_dir.join(&card.path)).unwrap();
     assert!(file.contains('\u{202E}'), "{file}");
     env.release("alice-reader");
 }
 
 /// One `tools/call` of `tool` to `mop mcp` over stdio, against a prepared task's socket:
 /// the text of its answer.
-fn mcp_call(plan: &Value, tool: &str) -> String {
+fn mcp_call(plan: &Plan, tool: &str) -> String {
     use std::io::{BufRead, Write};
     let mut cmd = as_runner(&[OsStr::new("mcp")]);
-    cmd.env("MOP_AGENT_SOCKET", plan["agent_socket"].as_str().unwrap())
+    cmd.env("MOP_AGENT_SOCKET", &plan.agent_socket)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped());
     let mut child = cmd.spawn().unwrap();

@@ -323,6 +323,7 @@ impl World {
             OsStr::new("release"),
             OsStr::new("--socket"),
             socket.as_os_str(),
+            OsStr::new("--task-id"),
             OsStr::new(task_id),
         ]));
         assert!(

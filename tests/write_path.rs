@@ -29,6 +29,7 @@ use mop_testkit::procs::output_text as text;
 use mop_testkit::procs::{
     Daemon, DaemonOptions, Server, as_runner, bin, bwrap_available, run, runner_user,
 };
+use mop_testkit::world::World;
 use mop_testkit::{example_cards_dir, profiles_config};
 use serde_json::{Value, json};
 
@@ -39,39 +40,32 @@ const ROOMY: &str = "[limits]\nstores_per_task = 500\nstores_per_token_per_minut
 const RUNBOOK: &str = "9433ba31-32a4-5061-ab60-1c11139dae4e";
 const CORRECTION: &str = "1ecf3195-08e1-51b9-9e3b-b1b4e9c4d1b3";
 
+/// The world of these tests: the example cards, a curator, and tasks by the runner user.
 struct Env {
-    server: Server,
-    admin: String,
-    daemon: Daemon,
-    uid: u32,
-    gid: u32,
+    world: World,
+}
+
+impl std::ops::Deref for Env {
+    type Target = World;
+    fn deref(&self) -> &World {
+        &self.world
+    }
+}
+
+impl std::ops::DerefMut for Env {
+    fn deref_mut(&mut self) -> &mut World {
+        &mut self.world
+    }
 }
 
 fn setup(server_config: &str, daemon_extra: &str) -> Option<Env> {
-    let (uid, gid) = runner_user()?;
-    if !bwrap_available() {
-        return None;
-    }
-    let server = Server::start_with(server_config);
-    let admin = server.token_named("admin", &[WS], Some("Carol Curator"));
-    assert!(server.import(&example_cards_dir(), WS).status.success());
-    let extra = format!("{}\n{daemon_extra}", profiles_config(&[]));
-    let daemon = Daemon::start(
-        &server,
-        DaemonOptions {
-            extra: &extra,
-            offline_recheck_secs: 1,
-            ..Default::default()
-        },
-    );
-    daemon.wait_synced();
-    Some(Env {
-        server,
-        admin,
-        daemon,
-        uid,
-        gid,
-    })
+    let world = World::builder()
+        .server_config(server_config)
+        .daemon_config(daemon_extra)
+        .curator("Carol Curator")
+        .offline_recheck_secs(1)
+        .start()?;
+    Some(Env { world })
 }
 
 /// What `mop memory store` printed: its outcome word and the card id in `(…)`.
@@ -96,13 +90,6 @@ fn store_id(out: &Output) -> String {
 }
 
 impl Env {
-    fn workdir(&self) -> tempfile::TempDir {
-        let w = tempfile::Builder::new().prefix("mopw").tempdir().unwrap();
-        std::fs::set_permissions(w.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        nix::unistd::chown(w.path(), Some(self.uid.into()), Some(self.gid.into())).unwrap();
-        w
-    }
-
     /// `mop run` of task `task` for `user` as the runner, running `script` in a sandbox
     /// whose working directory holds `files`.
     fn mop_run(&self, task: &str, user: &str, files: &[(String, String)], script: &str) -> Output {
@@ -1191,13 +1178,8 @@ fn a_store_whose_answer_was_lost_and_queued_stores_after_a_kill_9_each_land_exac
         },
     );
     daemon.wait_synced();
-    let (uid, gid) = runner_user().unwrap();
     let mut env = Env {
-        server,
-        admin,
-        daemon,
-        uid,
-        gid,
+        world: World::around(server, daemon, admin, &[WS]),
     };
     // The server applies the store and the answer is lost on the way back: the daemon
     // cannot know, so it queues the store and replays it with the same key.
@@ -1267,7 +1249,7 @@ fn a_store_whose_answer_was_lost_and_queued_stores_after_a_kill_9_each_land_exac
 
 #[test]
 fn a_replica_failing_mid_replay_leaves_every_store_exactly_once() {
-    let Some((uid, gid)) = runner_user() else {
+    let Some(_) = runner_user() else {
         return;
     };
     if !bwrap_available() {
@@ -1300,11 +1282,7 @@ fn a_replica_failing_mid_replay_leaves_every_store_exactly_once() {
     daemon.wait_synced();
     // The test reads through replica B: A dies below.
     let env = Env {
-        server: b,
-        admin,
-        daemon,
-        uid,
-        gid,
+        world: World::around(b, daemon, admin, &[WS]),
     };
     // The database restarts: both replicas answer 503, and every store is queued.
     pg.stop();

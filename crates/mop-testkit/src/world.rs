@@ -62,6 +62,23 @@ pub struct WorldBuilder {
 }
 
 impl World {
+    /// The world around a server and a daemon that a test started its own way (a proxy
+    /// between them, replicas): a node token and the runner user are added as
+    /// [`WorldBuilder::start`] would. The runner user must exist.
+    pub fn around(server: Server, daemon: Daemon, admin: String, workspaces: &[&str]) -> World {
+        let (uid, gid) = runner_user().expect("the runner user exists");
+        let node = server.token("node", workspaces);
+        World {
+            server,
+            daemon,
+            admin,
+            node,
+            uid,
+            gid,
+            workspaces: workspaces.iter().map(|w| (*w).to_owned()).collect(),
+        }
+    }
+
     /// A world of one workspace ([`WS`]) holding the example cards.
     pub fn builder() -> WorldBuilder {
         WorldBuilder {

@@ -12,9 +12,10 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use mop_testkit::procs::{
-    Daemon, DaemonOptions, Server, as_runner, bin, bwrap_available, output_text as text, run,
-    run_with_stdin, runner_user,
+    Daemon, DaemonOptions, Server, as_runner, bin, output_text as text, run, run_with_stdin,
+    runner_user,
 };
+use mop_testkit::world::World;
 use mop_testkit::{example_cards_dir, http, profiles_config};
 use serde_json::Value;
 
@@ -22,44 +23,32 @@ const WS: &str = "acme";
 const CURATOR: &str = "Carol Curator";
 const ASSET: &str = "db-prod-01";
 
+/// The world of these tests (the example cards, receipts reported every second), a
+/// curator's token in a file and an empty home for `mop-curate`.
 struct Env {
-    server: Server,
-    daemon: Daemon,
+    world: World,
     admin_file: tempfile::NamedTempFile,
     home: tempfile::TempDir,
-    uid: u32,
-    gid: u32,
+}
+
+impl std::ops::Deref for Env {
+    type Target = World;
+    fn deref(&self) -> &World {
+        &self.world
+    }
 }
 
 fn setup() -> Option<Env> {
-    let (uid, gid) = runner_user()?;
-    if !bwrap_available() {
-        return None;
-    }
-    let server = Server::start();
-    let admin = server.token_named("admin", &[WS], Some(CURATOR));
-    assert!(server.import(&example_cards_dir(), WS).status.success());
-    let extra = format!(
-        "{}[receipts]\nreport_interval_secs = 1\n",
-        profiles_config(&[])
-    );
-    let daemon = Daemon::start(
-        &server,
-        DaemonOptions {
-            extra: &extra,
-            ..Default::default()
-        },
-    );
-    daemon.wait_synced();
+    let world = World::builder()
+        .curator(CURATOR)
+        .daemon_config("[receipts]\nreport_interval_secs = 1\n")
+        .start()?;
     let admin_file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(admin_file.path(), &admin).unwrap();
+    std::fs::write(admin_file.path(), &world.admin).unwrap();
     Some(Env {
-        server,
-        daemon,
+        world,
         admin_file,
         home: tempfile::tempdir().unwrap(),
-        uid,
-        gid,
     })
 }
 
@@ -82,13 +71,6 @@ impl Env {
         let out = run(&mut self.curate(args));
         assert!(out.status.success(), "mop-curate {args:?}: {}", text(&out));
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)))
-    }
-
-    fn workdir(&self) -> tempfile::TempDir {
-        let w = tempfile::Builder::new().prefix("mopw").tempdir().unwrap();
-        std::fs::set_permissions(w.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        nix::unistd::chown(w.path(), Some(self.uid.into()), Some(self.gid.into())).unwrap();
-        w
     }
 
     /// `mop run` as the runner for `user` on the asset, running `script` in the sandbox.

@@ -10,46 +10,33 @@ use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::process::Output;
 
+use mop_testkit::card_files;
 use mop_testkit::procs::output_text as text;
-use mop_testkit::procs::{
-    Daemon, DaemonOptions, Server, as_runner, run, runner_socket_request, runner_user,
-};
-use mop_testkit::{card_files, example_cards_dir};
+use mop_testkit::procs::{as_runner, run, runner_socket_request};
+use mop_testkit::world::World;
 use serde_json::{Value, json};
 
 const MARKER: &str = "zqvmarker7731";
 
+/// The world of these tests: two workspaces of the example cards; tasks are prepared, not
+/// run, so no sandbox is needed.
 struct Env {
-    server: Server,
-    admin: String,
-    node: String,
-    daemon: Daemon,
+    world: World,
+}
+
+impl std::ops::Deref for Env {
+    type Target = World;
+    fn deref(&self) -> &World {
+        &self.world
+    }
 }
 
 fn setup() -> Option<Env> {
-    runner_user()?;
-    let server = Server::start();
-    let admin = server.token("admin", &["acme", "globex"]);
-    let node = server.token("node", &["acme", "globex"]);
-    for ws in ["acme", "globex"] {
-        assert!(server.import(&example_cards_dir(), ws).status.success());
-    }
-    let extra = mop_testkit::profiles_config(&[]);
-    let daemon = Daemon::start(
-        &server,
-        DaemonOptions {
-            workspaces: &["acme", "globex"],
-            extra: &extra,
-            ..Default::default()
-        },
-    );
-    daemon.wait_synced();
-    Some(Env {
-        server,
-        admin,
-        node,
-        daemon,
-    })
+    let world = World::builder()
+        .workspaces(&["acme", "globex"])
+        .without_sandbox()
+        .start()?;
+    Some(Env { world })
 }
 
 /// What one task can see, gathered every way a task can look.

@@ -13,61 +13,42 @@ use mop_testkit::procs::{
     Daemon, DaemonOptions, Server, as_runner, bin, bwrap_available, run, runner_command,
     runner_user,
 };
-use mop_testkit::{Workspace, example_cards_dir, load_cards, repo_root};
+use mop_testkit::world::World;
+use mop_testkit::{Workspace, example_cards_dir, load_cards};
 use serde_json::Value;
 
 const WS: &str = "acme";
 
+/// The world of these tests (the example cards, the tests' profiles), and the example
+/// cards as the tests expect them.
 struct Env {
-    server: Server,
-    admin: String,
-    daemon: Daemon,
+    world: World,
     cards: Workspace,
-    uid: u32,
-    gid: u32,
+}
+
+impl std::ops::Deref for Env {
+    type Target = World;
+    fn deref(&self) -> &World {
+        &self.world
+    }
+}
+
+impl std::ops::DerefMut for Env {
+    fn deref_mut(&mut self) -> &mut World {
+        &mut self.world
+    }
 }
 
 fn setup() -> Option<Env> {
-    let (uid, gid) = runner_user()?;
-    if !bwrap_available() {
-        return None;
-    }
-    let server = Server::start();
-    let admin = server.token("admin", &[WS]);
-    let out = server.import(&example_cards_dir(), WS);
-    assert!(out.status.success());
-    let extra = mop_testkit::profiles_config(&[&repo_root().join("tests/profiles")]);
-    let daemon = Daemon::start(
-        &server,
-        DaemonOptions {
-            extra: &extra,
-            ..Default::default()
-        },
-    );
-    daemon.wait_synced();
+    let world = World::builder().test_profiles().start()?;
     let cards = load_cards(
         &example_cards_dir(),
         "2026-11-29T00:00:00Z".parse().unwrap(),
     );
-    Some(Env {
-        server,
-        admin,
-        daemon,
-        cards,
-        uid,
-        gid,
-    })
+    Some(Env { world, cards })
 }
 
 impl Env {
-    /// A working directory owned by the runner.
-    fn workdir(&self) -> tempfile::TempDir {
-        let w = tempfile::Builder::new().prefix("mopw").tempdir().unwrap();
-        std::fs::set_permissions(w.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        nix::unistd::chown(w.path(), Some(self.uid.into()), Some(self.gid.into())).unwrap();
-        w
-    }
-
     fn socket(&self) -> OsString {
         self.daemon.socket().into_os_string()
     }

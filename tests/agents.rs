@@ -8,15 +8,13 @@
 //! the tests under CI and skip them elsewhere.
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use mop_testkit::procs::output_text as text;
-use mop_testkit::procs::{
-    Daemon, DaemonOptions, Server, as_runner, bwrap_available, run, runner_user,
-};
-use mop_testkit::{example_cards_dir, profiles_config, repo_root};
+use mop_testkit::procs::{as_runner, run};
+use mop_testkit::repo_root;
+use mop_testkit::world::World;
 use serde_json::Value;
 
 const WS: &str = "acme";
@@ -27,11 +25,16 @@ const CAROL_CARD: &str = "30c919e8-321e-5f60-96b0-8f636053155a";
 /// Alice's personal card ("execution plans with ALLSTATS LAST").
 const ALICE_CARD: &str = "2da7dcce-9113-5e72-8119-7936706ec6cd";
 
+/// The world of these tests: the example cards and the tests' profiles.
 struct Env {
-    _server: Server,
-    daemon: Daemon,
-    uid: u32,
-    gid: u32,
+    world: World,
+}
+
+impl std::ops::Deref for Env {
+    type Target = World;
+    fn deref(&self) -> &World {
+        &self.world
+    }
 }
 
 /// The clients' directory, or `None` (a skip, or under CI a failure) when not installed.
@@ -53,37 +56,11 @@ fn clients(what: &str) -> Option<PathBuf> {
 }
 
 fn setup() -> Option<Env> {
-    let (uid, gid) = runner_user()?;
-    if !bwrap_available() {
-        return None;
-    }
-    let server = Server::start();
-    assert!(server.import(&example_cards_dir(), WS).status.success());
-    let extra = profiles_config(&[&repo_root().join("tests/profiles")]);
-    let daemon = Daemon::start(
-        &server,
-        DaemonOptions {
-            extra: &extra,
-            ..Default::default()
-        },
-    );
-    daemon.wait_synced();
-    Some(Env {
-        _server: server,
-        daemon,
-        uid,
-        gid,
-    })
+    let world = World::builder().test_profiles().start()?;
+    Some(Env { world })
 }
 
 impl Env {
-    fn workdir(&self) -> tempfile::TempDir {
-        let w = tempfile::Builder::new().prefix("mopa").tempdir().unwrap();
-        nix::unistd::chown(w.path(), Some(self.uid.into()), Some(self.gid.into())).unwrap();
-        std::fs::set_permissions(w.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        w
-    }
-
     /// `mop run` as the runner, for `user`'s task `task` on `asset`, with `extra` flags.
     fn mop_run(
         &self,

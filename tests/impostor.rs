@@ -24,6 +24,7 @@ use mop_testkit::procs::output_text as text;
 use mop_testkit::procs::{
     Daemon, DaemonOptions, Server, as_runner, bwrap_available, fixed_port, runner_user, self_signed,
 };
+use mop_testkit::world::World;
 use mop_testkit::{example_cards_dir, profiles_config};
 use serde_json::Value;
 
@@ -100,20 +101,31 @@ bind("af_smc", 43, 0, first)
 print(json.dumps(out))
 "#;
 
+/// The world of these tests (its server and daemon on fixed ports), and its profiles.
 struct Env {
-    server: Server,
-    daemon: Daemon,
+    world: World,
     /// Profiles written for this test (`squatter`: allowed to bind the ports in use).
     _profiles: tempfile::TempDir,
-    uid: u32,
-    gid: u32,
+}
+
+impl std::ops::Deref for Env {
+    type Target = World;
+    fn deref(&self) -> &World {
+        &self.world
+    }
+}
+
+impl std::ops::DerefMut for Env {
+    fn deref_mut(&mut self) -> &mut World {
+        &mut self.world
+    }
 }
 
 /// A server on a fixed loopback port (as packaged: 8731, below the ephemeral range), a
 /// daemon with its metrics on another fixed port, and a profile `squatter` that may bind
 /// both: the control.
 fn setup(server_config: &str, tls: Option<&Path>) -> Option<(Env, u16)> {
-    let (uid, gid) = runner_user()?;
+    runner_user()?;
     if !bwrap_available() {
         return None;
     }
@@ -148,26 +160,17 @@ fn setup(server_config: &str, tls: Option<&Path>) -> Option<(Env, u16)> {
         },
     );
     daemon.wait_synced();
+    let admin = server.token("admin", &[WS]);
     Some((
         Env {
-            server,
-            daemon,
+            world: World::around(server, daemon, admin, &[WS]),
             _profiles: profiles,
-            uid,
-            gid,
         },
         metrics,
     ))
 }
 
 impl Env {
-    fn workdir(&self) -> tempfile::TempDir {
-        let w = tempfile::Builder::new().prefix("mopw").tempdir().unwrap();
-        nix::unistd::chown(w.path(), Some(self.uid.into()), Some(self.gid.into())).unwrap();
-        std::fs::set_permissions(w.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        w
-    }
-
     /// `mop run` of `command` as the runner, in `profile`.
     fn mop_run(&self, task: &str, workdir: &Path, profile: &str, command: &[&OsStr]) -> Command {
         let mut a: Vec<OsString> = vec![

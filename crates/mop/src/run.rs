@@ -214,20 +214,7 @@ fn sandboxed(
     workdir: &Path,
     a: &RunArgs,
 ) -> Result<ExitCode> {
-    let claimed = Workdir::claim(workdir, &r.profile.memory_dir, r.profile.shared_workdir)
-        .map_err(anyhow::Error::msg)?;
-    for w in &claimed.warnings {
-        eprintln!("mop: warning: {w}");
-    }
-    if !claimed.leftovers.is_empty() {
-        eprintln!(
-            "mop: note: the working directory holds files where agents look for memory, left by an earlier run or by anyone who can write it; mop delivered none of them (this task's memory is mounted at {}, with its MEMORY.md):",
-            r.profile.memory_dir
-        );
-        for l in &claimed.leftovers {
-            eprintln!("mop: note:   {l}");
-        }
-    }
+    let claimed = claim_workdir(workdir, r)?;
     let mop_exe =
         std::env::current_exe().context("cannot find the mop binary to bind into the sandbox")?;
     let views = [
@@ -243,11 +230,7 @@ fn sandboxed(
             asset: a.task.asset.as_deref(),
         },
     );
-    let mut env = task_env(&r.profile, &r.task_id, workdir, a)?;
-    for (k, v) in &primed.env {
-        env.retain(|(x, _)| x != k);
-        env.push((k.clone(), v.clone()));
-    }
+    let env = with_primed(task_env(&r.profile, &r.task_id, workdir, a)?, &primed.env);
     let primed_pipes = primed_files(&primed)?;
     // The seccomp filter refuses TIOCSTI inside the sandbox, so an interactive agent may
     // keep its controlling terminal. An agent CLI on a terminal is a terminal UI.
@@ -286,47 +269,11 @@ fn sandboxed(
     });
     if a.dry_run {
         let plan = ready(rt, hold, r)?;
-        let shown: Vec<String> = args
-            .iter()
-            .map(|s| s.to_string_lossy().into_owned())
-            .collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "plan": plan,
-                "bwrap": bwrap,
-                "args": shown,
-                // Names only: values may be secrets the runner passed.
-                "env": env.iter().map(|(k, _)| k).collect::<Vec<_>>(),
-                "fds": { "workdir": workdir_fd, "view": view_fds, "agent_socket_dir": socket_fd, "status": status_fd, "seccomp": seccomp_fd },
-                "agent": agent.name(),
-            }))?
-        );
+        let fds = serde_json::json!({ "workdir": workdir_fd, "view": view_fds, "agent_socket_dir": socket_fd, "status": status_fd, "seccomp": seccomp_fd });
+        print_dry_run(&plan, bwrap, &args, &env, fds, agent)?;
         return Ok(ExitCode::SUCCESS);
     }
-    // What the sandbox inherits from this thread: a session keyring of its own (none of
-    // the runner's keys) and, with a shared network, the Landlock domain that keeps the
-    // host's abstract Unix sockets out of reach and its fixed TCP ports unbound.
-    if let Err(e) = sys::join_fresh_session_keyring()
-        && e.raw_os_error() != Some(nix::libc::ENOSYS)
-    {
-        eprintln!(
-            "mop: note: the sandbox keeps the runner's session keyring ({e}); the seccomp filter still refuses every key call"
-        );
-    }
-    if r.profile.network {
-        let confined = confine::confine_network(&r.profile.bind_ports);
-        if let AbstractSockets::Reachable(why) = confined.abstract_sockets {
-            eprintln!(
-                "mop: note: this sandbox can reach the host's abstract Unix sockets ({why}); the offline profile has none, see: mop doctor"
-            );
-        }
-        if let TcpBind::Open(why) = confined.tcp_bind {
-            eprintln!(
-                "mop: note: this sandbox can listen on any free TCP port of the host ({why}); the offline profile cannot, see: mop doctor"
-            );
-        }
-    }
+    confine_this_thread(&r.profile);
     // Spawned from the main thread (see the module comment); tokio only reaps it.
     let mut std_cmd = Command::new(bwrap);
     // The sandbox's environment is bwrap's own (see `bwrap_args`), never its command line.
@@ -367,37 +314,29 @@ fn sandboxed(
             return Err(e);
         }
     }
-    let mut forwarded: Option<Signal> = None;
-    let forwarded_ref = &mut forwarded;
-    let status = rt.block_on(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut int = signal(SignalKind::interrupt())?;
-        let mut term = signal(SignalKind::terminate())?;
-        let mut hup = signal(SignalKind::hangup())?;
-        let mut quit = signal(SignalKind::quit())?;
-        loop {
-            let forward = tokio::select! {
-                r = child.wait() => return r,
-                _ = int.recv() => Signal::SIGINT,
-                _ = term.recv() => Signal::SIGTERM,
-                _ = hup.recv() => Signal::SIGHUP,
-                _ = quit.recv() => Signal::SIGQUIT,
-            };
-            *forwarded_ref = Some(forward);
-            let _ = nix::sys::signal::kill(bwrap_pid, forward);
-        }
-    })?;
+    let (status, forwarded) = rt.block_on(wait_forwarding_signals(&mut child, bwrap_pid))?;
     // bwrap has exited, so its status lines are all in the pipe (they are far smaller
     // than a pipe's buffer, so bwrap never waited on us to read them).
     let raw = read_available(status_read);
+    Ok(exit_code(&raw, status, forwarded, workdir))
+}
+
+/// `mop run`'s exit code from bwrap's status lines (`raw`) and exit: the command's own, 128
+/// plus a signal forwarded before it ran, or [`SETUP_FAILED`] with what `mop doctor` finds.
+fn exit_code(
+    raw: &[u8],
+    status: std::process::ExitStatus,
+    forwarded: Option<Signal>,
+    workdir: &Path,
+) -> ExitCode {
     // bwrap reports "exit-code" only when the command itself ran and exited; a failure to
     // set up the sandbox (a mount, execvp) ends without one.
-    let exit_code = serde_json::Deserializer::from_slice(&raw)
+    let exit_code = serde_json::Deserializer::from_slice(raw)
         .into_iter::<serde_json::Value>()
         .flatten()
         .find_map(|doc| doc.get("exit-code").and_then(|c| c.as_i64()));
     if let (None, Some(sig)) = (exit_code, forwarded) {
-        return Ok(ExitCode::from(128 + sig as u8));
+        return ExitCode::from(128 + sig as u8);
     }
     let Some(code) = exit_code else {
         let report = doctor::probe(workdir);
@@ -412,9 +351,121 @@ fn sandboxed(
         if let Some(fix) = report.fix {
             eprintln!("mop: fix: {fix}");
         }
-        return Ok(ExitCode::from(SETUP_FAILED));
+        return ExitCode::from(SETUP_FAILED);
     };
-    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+    ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+/// The task's environment with what the agent adapter sets in place of the same names.
+fn with_primed(
+    mut env: Vec<(String, String)>,
+    primed: &[(String, String)],
+) -> Vec<(String, String)> {
+    for (k, v) in primed {
+        env.retain(|(x, _)| x != k);
+        env.push((k.clone(), v.clone()));
+    }
+    env
+}
+
+/// `mop run --dry-run`: the plan and what would run (bwrap, its arguments, the
+/// environment's names, never values that may be secrets, and the inherited descriptors).
+fn print_dry_run(
+    plan: &Plan,
+    bwrap: &Path,
+    args: &[std::ffi::OsString],
+    env: &[(String, String)],
+    fds: serde_json::Value,
+    agent: AgentKind,
+) -> Result<()> {
+    let shown: Vec<String> = args
+        .iter()
+        .map(|s| s.to_string_lossy().into_owned())
+        .collect();
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&serde_json::json!({
+            "plan": plan,
+            "bwrap": bwrap,
+            "args": shown,
+            "env": env.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            "fds": fds,
+            "agent": agent.name(),
+        }))?
+    );
+    Ok(())
+}
+
+/// Claims the working directory for the run, and says what the runner should know of
+/// it: warnings, and files where agents look for memory that mop did not deliver.
+fn claim_workdir(workdir: &Path, r: &Reservation) -> Result<Workdir> {
+    let claimed = Workdir::claim(workdir, &r.profile.memory_dir, r.profile.shared_workdir)
+        .map_err(anyhow::Error::msg)?;
+    for w in &claimed.warnings {
+        eprintln!("mop: warning: {w}");
+    }
+    if !claimed.leftovers.is_empty() {
+        eprintln!(
+            "mop: note: the working directory holds files where agents look for memory, left by an earlier run or by anyone who can write it; mop delivered none of them (this task's memory is mounted at {}, with its MEMORY.md):",
+            r.profile.memory_dir
+        );
+        for l in &claimed.leftovers {
+            eprintln!("mop: note:   {l}");
+        }
+    }
+    Ok(claimed)
+}
+
+/// Confines this thread as the sandbox will inherit it: a session keyring of its own
+/// (none of the runner's keys) and, with a shared network, the Landlock domain that keeps
+/// the host's abstract Unix sockets out of reach and its fixed TCP ports unbound. What
+/// the kernel cannot do is said, not fatal.
+fn confine_this_thread(profile: &mop_proto::Profile) {
+    if let Err(e) = sys::join_fresh_session_keyring()
+        && e.raw_os_error() != Some(nix::libc::ENOSYS)
+    {
+        eprintln!(
+            "mop: note: the sandbox keeps the runner's session keyring ({e}); the seccomp filter still refuses every key call"
+        );
+    }
+    if profile.network {
+        let confined = confine::confine_network(&profile.bind_ports);
+        if let AbstractSockets::Reachable(why) = confined.abstract_sockets {
+            eprintln!(
+                "mop: note: this sandbox can reach the host's abstract Unix sockets ({why}); the offline profile has none, see: mop doctor"
+            );
+        }
+        if let TcpBind::Open(why) = confined.tcp_bind {
+            eprintln!(
+                "mop: note: this sandbox can listen on any free TCP port of the host ({why}); the offline profile cannot, see: mop doctor"
+            );
+        }
+    }
+}
+
+/// Waits for bwrap to exit, forwarding SIGINT, SIGTERM, SIGHUP and SIGQUIT to it; its
+/// exit status, and the last signal forwarded.
+async fn wait_forwarding_signals(
+    child: &mut tokio::process::Child,
+    bwrap_pid: nix::unistd::Pid,
+) -> std::io::Result<(std::process::ExitStatus, Option<Signal>)> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut quit = signal(SignalKind::quit())?;
+    let mut forwarded = None;
+    loop {
+        let forward = tokio::select! {
+            r = child.wait() => return Ok((r?, forwarded)),
+            _ = int.recv() => Signal::SIGINT,
+            _ = term.recv() => Signal::SIGTERM,
+            _ = hup.recv() => Signal::SIGHUP,
+            _ = quit.recv() => Signal::SIGQUIT,
+        };
+        forwarded = Some(forward);
+        let _ = nix::sys::signal::kill(bwrap_pid, forward);
+    }
 }
 
 /// The running guard of this `mop run` (see [`crate::guard`]): told on drop that `mop run`

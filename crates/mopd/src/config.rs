@@ -350,6 +350,15 @@ impl MopdConfig {
 
     /// Checks values a parser cannot: URL form, workspace names, ranges, paths.
     pub fn validate(&self) -> Result<(), String> {
+        self.validate_server()?;
+        self.validate_metrics()?;
+        self.validate_sync_and_paths()?;
+        self.validate_limits()
+    }
+
+    /// `[server]`: one way to name the server, URLs mop can use, a CA only for https://,
+    /// and replicas all reached alike.
+    fn validate_server(&self) -> Result<(), String> {
         let key = match (&self.server.url, self.server.urls.is_empty()) {
             (Some(_), false) => {
                 return Err(
@@ -403,6 +412,11 @@ impl MopdConfig {
                 "{key} mixes http:// replicas with https:// or unix: ones: use https:// (or unix:) for all of them (or http:// for all, on a trusted network)"
             ));
         }
+        Ok(())
+    }
+
+    /// `[metrics]`: one listener, on loopback and behind a token.
+    fn validate_metrics(&self) -> Result<(), String> {
         match (&self.metrics.listen, &self.metrics.socket) {
             (Some(_), Some(_)) => {
                 return Err("metrics.listen and metrics.socket are both set: give one".into());
@@ -428,6 +442,12 @@ impl MopdConfig {
                 f.display()
             ));
         }
+        Ok(())
+    }
+
+    /// `[sync]` and `[paths]`: workspaces named once, intervals of at least a second,
+    /// absolute paths, and sockets that fit a Unix socket path.
+    fn validate_sync_and_paths(&self) -> Result<(), String> {
         if self.sync.workspaces.is_empty() {
             return Err("sync.workspaces must name at least one workspace".into());
         }
@@ -474,6 +494,12 @@ impl MopdConfig {
                 sock.display()
             ));
         }
+        Ok(())
+    }
+
+    /// `[selection]`, `[sockets]`, `[spool]` and `[tasks]`: rules that compile and no limit
+    /// of zero.
+    fn validate_limits(&self) -> Result<(), String> {
         mop_cards::Rules::new(self.selection.clone()).map_err(|e| format!("selection.{e}"))?;
         for (key, v) in [
             (

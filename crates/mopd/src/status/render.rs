@@ -72,62 +72,9 @@ impl Render for StatusReport {
                 );
             }
         }
+        let replicas = self.daemon.server_urls.len() > 1;
         for w in &self.workspaces {
-            let _ = writeln!(out, "\nworkspace {}", w.workspace);
-            match (&w.epoch, w.revision) {
-                (Some(e), Some(r)) => {
-                    let _ = writeln!(
-                        out,
-                        "  revision     {r} (epoch {e})\n  cards        {}\n  pool         {}  (generation {})",
-                        w.cards,
-                        human_bytes(w.pool_bytes),
-                        w.generation.as_deref().unwrap_or("-")
-                    );
-                }
-                _ => {
-                    let _ = writeln!(
-                        out,
-                        "  revision     none yet\n  pool         {}",
-                        human_bytes(w.pool_bytes)
-                    );
-                }
-            }
-            match &w.last_sync {
-                Some(s) => {
-                    let what = match s.result {
-                        SyncResult::Modified => "new generation".to_owned(),
-                        SyncResult::NotModified => "not modified".to_owned(),
-                        SyncResult::Failed => "failed".to_owned(),
-                    };
-                    let code = s.http_status.map(|c| format!("{c} ")).unwrap_or_default();
-                    let from = s
-                        .server
-                        .as_ref()
-                        .filter(|_| self.daemon.server_urls.len() > 1)
-                        .map(|u| format!(" from {u}"))
-                        .unwrap_or_default();
-                    let _ = writeln!(out, "  last sync    {}: {code}{what}{from}", ago(now, s.at));
-                }
-                None => {
-                    let _ = writeln!(out, "  last sync    never");
-                }
-            }
-            let _ = writeln!(
-                out,
-                "  server       {}",
-                w.last_reached.map_or_else(
-                    || "never reached".into(),
-                    |t| format!("reached {}", ago(now, t))
-                )
-            );
-            let _ = writeln!(
-                out,
-                "  last error   {}",
-                w.last_error.as_ref().map_or_else(
-                    || "none".into(),
-                    |e| format!("{} ({})", e.message, ago(now, e.at))
-                )
-            );
+            render_workspace(&mut out, w, replicas, now);
         }
         let _ = writeln!(out);
         if self.tasks.is_empty() {
@@ -190,6 +137,72 @@ impl Render for StatusReport {
         );
         out
     }
+}
+
+/// One workspace's lines of the report; `replicas` says whether to name the server that
+/// answered.
+fn render_workspace(
+    out: &mut String,
+    w: &mop_proto::status::WorkspaceStatus,
+    replicas: bool,
+    now: Timestamp,
+) {
+    use std::fmt::Write;
+    let _ = writeln!(out, "\nworkspace {}", w.workspace);
+    match (&w.epoch, w.revision) {
+        (Some(e), Some(r)) => {
+            let _ = writeln!(
+                out,
+                "  revision     {r} (epoch {e})\n  cards        {}\n  pool         {}  (generation {})",
+                w.cards,
+                human_bytes(w.pool_bytes),
+                w.generation.as_deref().unwrap_or("-")
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                out,
+                "  revision     none yet\n  pool         {}",
+                human_bytes(w.pool_bytes)
+            );
+        }
+    }
+    match &w.last_sync {
+        Some(s) => {
+            let what = match s.result {
+                SyncResult::Modified => "new generation".to_owned(),
+                SyncResult::NotModified => "not modified".to_owned(),
+                SyncResult::Failed => "failed".to_owned(),
+            };
+            let code = s.http_status.map(|c| format!("{c} ")).unwrap_or_default();
+            let from = s
+                .server
+                .as_ref()
+                .filter(|_| replicas)
+                .map(|u| format!(" from {u}"))
+                .unwrap_or_default();
+            let _ = writeln!(out, "  last sync    {}: {code}{what}{from}", ago(now, s.at));
+        }
+        None => {
+            let _ = writeln!(out, "  last sync    never");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "  server       {}",
+        w.last_reached.map_or_else(
+            || "never reached".into(),
+            |t| format!("reached {}", ago(now, t))
+        )
+    );
+    let _ = writeln!(
+        out,
+        "  last error   {}",
+        w.last_error.as_ref().map_or_else(
+            || "none".into(),
+            |e| format!("{} ({})", e.message, ago(now, e.at))
+        )
+    );
 }
 
 #[cfg(test)]

@@ -178,6 +178,88 @@ fn to_f32(view: &safetensors::tensor::TensorView<'_>) -> Option<Vec<f32>> {
     })
 }
 
+/// The embedding matrix (`embeddings`, or the names other exporters use): quantized rows
+/// from F32, F16 or I8, and its shape.
+fn read_embeddings(st: &safetensors::SafeTensors<'_>) -> Result<(Matrix, usize, usize), String> {
+    let name = ["embeddings", "0", "embedding.weight"]
+        .into_iter()
+        .find(|n| st.names().iter().any(|x| x == n))
+        .ok_or_else(|| "has no tensor named embeddings".to_owned())?;
+    let view = st.tensor(name).expect("listed tensor");
+    let [rows, dim] = view.shape() else {
+        return Err(format!(
+            "tensor {name} has shape {:?}, not [tokens, dimension]",
+            view.shape()
+        ));
+    };
+    let (rows, dim) = (*rows, *dim);
+    if rows == 0 || dim == 0 {
+        return Err(format!("tensor {name} is empty"));
+    }
+    let d = view.data();
+    let matrix = match view.dtype() {
+        safetensors::Dtype::F32 => Matrix::quantized(rows, dim, |r, out| {
+            for (o, b) in out.iter_mut().zip(d[r * dim * 4..].chunks_exact(4)) {
+                *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }),
+        safetensors::Dtype::F16 => Matrix::quantized(rows, dim, |r, out| {
+            for (o, b) in out.iter_mut().zip(d[r * dim * 2..].chunks_exact(2)) {
+                *o = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+            }
+        }),
+        safetensors::Dtype::I8 => Matrix::quantized(rows, dim, |r, out| {
+            for (o, b) in out.iter_mut().zip(&d[r * dim..(r + 1) * dim]) {
+                *o = f32::from(*b as i8);
+            }
+        }),
+        other => {
+            return Err(format!(
+                "tensor {name} is {other:?}; F32, F16 and I8 are supported"
+            ));
+        }
+    };
+    Ok((matrix, rows, dim))
+}
+
+/// The optional `mapping` tensor: for each token, its row of the matrix (`rows` of them).
+fn read_mapping(
+    st: &safetensors::SafeTensors<'_>,
+    rows: usize,
+) -> Result<Option<Vec<u32>>, String> {
+    match st.tensor("mapping") {
+        Ok(v) => {
+            let d = v.data();
+            // A row number that does not fit is out of range like any other.
+            let row = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
+            let ids: Vec<u32> = match v.dtype() {
+                safetensors::Dtype::I64 => d
+                    .chunks_exact(8)
+                    .map(|b| row(i64::from_le_bytes(b.try_into().expect("8 bytes"))))
+                    .collect(),
+                safetensors::Dtype::I32 => d
+                    .chunks_exact(4)
+                    .map(|b| {
+                        row(i64::from(i32::from_le_bytes(
+                            b.try_into().expect("4 bytes"),
+                        )))
+                    })
+                    .collect(),
+                other => {
+                    return Err(format!(
+                        "tensor mapping is {other:?}, not an integer tensor"
+                    ));
+                }
+            };
+            if let Some(bad) = ids.iter().find(|r| **r as usize >= rows) {
+                return Err(format!("mapping points at row {bad} of {rows}"));
+            }
+            Ok(Some(ids))
+        }
+        Err(_) => Ok(None),
+    }
+}
+
 impl Model {
     /// Loads the model in `dir` (`config.json`, `tokenizer.json`, `model.safetensors`).
     /// Reads nothing but these files; never fetches anything.
@@ -208,51 +290,8 @@ impl Model {
             .map_err(|problem| invalid("tokenizer.json", problem))?;
         let st = safetensors::SafeTensors::deserialize(tensors)
             .map_err(|e| invalid("model.safetensors", e.to_string()))?;
-        let name = ["embeddings", "0", "embedding.weight"]
-            .into_iter()
-            .find(|n| st.names().iter().any(|x| x == n))
-            .ok_or_else(|| invalid("model.safetensors", "has no tensor named embeddings".into()))?;
-        let view = st.tensor(name).expect("listed tensor");
-        let [rows, dim] = view.shape() else {
-            return Err(invalid(
-                "model.safetensors",
-                format!(
-                    "tensor {name} has shape {:?}, not [tokens, dimension]",
-                    view.shape()
-                ),
-            ));
-        };
-        let (rows, dim) = (*rows, *dim);
-        if rows == 0 || dim == 0 {
-            return Err(invalid(
-                "model.safetensors",
-                format!("tensor {name} is empty"),
-            ));
-        }
-        let d = view.data();
-        let matrix = match view.dtype() {
-            safetensors::Dtype::F32 => Matrix::quantized(rows, dim, |r, out| {
-                for (o, b) in out.iter_mut().zip(d[r * dim * 4..].chunks_exact(4)) {
-                    *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                }
-            }),
-            safetensors::Dtype::F16 => Matrix::quantized(rows, dim, |r, out| {
-                for (o, b) in out.iter_mut().zip(d[r * dim * 2..].chunks_exact(2)) {
-                    *o = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
-                }
-            }),
-            safetensors::Dtype::I8 => Matrix::quantized(rows, dim, |r, out| {
-                for (o, b) in out.iter_mut().zip(&d[r * dim..(r + 1) * dim]) {
-                    *o = f32::from(*b as i8);
-                }
-            }),
-            other => {
-                return Err(invalid(
-                    "model.safetensors",
-                    format!("tensor {name} is {other:?}; F32, F16 and I8 are supported"),
-                ));
-            }
-        };
+        let (matrix, rows, dim) =
+            read_embeddings(&st).map_err(|problem| invalid("model.safetensors", problem))?;
         let weights = match st.tensor("weights") {
             Ok(v) => Some(to_f32(&v).ok_or_else(|| {
                 invalid(
@@ -262,41 +301,8 @@ impl Model {
             })?),
             Err(_) => None,
         };
-        let mapping = match st.tensor("mapping") {
-            Ok(v) => {
-                let d = v.data();
-                // A row number that does not fit is out of range like any other.
-                let row = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
-                let ids: Vec<u32> = match v.dtype() {
-                    safetensors::Dtype::I64 => d
-                        .chunks_exact(8)
-                        .map(|b| row(i64::from_le_bytes(b.try_into().expect("8 bytes"))))
-                        .collect(),
-                    safetensors::Dtype::I32 => d
-                        .chunks_exact(4)
-                        .map(|b| {
-                            row(i64::from(i32::from_le_bytes(
-                                b.try_into().expect("4 bytes"),
-                            )))
-                        })
-                        .collect(),
-                    other => {
-                        return Err(invalid(
-                            "model.safetensors",
-                            format!("tensor mapping is {other:?}, not an integer tensor"),
-                        ));
-                    }
-                };
-                if let Some(bad) = ids.iter().find(|r| **r as usize >= rows) {
-                    return Err(invalid(
-                        "model.safetensors",
-                        format!("mapping points at row {bad} of {rows}"),
-                    ));
-                }
-                Some(ids)
-            }
-            Err(_) => None,
-        };
+        let mapping =
+            read_mapping(&st, rows).map_err(|problem| invalid("model.safetensors", problem))?;
         let model_id = config
             .get("model_id")
             .and_then(|v| v.as_str())

@@ -60,29 +60,7 @@ async fn serve_with(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     hup: Option<tokio::signal::unix::Signal>,
 ) -> anyhow::Result<()> {
-    let db = config.database();
-    let shown = db.shown();
-    let policy = config.intake.policy();
-    let model_dir = config.intake.embedding_model.clone();
-    let store = tokio::task::spawn_blocking(move || -> anyhow::Result<Store> {
-        // The credential rules compile once, here, rather than on the first store.
-        mop_intake::secrets::Screen::builtin();
-        if let Some(dir) = &model_dir {
-            let model = mop_embed::Model::load(dir).with_context(|| {
-                format!(
-                    "intake.embedding_model {}: cannot load the model (install it with install-model.sh, or remove the key)",
-                    dir.display()
-                )
-            })?;
-            tracing::info!(model = %model.fingerprint(), "the same-lesson rule compares meaning too");
-            crate::store::set_embedding_model(Some(std::sync::Arc::new(model)));
-        }
-        Ok(Store::connect(&db)
-            .with_context(|| format!("cannot open database {shown}"))?
-            .with_intake(policy))
-    })
-    .await??;
-    let store = Arc::new(store);
+    let store = Arc::new(open_store(&config).await?);
     let state = Arc::new(AppState::new(store.clone(), config.clone())?);
     let tls = match (&config.server.tls_cert, &config.server.tls_key) {
         (Some(cert), Some(key)) => Some(
@@ -175,9 +153,45 @@ async fn serve_with(
     };
     let (served, ()) = tokio::join!(on_port, on_socket);
     served?;
+    drain(tasks, &state).await?;
+    tracing::info!("mop-server stopped");
+    Ok(())
+}
+
+/// Opens the database with the intake policy, after compiling the credential rules and
+/// loading the same-lesson rule's embedding model when one is configured (off the async
+/// workers: both take a while).
+async fn open_store(config: &ServerConfig) -> anyhow::Result<Store> {
+    let db = config.database();
+    let shown = db.shown();
+    let policy = config.intake.policy();
+    let model_dir = config.intake.embedding_model.clone();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<Store> {
+        // The credential rules compile once, here, rather than on the first store.
+        mop_intake::secrets::Screen::builtin();
+        if let Some(dir) = &model_dir {
+            let model = mop_embed::Model::load(dir).with_context(|| {
+                format!(
+                    "intake.embedding_model {}: cannot load the model (install it with install-model.sh, or remove the key)",
+                    dir.display()
+                )
+            })?;
+            tracing::info!(model = %model.fingerprint(), "the same-lesson rule compares meaning too");
+            crate::store::set_embedding_model(Some(std::sync::Arc::new(model)));
+        }
+        Ok(Store::connect(&db)
+            .with_context(|| format!("cannot open database {shown}"))?
+            .with_intake(policy))
+    })
+    .await?
+}
+
+/// After serving: waits for the background tasks (told to stop), then records what they
+/// left: token uses and pending counters.
+async fn drain(mut tasks: JoinSet<()>, state: &Arc<AppState>) -> anyhow::Result<()> {
     tracing::info!("shutting down: draining background tasks");
     while tasks.join_next().await.is_some() {}
-    record_token_uses(&state).await;
+    record_token_uses(state).await;
     let store = state.store.clone();
     match tokio::task::spawn_blocking(move || store.publish_counters(None)).await? {
         Ok(p) if !p.is_empty() => {
@@ -186,7 +200,6 @@ async fn serve_with(
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "could not publish pending counters at shutdown"),
     }
-    tracing::info!("mop-server stopped");
     Ok(())
 }
 

@@ -372,50 +372,7 @@ impl Store {
             self.same_lesson_cards(tx, ws, lesson)?
         };
         if let Some(m) = matches.iter().find(|m| visible(&m.row.summary)) {
-            let s = &m.row.summary;
-            let verified = s.trust == Trust::Verified;
-            let revision = current_revision(tx, ws).map_err(&e)?;
-            let answer = |outcome| StoreResponse {
-                outcome,
-                id: Some(s.id),
-                revision,
-                audience: s.audience_sentence(),
-                verified: Some(verified),
-                note: repeat_note(&s.id, verified),
-                store_id: None,
-                previously_rejected: None,
-            };
-            // One reinforcement per (task, card): a task repeating itself (or repeating the
-            // card it stored) is not more evidence.
-            if !note_contribution(tx, ws, actor, &p.task_id, &s.id, now_ts).map_err(&e)? {
-                return Ok(answer(StoreOutcome::Unchanged));
-            }
-            tx.execute(
-                "UPDATE cards SET pending_occurrence = pending_occurrence + 1, pending_last_seen = ?3
-                 WHERE workspace = ?1 AND id = ?2",
-                params![ws, s.id.to_string(), stamp(now_ts)],
-            )
-            .map_err(&e)?;
-            tx.execute(
-                "UPDATE workspaces SET counters_dirty = 1 WHERE name = ?1",
-                params![ws],
-            )
-            .map_err(&e)?;
-            let sha = &m.row.sha256;
-            audit(
-                tx,
-                ws,
-                Some(&s.id),
-                revision,
-                actor,
-                "reinforce",
-                Some(sha),
-                Some(sha),
-                None,
-                Some(&format!("{detail} score={:.2}", m.score)),
-            )
-            .map_err(&e)?;
-            return Ok(answer(StoreOutcome::Reinforced));
+            return self.reinforce(tx, ws, actor, &p.task_id, m, detail, now_ts);
         }
 
         let raw = render_card(new_card).into_bytes();
@@ -480,5 +437,65 @@ impl Store {
             store_id: None,
             previously_rejected,
         })
+    }
+
+    /// A store of a lesson the task can already see in card `m`: counted once per task
+    /// as more evidence for it, and answered with that card.
+    #[allow(clippy::too_many_arguments)]
+    fn reinforce(
+        &self,
+        tx: &Tx<'_>,
+        ws: &str,
+        actor: &str,
+        task_id: &str,
+        m: &Match,
+        detail: &str,
+        now_ts: Timestamp,
+    ) -> Result<StoreResponse> {
+        let e = self.err("store memory");
+        let s = &m.row.summary;
+        let verified = s.trust == Trust::Verified;
+        let revision = current_revision(tx, ws).map_err(&e)?;
+        let answer = |outcome| StoreResponse {
+            outcome,
+            id: Some(s.id),
+            revision,
+            audience: s.audience_sentence(),
+            verified: Some(verified),
+            note: repeat_note(&s.id, verified),
+            store_id: None,
+            previously_rejected: None,
+        };
+        // One reinforcement per (task, card): a task repeating itself (or repeating the
+        // card it stored) is not more evidence.
+        if !note_contribution(tx, ws, actor, task_id, &s.id, now_ts).map_err(&e)? {
+            return Ok(answer(StoreOutcome::Unchanged));
+        }
+        tx.execute(
+            "UPDATE cards SET pending_occurrence = pending_occurrence + 1, pending_last_seen = ?3
+             WHERE workspace = ?1 AND id = ?2",
+            params![ws, s.id.to_string(), stamp(now_ts)],
+        )
+        .map_err(&e)?;
+        tx.execute(
+            "UPDATE workspaces SET counters_dirty = 1 WHERE name = ?1",
+            params![ws],
+        )
+        .map_err(&e)?;
+        let sha = &m.row.sha256;
+        audit(
+            tx,
+            ws,
+            Some(&s.id),
+            revision,
+            actor,
+            "reinforce",
+            Some(sha),
+            Some(sha),
+            None,
+            Some(&format!("{detail} score={:.2}", m.score)),
+        )
+        .map_err(&e)?;
+        Ok(answer(StoreOutcome::Reinforced))
     }
 }

@@ -35,7 +35,23 @@ pub fn render_memory_md(
     let total = selection.selected.total();
     let table_len = config.table_rows.min(mounted.len());
 
-    // 1. Title and how to use the index.
+    write_header(&mut out, catalog, task, mounted.len(), total);
+    write_anchors(&mut out, catalog, mounted);
+    write_knowledge_map(&mut out, catalog, mounted);
+    write_recommendations(&mut out, catalog, selection, table_len);
+    write_additional(&mut out, catalog, selection, table_len, config);
+    write_guidelines(&mut out);
+    out
+}
+
+/// 1. The title and how to use the index.
+fn write_header(
+    out: &mut String,
+    catalog: &Catalog,
+    task: &TaskContext,
+    mounted: usize,
+    total: usize,
+) {
     let _ = writeln!(out, "# Memory for task {}\n", escape_inline(&task.task_id));
     let _ = writeln!(
         out,
@@ -47,11 +63,13 @@ pub fn render_memory_md(
         ws = escape_inline(&task.workspace),
         rev = catalog.revision(),
         generated = catalog.generated_at(),
-        mounted = mounted.len(),
     );
+}
 
-    // 2. Primary anchors: verified corrections and preferences. An agent-stored card is
-    // never an anchor, whatever type it claims: anchors take precedence over habit.
+/// 2. The primary anchors.
+fn write_anchors(out: &mut String, catalog: &Catalog, mounted: &[Selected]) {
+    // Verified corrections and preferences. An agent-stored card is never an anchor,
+    // whatever type it claims: anchors take precedence over habit.
     out.push_str("## Primary Anchors\n\n");
     let anchors: Vec<&Selected> = mounted
         .iter()
@@ -64,12 +82,14 @@ pub fn render_memory_md(
             "Corrections and conventions that apply to this task; they take precedence over habit.\n\n",
         );
         for s in anchors {
-            list_item(&mut out, catalog.card(s.ord), s.tier);
+            list_item(out, catalog.card(s.ord), s.tier);
         }
         out.push('\n');
     }
+}
 
-    // 3. Knowledge map.
+/// 3. The knowledge map: how many mounted cards of each type, and where.
+fn write_knowledge_map(out: &mut String, catalog: &Catalog, mounted: &[Selected]) {
     out.push_str("## Knowledge Map\n\n");
     let mut per_type = [0usize; CardType::ALL.len()];
     for s in mounted {
@@ -87,8 +107,17 @@ pub fn render_memory_md(
         }
         out.push('\n');
     }
+}
 
-    // 4. Top matched recommendations.
+/// 4. The top matched recommendations, as a table.
+fn write_recommendations(
+    out: &mut String,
+    catalog: &Catalog,
+    selection: &Selection,
+    table_len: usize,
+) {
+    let mounted = &selection.cards;
+    let total = selection.selected.total();
     out.push_str("## Top Matched Recommendations\n\n");
     let mut in_table = TierCounts::default();
     for s in &mounted[..table_len] {
@@ -134,15 +163,24 @@ pub fn render_memory_md(
         }
         out.push('\n');
     }
+}
 
-    // 5. Additional mounted cards, and what the mount cap left out.
+/// 5. The mounted cards the table does not show, and what the mount cap left out.
+fn write_additional(
+    out: &mut String,
+    catalog: &Catalog,
+    selection: &Selection,
+    table_len: usize,
+    config: &SelectionConfig,
+) {
+    let mounted = &selection.cards;
     out.push_str("## Additional Mounted Cards\n\n");
     let additional = &mounted[table_len..];
     if additional.is_empty() {
         out.push_str("_None: every mounted card is in the table above._\n\n");
     } else {
         for s in additional {
-            list_item(&mut out, catalog.card(s.ord), s.tier);
+            list_item(out, catalog.card(s.ord), s.tier);
         }
         out.push('\n');
     }
@@ -157,8 +195,10 @@ pub fn render_memory_md(
             selection.left_out,
         );
     }
+}
 
-    // 6. Usage guidelines.
+/// 6. The usage guidelines.
+fn write_guidelines(out: &mut String) {
     out.push_str("## Usage Guidelines\n\n");
     out.push_str(
         "- The summaries above are triage hints. Open the card file and read it before acting on it.\n\
@@ -176,7 +216,6 @@ pub fn render_memory_md(
          - This directory is a read-only projection: never write, edit or delete memory files \
          directly.\n",
     );
-    out
 }
 
 fn cards(n: usize) -> String {

@@ -7,7 +7,7 @@ use mop_cards::{CardId, CardType};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::client::{ControlError, request};
+use crate::client::{ControlError, request_json, request_ok};
 use crate::routes::agent as routes;
 use crate::sync::{NewCard, StoreResponse};
 
@@ -171,11 +171,7 @@ impl Agent {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<Vec<u8>, ControlError> {
-        let (code, answer) = request(&self.socket, method, path, body).await?;
-        if !(200..300).contains(&code) {
-            return Err(ControlError::answered(code, &answer));
-        }
-        Ok(answer)
+        request_ok(&self.socket, method, path, body).await
     }
 
     async fn call<T: DeserializeOwned>(
@@ -184,9 +180,7 @@ impl Agent {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<T, ControlError> {
-        let answer = self.raw(method, path, body).await?;
-        serde_json::from_slice(&answer)
-            .map_err(|e| ControlError::Unreadable(format!("{method} {path}: {e}")))
+        request_json(&self.socket, method, path, body).await
     }
 
     /// Searches every card the task may see.

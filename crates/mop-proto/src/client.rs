@@ -124,6 +124,33 @@ pub async fn request(
     Ok((status, read_all(socket, response.into_body()).await?))
 }
 
+/// One request to the daemon that must succeed: the body of a 2xx answer, or the
+/// daemon's refusal as [`ControlError::Answered`].
+pub async fn request_ok(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> Result<Vec<u8>, ControlError> {
+    let (code, answer) = request(socket, method, path, body).await?;
+    if !(200..300).contains(&code) {
+        return Err(ControlError::answered(code, &answer));
+    }
+    Ok(answer)
+}
+
+/// One request to the daemon that must succeed, with its JSON answer read as `T`.
+pub async fn request_json<T: serde::de::DeserializeOwned>(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> Result<T, ControlError> {
+    let answer = request_ok(socket, method, path, body).await?;
+    serde_json::from_slice(&answer)
+        .map_err(|e| ControlError::Unreadable(format!("{method} {path}: {e}")))
+}
+
 /// A whole response body.
 async fn read_all(socket: &Path, body: hyper::body::Incoming) -> Result<Vec<u8>, ControlError> {
     let collected = body.collect().await.map_err(|e| ControlError::Other {

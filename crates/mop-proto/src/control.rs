@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub use crate::client::ControlError;
-use crate::client::{Hold, request, request_held};
+use crate::client::{Hold, request_held, request_json};
 use crate::receipts::Receipt;
 use crate::routes::control as routes;
 use crate::status::{ErrorKind, StatusReport, SyncResult};
@@ -149,12 +149,7 @@ impl Control {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<T, ControlError> {
-        let (code, answer) = request(&self.socket, method, path, body).await?;
-        if !(200..300).contains(&code) {
-            return Err(ControlError::answered(code, &answer));
-        }
-        serde_json::from_slice(&answer)
-            .map_err(|e| ControlError::Unreadable(format!("{method} {path}: {e}")))
+        request_json(&self.socket, method, path, body).await
     }
 
     fn json(body: &impl Serialize) -> Option<Vec<u8>> {

@@ -20,7 +20,6 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use mop_cards::CardType;
 use mop_proto::control::Control;
 use mop_proto::{AgentKind, LeaseRequest, Plan, PrepareRequest};
 
@@ -199,38 +198,7 @@ enum MemoryCommand {
     /// unchanged, or queued (the server is away; this host keeps it and sends it later:
     /// follow it with `store-status`). A card carrying a credential, or a lesson a curator
     /// rejected, is refused with the reason.
-    Store {
-        /// fact, preference, human_correction, error_resolution, pitfall, playbook or reference_doc.
-        #[arg(long = "type")]
-        card_type: String,
-        /// One line, up to 200 characters.
-        #[arg(long)]
-        title: String,
-        /// One line, up to 300 characters.
-        #[arg(long)]
-        description: Option<String>,
-        /// Label (repeatable).
-        #[arg(long = "label")]
-        labels: Vec<String>,
-        /// Error code the card is about (repeatable).
-        #[arg(long = "error-code")]
-        error_codes: Vec<String>,
-        /// Technology stack (repeatable).
-        #[arg(long = "stack")]
-        stacks: Vec<String>,
-        /// Bind the card to the task's user (a personal card).
-        #[arg(long)]
-        personal: bool,
-        /// Bind the card to the task's asset.
-        #[arg(long)]
-        asset: bool,
-        /// Read the card text from this file.
-        #[arg(long)]
-        content_file: Option<PathBuf>,
-        /// Read the card text from stdin.
-        #[arg(long)]
-        content_stdin: bool,
-    },
+    Store(memory::StoreArgs),
     /// Where a queued store stands: still queued, stored (and as what), refused (and why)
     /// or dropped.
     StoreStatus {
@@ -556,41 +524,9 @@ fn memory_command(command: MemoryCommand) -> Result<ExitCode> {
         MemoryCommand::StoreStatus { store_id, json } => {
             rt.block_on(memory::store_status(&store_id, json))?
         }
-        MemoryCommand::Store {
-            card_type,
-            title,
-            description,
-            labels,
-            error_codes,
-            stacks,
-            personal,
-            asset,
-            content_file,
-            content_stdin,
-        } => {
-            let card_type = CardType::parse(&card_type).with_context(|| {
-                format!(
-                    "--type {card_type:?}: must be one of {}",
-                    CardType::NAMES.join(", ")
-                )
-            })?;
+        MemoryCommand::Store(args) => {
             let (user, task_asset) = memory::task_scope_from_env();
-            rt.block_on(memory::store(
-                memory::StoreArgs {
-                    card_type,
-                    title,
-                    description,
-                    labels,
-                    error_codes,
-                    stacks,
-                    personal,
-                    asset,
-                    content_file,
-                    content_stdin,
-                },
-                user,
-                task_asset,
-            ))?
+            rt.block_on(memory::store(args, user, task_asset))?
         }
     }
     Ok(ExitCode::SUCCESS)

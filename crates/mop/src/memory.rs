@@ -158,32 +158,50 @@ pub async fn list(json: bool) -> Result<()> {
     Ok(())
 }
 
-/// What `mop memory store` was given.
+/// What `mop memory store` is given.
+#[derive(clap::Args)]
 pub struct StoreArgs {
-    /// Card type.
-    pub card_type: CardType,
-    /// Title.
+    /// fact, preference, human_correction, error_resolution, pitfall, playbook or reference_doc.
+    #[arg(long = "type")]
+    pub card_type: String,
+    /// One line, up to 200 characters.
+    #[arg(long)]
     pub title: String,
-    /// Description.
+    /// One line, up to 300 characters.
+    #[arg(long)]
     pub description: Option<String>,
-    /// Labels.
+    /// Label (repeatable).
+    #[arg(long = "label")]
     pub labels: Vec<String>,
-    /// Error codes.
+    /// Error code the card is about (repeatable).
+    #[arg(long = "error-code")]
     pub error_codes: Vec<String>,
-    /// Stacks.
+    /// Technology stack (repeatable).
+    #[arg(long = "stack")]
     pub stacks: Vec<String>,
-    /// Bind to the task's user.
+    /// Bind the card to the task's user (a personal card).
+    #[arg(long)]
     pub personal: bool,
-    /// Bind to the task's asset.
+    /// Bind the card to the task's asset.
+    #[arg(long)]
     pub asset: bool,
-    /// Body from a file.
+    /// Read the card text from this file.
+    #[arg(long)]
     pub content_file: Option<PathBuf>,
-    /// Body from stdin.
+    /// Read the card text from stdin.
+    #[arg(long)]
     pub content_stdin: bool,
 }
 
 /// `mop memory store`.
 pub async fn store(a: StoreArgs, user: Option<String>, asset: Option<String>) -> Result<()> {
+    let card_type = CardType::parse(&a.card_type).with_context(|| {
+        format!(
+            "--type {:?}: must be one of {}",
+            a.card_type,
+            CardType::NAMES.join(", ")
+        )
+    })?;
     // Checked here as well as by the server, so an oversized card gets this message rather
     // than the socket's size refusal, and a huge input is never read whole.
     use std::io::Read;
@@ -223,7 +241,7 @@ pub async fn store(a: StoreArgs, user: Option<String>, asset: Option<String>) ->
         }
     }
     let card = NewCard {
-        card_type: a.card_type,
+        card_type,
         title: a.title,
         description: a.description,
         labels: a.labels,

@@ -267,7 +267,7 @@ fn failed_console_logins_are_logged_throttled_and_counted() {
     // Another source's wrong token is its own first failure.
     assert_eq!(attempt("wrong-token-elsewhere", Some("203.0.113.9")), 401);
     // Every failure logged with its source, never a token.
-    let log = server.log();
+    let log = server.wait_log("console login failed", 11);
     let failures = log.matches("console login failed").count();
     assert_eq!(failures, 11, "{log}");
     assert!(log.contains("198.51.100.7"), "{log}");

@@ -303,6 +303,24 @@ impl Server {
         self.log.lock().unwrap().clone()
     }
 
+    /// The log once it holds `needle` at least `times` times (its lines reach the test
+    /// through a reader thread, a moment after the answers they describe); fails after
+    /// 10 s.
+    pub fn wait_log(&self, needle: &str, times: usize) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.log();
+            if log.matches(needle).count() >= times {
+                return log;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{needle:?} is not {times} times in the log:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Sends SIGTERM and waits; returns whether it exited successfully.
     pub fn stop(&mut self) -> bool {
         let Some(mut child) = self.child.take() else {

@@ -626,7 +626,7 @@ fn receipt(task: &str, cards: &[&str], retrieved: &[&str]) -> mop_proto::receipt
             .map(|(i, c)| ReceiptCard {
                 id: id(c),
                 sha256: "0".repeat(64),
-                tier: "L0".into(),
+                tier: mop_cards::Tier::L0,
                 rank: i as u32 + 1,
                 mounted: true,
                 listed: true,

@@ -19,8 +19,10 @@ use crate::lines::{CardLine, Lines};
 use crate::task::{TaskContext, TaskQuery};
 use crate::wire::Manifest;
 
-/// The tier a selected card is reported in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// The tier a selected card is reported in; on the wire `"L0"`, `"L1"` or `"L2"`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Tier {
     /// Workspace baseline.
     L0,

@@ -8,7 +8,7 @@
 //! queries can be told apart without the server being able to guess short ones.
 
 use jiff::Timestamp;
-use mop_cards::{CardId, is_scope_id, is_sha256_hex, is_slug, is_task_id};
+use mop_cards::{CardId, Tier, is_scope_id, is_sha256_hex, is_slug, is_task_id};
 use serde::{Deserialize, Serialize};
 
 /// The `schema` of every receipt this version writes.
@@ -80,8 +80,8 @@ pub struct ReceiptCard {
     pub id: CardId,
     /// Its file's hash in the task's generation.
     pub sha256: String,
-    /// `L0`, `L1` or `L2`.
-    pub tier: String,
+    /// Its tier.
+    pub tier: Tier,
     /// Its place in the task's ranking, from 1.
     pub rank: u32,
     /// Mounted in the view (every listed card is; a card the cap left out is only
@@ -134,16 +134,68 @@ pub struct GetEvent {
     pub found: bool,
 }
 
+/// What became of a store a task made, as its receipt records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreEventOutcome {
+    /// A new card.
+    Created,
+    /// The same lesson as a card the task could see: counted for it.
+    Reinforced,
+    /// Already counted for this task.
+    Unchanged,
+    /// The host keeps it until the server takes it; replaced by what the server answered
+    /// then.
+    Queued,
+    /// Refused, here or by the server (with the status and code).
+    Refused,
+    /// The host could not keep it.
+    Failed,
+    /// Queued past `spool.max_age_secs`.
+    Dropped,
+}
+
+impl StoreEventOutcome {
+    /// Its name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreEventOutcome::Created => "created",
+            StoreEventOutcome::Reinforced => "reinforced",
+            StoreEventOutcome::Unchanged => "unchanged",
+            StoreEventOutcome::Queued => "queued",
+            StoreEventOutcome::Refused => "refused",
+            StoreEventOutcome::Failed => "failed",
+            StoreEventOutcome::Dropped => "dropped",
+        }
+    }
+}
+
+impl From<crate::sync::StoreOutcome> for StoreEventOutcome {
+    fn from(o: crate::sync::StoreOutcome) -> Self {
+        use crate::sync::StoreOutcome;
+        match o {
+            StoreOutcome::Created => StoreEventOutcome::Created,
+            StoreOutcome::Reinforced => StoreEventOutcome::Reinforced,
+            StoreOutcome::Unchanged => StoreEventOutcome::Unchanged,
+            StoreOutcome::Queued => StoreEventOutcome::Queued,
+        }
+    }
+}
+
+impl std::fmt::Display for StoreEventOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreEvent {
     /// When.
     pub at: Timestamp,
-    /// `created`, `reinforced`, `unchanged`, `queued` (the host keeps it until
-    /// the server takes it; replaced by what the server answered then), `refused` (with
-    /// the status and code), `failed`, or `dropped` (queued past `spool.max_age_secs`).
-    pub outcome: String,
+    /// What became of it.
+    pub outcome: StoreEventOutcome,
     /// The card it created or reinforced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<CardId>,
@@ -243,9 +295,6 @@ impl Receipt {
             if !is_sha256_hex(&c.sha256) {
                 return Err(fail("cards[].sha256", "must be 64 lowercase hex digits"));
             }
-            if !matches!(c.tier.as_str(), "L0" | "L1" | "L2") {
-                return Err(fail("cards[].tier", "must be L0, L1 or L2"));
-            }
         }
         let a = &self.activity;
         if a.retrieves.len() > MAX_EVENTS
@@ -268,14 +317,6 @@ impl Receipt {
                 return Err(fail(
                     "activity.retrieves[].hits",
                     "must list at most 50 cards",
-                ));
-            }
-        }
-        for s in &a.stores {
-            if s.outcome.len() > 32 {
-                return Err(fail(
-                    "activity.stores[].outcome",
-                    "must be at most 32 bytes",
                 ));
             }
         }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use jiff::Timestamp;
-use mop_cards::{CardId, TaskContext, TierCounts};
+use mop_cards::{CardId, TaskContext, Tier, TierCounts};
 use serde::{Deserialize, Serialize};
 
 use crate::profile::Profile;
@@ -55,11 +55,37 @@ pub struct RenewRequest {
     pub ttl_secs: Option<u64>,
 }
 
+/// How a task's lease ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LeaseKind {
+    /// When its runner (`mop run`) is gone.
+    Run,
+    /// When its time to live passes, unless renewed or released first.
+    Ttl,
+}
+
+impl LeaseKind {
+    /// `run` or `ttl`, as the wire spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseKind::Run => "run",
+            LeaseKind::Ttl => "ttl",
+        }
+    }
+}
+
+impl std::fmt::Display for LeaseKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A lease as the daemon holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseInfo {
-    /// `run` or `ttl`.
-    pub kind: String,
+    /// How it ends.
+    pub kind: LeaseKind,
     /// The runner pid of a `run` lease.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
@@ -73,8 +99,8 @@ pub struct LeaseInfo {
 pub struct PlanCard {
     /// Card id.
     pub id: CardId,
-    /// `L0`, `L1` or `L2`.
-    pub tier: String,
+    /// Its tier.
+    pub tier: Tier,
     /// Path inside the view.
     pub path: String,
 }

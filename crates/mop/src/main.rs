@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use mop_proto::control::Control;
-use mop_proto::{AgentKind, LeaseRequest, Plan, PrepareRequest};
+use mop_proto::{AgentKind, LeaseKind, LeaseRequest, Plan, PrepareRequest};
 
 use control::{Daemon, TaskArgs, prepare, refused, release, runtime};
 
@@ -315,8 +315,8 @@ fn print_plan(plan: &Plan) {
         "profile    {} (memory dir {})",
         plan.profile.name, plan.profile.memory_dir
     );
-    match (&plan.lease.kind[..], plan.expires_at) {
-        ("ttl", Some(at)) => println!(
+    match (plan.lease.kind, plan.expires_at) {
+        (LeaseKind::Ttl, Some(at)) => println!(
             "lease      until {at} (mop renew --task-id {} extends it)",
             plan.task_id
         ),

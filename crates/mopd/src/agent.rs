@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use mop_cards::{CardId, CardLine};
 use mop_proto::error::codes;
-use mop_proto::receipts::{Activity, GetEvent, RetrieveEvent, StoreEvent};
+use mop_proto::receipts::{Activity, GetEvent, RetrieveEvent, StoreEvent, StoreEventOutcome};
 use mop_proto::sync::{
     CredentialFinding, StoreOutcome, StoreProvenance, StoreRequest, StoreResponse,
     credential_refusal, store_errors,
@@ -274,7 +274,7 @@ impl TaskMemory {
         let refused = |status: u16, code: &str, message: String| {
             self.record_store(StoreEvent {
                 at: jiff::Timestamp::now(),
-                outcome: "refused".into(),
+                outcome: StoreEventOutcome::Refused,
                 id: None,
                 status: Some(status),
                 store_id: None,
@@ -334,7 +334,7 @@ impl TaskMemory {
                 tracing::info!(task = %lease.task.task_id, card = ?r.id, outcome = r.outcome.word(), "memory stored for a task");
                 self.record_store(StoreEvent {
                     at: jiff::Timestamp::now(),
-                    outcome: r.outcome.word().into(),
+                    outcome: r.outcome.into(),
                     id: r.id,
                     status: None,
                     store_id: Some(store_id),
@@ -389,7 +389,7 @@ impl TaskMemory {
         if !findings.is_empty() {
             self.record_store(StoreEvent {
                 at: jiff::Timestamp::now(),
-                outcome: "refused".into(),
+                outcome: StoreEventOutcome::Refused,
                 id: None,
                 status: Some(422),
                 store_id: None,
@@ -412,17 +412,18 @@ impl TaskMemory {
         let spool = self.tasks.spool().clone();
         let limits = self.tasks.state().config().spool.clone();
         let kept = tokio::task::spawn_blocking(move || spool.enqueue(&queued, &limits)).await;
-        let event = |outcome: &str, status: Option<u16>, code: Option<&str>| StoreEvent {
-            at: jiff::Timestamp::now(),
-            outcome: outcome.into(),
-            id: None,
-            status,
-            store_id: Some(store_id.clone()),
-            code: code.map(str::to_owned),
-        };
+        let event =
+            |outcome: StoreEventOutcome, status: Option<u16>, code: Option<&str>| StoreEvent {
+                at: jiff::Timestamp::now(),
+                outcome,
+                id: None,
+                status,
+                store_id: Some(store_id.clone()),
+                code: code.map(str::to_owned),
+            };
         match kept {
             Ok(Ok(())) => {
-                self.record_store(event("queued", None, None));
+                self.record_store(event(StoreEventOutcome::Queued, None, None));
                 tracing::info!(task = %lease.task.task_id, store = %store_id, "store queued on this host");
                 Ok(StoreResponse {
                     outcome: StoreOutcome::Queued,
@@ -439,7 +440,11 @@ impl TaskMemory {
                 })
             }
             Ok(Err(SpoolError::Full(message))) => {
-                self.record_store(event("refused", Some(503), Some(QUEUE_FULL)));
+                self.record_store(event(
+                    StoreEventOutcome::Refused,
+                    Some(503),
+                    Some(QUEUE_FULL),
+                ));
                 Err(AgentError::Refused {
                     status: 503,
                     code: QUEUE_FULL.into(),
@@ -448,7 +453,7 @@ impl TaskMemory {
             }
             Ok(Err(e)) => {
                 tracing::error!(task = %lease.task.task_id, error = %e, "cannot queue a store");
-                self.record_store(event("failed", Some(503), None));
+                self.record_store(event(StoreEventOutcome::Failed, Some(503), None));
                 Err(AgentError::Unavailable(format!(
                     "the card server cannot take the card now and this host could not keep it ({e}); nothing was stored: try again later"
                 )))

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use mop_proto::receipts::{
-    Activity, MAX_BATCH, MAX_BATCH_BYTES, Receipt, ReceiptBatch, StoreEvent,
+    Activity, MAX_BATCH, MAX_BATCH_BYTES, Receipt, ReceiptBatch, StoreEvent, StoreEventOutcome,
 };
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -377,7 +377,12 @@ impl Receipts {
     fn reportable(&self) -> Vec<(PathBuf, Receipt)> {
         self.pending()
             .into_iter()
-            .filter(|(_, r)| !r.activity.stores.iter().any(|e| e.outcome == "queued"))
+            .filter(|(_, r)| {
+                !r.activity
+                    .stores
+                    .iter()
+                    .any(|e| e.outcome == StoreEventOutcome::Queued)
+            })
             .collect()
     }
 

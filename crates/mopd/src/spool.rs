@@ -25,6 +25,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use mop_cards::CardId;
 use mop_proto::StoreStatus;
+use mop_proto::receipts::StoreEventOutcome;
 use mop_proto::status::{RefusedStore, SpoolInfo};
 use mop_proto::sync::{StoreOutcome, StoreRequest};
 use parking_lot::Mutex;
@@ -565,12 +566,17 @@ impl Spool {
 /// The receipt event of a resolved store.
 fn note_in_receipt(receipts: &Receipts, done: &Done) {
     let (outcome, id, status, code) = match &done.result {
-        Resolution::Stored { outcome, id, .. } => (outcome.word(), *id, None, None),
-        Resolution::Refused { status, code, .. } => ("refused", None, Some(*status), code.clone()),
-        Resolution::Dropped { .. } => ("dropped", None, None, None),
+        Resolution::Stored { outcome, id, .. } => ((*outcome).into(), *id, None, None),
+        Resolution::Refused { status, code, .. } => (
+            StoreEventOutcome::Refused,
+            None,
+            Some(*status),
+            code.clone(),
+        ),
+        Resolution::Dropped { .. } => (StoreEventOutcome::Dropped, None, None, None),
     };
     receipts.resolve_store(&done.task_id, done.prepared_at, &done.store_id, |e| {
-        e.outcome = outcome.to_owned();
+        e.outcome = outcome;
         e.id = id;
         e.status = status;
         e.code = code.clone();

@@ -64,7 +64,7 @@ pub fn assemble(f: Facts<'_>, now: Timestamp) -> StatusReport {
             lease: match (&t.lease.pid, &t.lease.expires_at) {
                 (Some(pid), _) => format!("lives with mop run pid {pid}"),
                 (_, Some(at)) => format!("expires {at}"),
-                _ => t.lease.kind.clone(),
+                _ => t.lease.kind.to_string(),
             },
             task_id: t.task_id,
             workspace: t.workspace,
@@ -191,7 +191,7 @@ mod tests {
             generation: "g".into(),
             revision: 1,
             lease: mop_proto::LeaseInfo {
-                kind: "run".into(),
+                kind: mop_proto::tasks::LeaseKind::Run,
                 pid: Some(42),
                 expires_at: None,
             },

@@ -66,12 +66,12 @@ impl Lease {
     pub fn info(&self) -> LeaseInfo {
         match &self.kind {
             LeaseKind::Run { pid, .. } => LeaseInfo {
-                kind: "run".into(),
+                kind: mop_proto::tasks::LeaseKind::Run,
                 pid: Some(*pid),
                 expires_at: None,
             },
             LeaseKind::Ttl { expires_at } => LeaseInfo {
-                kind: "ttl".into(),
+                kind: mop_proto::tasks::LeaseKind::Ttl,
                 pid: None,
                 expires_at: Some(*expires_at),
             },

@@ -480,7 +480,7 @@ impl Tasks {
                         let c = loaded.catalog.card(s.ord);
                         PlanCard {
                             id: c.id,
-                            tier: s.tier.as_str().into(),
+                            tier: s.tier,
                             path: c.path(),
                         }
                     })
@@ -720,7 +720,7 @@ fn receipt_cards(
             ReceiptCard {
                 id: c.id,
                 sha256: c.sha256.to_owned(),
-                tier: s.tier.as_str().into(),
+                tier: s.tier,
                 rank: i as u32 + 1,
                 mounted: true,
                 listed: i < config.table_rows || c.is_primary_anchor(),

@@ -24,21 +24,21 @@
 //! - [`daemon`]: `mopd run`, orchestration only. (`mopd demo`, the whole system in a
 //!   temporary directory, is the binary's own module: it is no part of the daemon.)
 
-pub mod agent;
+pub(crate) mod agent;
 pub mod client;
 pub mod config;
 pub mod daemon;
-pub mod embedding;
-pub mod files;
-pub mod metrics;
+pub(crate) mod embedding;
+pub(crate) mod files;
+pub(crate) mod metrics;
 pub mod paths;
 pub mod pool;
-pub mod receipts;
-pub mod sockets;
-pub mod spool;
+pub(crate) mod receipts;
+pub(crate) mod sockets;
+pub(crate) mod spool;
 pub mod state;
 pub mod status;
 pub mod sync;
 pub mod sys;
-pub mod tasks;
-pub mod workspaces;
+pub(crate) mod tasks;
+pub(crate) mod workspaces;

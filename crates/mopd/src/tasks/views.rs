@@ -125,16 +125,6 @@ impl LoadedGenerations {
         states.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
         states
     }
-
-    /// How many are loaded.
-    pub fn len(&self) -> usize {
-        self.map.lock().len()
-    }
-
-    /// True when none is.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// Fills a task's (reserved, empty) view: hardlinks of the selected cards from the

@@ -25,16 +25,9 @@ const CAROL_CARD: &str = "30c919e8-321e-5f60-96b0-8f636053155a";
 /// Alice's personal card ("execution plans with ALLSTATS LAST").
 const ALICE_CARD: &str = "2da7dcce-9113-5e72-8119-7936706ec6cd";
 
-/// The world of these tests: the example cards and the tests' profiles.
-struct Env {
-    world: World,
-}
-
-impl std::ops::Deref for Env {
-    type Target = World;
-    fn deref(&self) -> &World {
-        &self.world
-    }
+mop_testkit::world_env! {
+    /// The world of these tests: the example cards and the tests' profiles.
+    Env {}
 }
 
 /// The clients' directory, or `None` (a skip, or under CI a failure) when not installed.

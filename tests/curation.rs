@@ -23,18 +23,12 @@ const WS: &str = "acme";
 const CURATOR: &str = "Carol Curator";
 const ASSET: &str = "db-prod-01";
 
-/// The world of these tests (the example cards, receipts reported every second), a
-/// curator's token in a file and an empty home for `mop-curate`.
-struct Env {
-    world: World,
-    admin_file: tempfile::NamedTempFile,
-    home: tempfile::TempDir,
-}
-
-impl std::ops::Deref for Env {
-    type Target = World;
-    fn deref(&self) -> &World {
-        &self.world
+mop_testkit::world_env! {
+    /// The world of these tests (the example cards, receipts reported every second), a
+    /// curator's token in a file and an empty home for `mop-curate`.
+    Env {
+        admin_file: tempfile::NamedTempFile,
+        home: tempfile::TempDir,
     }
 }
 

@@ -101,23 +101,11 @@ bind("af_smc", 43, 0, first)
 print(json.dumps(out))
 "#;
 
-/// The world of these tests (its server and daemon on fixed ports), and its profiles.
-struct Env {
-    world: World,
-    /// Profiles written for this test (`squatter`: allowed to bind the ports in use).
-    _profiles: tempfile::TempDir,
-}
-
-impl std::ops::Deref for Env {
-    type Target = World;
-    fn deref(&self) -> &World {
-        &self.world
-    }
-}
-
-impl std::ops::DerefMut for Env {
-    fn deref_mut(&mut self) -> &mut World {
-        &mut self.world
+mop_testkit::world_env! {
+    /// The world of these tests (its server and daemon on fixed ports), and its profiles.
+    Env {
+        /// Profiles written for this test (`squatter`: allowed to bind the ports in use).
+        _profiles: tempfile::TempDir,
     }
 }
 

@@ -18,17 +18,10 @@ use serde_json::{Value, json};
 
 const MARKER: &str = "zqvmarker7731";
 
-/// The world of these tests: two workspaces of the example cards; tasks are prepared, not
-/// run, so no sandbox is needed.
-struct Env {
-    world: World,
-}
-
-impl std::ops::Deref for Env {
-    type Target = World;
-    fn deref(&self) -> &World {
-        &self.world
-    }
+mop_testkit::world_env! {
+    /// The world of these tests: two workspaces of the example cards; tasks are prepared, not
+    /// run, so no sandbox is needed.
+    Env {}
 }
 
 fn setup() -> Option<Env> {

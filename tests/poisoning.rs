@@ -16,16 +16,9 @@ use serde_json::{Value, json};
 const WS: &str = "acme";
 const MARKER: &str = "zqhotfix4417";
 
-/// The world of these tests: the example cards, and a task's agent by the runner user.
-struct Env {
-    world: World,
-}
-
-impl std::ops::Deref for Env {
-    type Target = World;
-    fn deref(&self) -> &World {
-        &self.world
-    }
+mop_testkit::world_env! {
+    /// The world of these tests: the example cards, and a task's agent by the runner user.
+    Env {}
 }
 
 fn setup(server_config: &str) -> Option<Env> {

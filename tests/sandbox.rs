@@ -21,16 +21,9 @@ use serde_json::Value;
 const WS: &str = "acme";
 const PYTHON: &str = "/usr/bin/python3";
 
-/// The world of these tests: the example cards, the tests' profiles, tasks by alice.
-struct Env {
-    world: World,
-}
-
-impl std::ops::Deref for Env {
-    type Target = World;
-    fn deref(&self) -> &World {
-        &self.world
-    }
+mop_testkit::world_env! {
+    /// The world of these tests: the example cards, the tests' profiles, tasks by alice.
+    Env {}
 }
 
 fn setup() -> Option<Env> {

@@ -19,23 +19,11 @@ use serde_json::Value;
 
 const WS: &str = "acme";
 
-/// The world of these tests (the example cards, the tests' profiles), and the example
-/// cards as the tests expect them.
-struct Env {
-    world: World,
-    cards: Workspace,
-}
-
-impl std::ops::Deref for Env {
-    type Target = World;
-    fn deref(&self) -> &World {
-        &self.world
-    }
-}
-
-impl std::ops::DerefMut for Env {
-    fn deref_mut(&mut self) -> &mut World {
-        &mut self.world
+mop_testkit::world_env! {
+    /// The world of these tests (the example cards, the tests' profiles), and the example
+    /// cards as the tests expect them.
+    Env {
+        cards: Workspace,
     }
 }
 

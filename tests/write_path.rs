@@ -40,22 +40,9 @@ const ROOMY: &str = "[limits]\nstores_per_task = 500\nstores_per_token_per_minut
 const RUNBOOK: &str = "9433ba31-32a4-5061-ab60-1c11139dae4e";
 const CORRECTION: &str = "1ecf3195-08e1-51b9-9e3b-b1b4e9c4d1b3";
 
-/// The world of these tests: the example cards, a curator, and tasks by the runner user.
-struct Env {
-    world: World,
-}
-
-impl std::ops::Deref for Env {
-    type Target = World;
-    fn deref(&self) -> &World {
-        &self.world
-    }
-}
-
-impl std::ops::DerefMut for Env {
-    fn deref_mut(&mut self) -> &mut World {
-        &mut self.world
-    }
+mop_testkit::world_env! {
+    /// The world of these tests: the example cards, a curator, and tasks by the runner user.
+    Env {}
 }
 
 fn setup(server_config: &str, daemon_extra: &str) -> Option<Env> {

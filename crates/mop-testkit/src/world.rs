@@ -360,3 +360,37 @@ impl World {
         run(&mut cmd)
     }
 }
+
+/// Declares a test file's `Env`: a [`World`] (in its field `world`, and reached through
+/// it: `env.server`, `env.daemon`, `env.workdir()`) with the file's own fields beside it,
+/// so the file can give `Env` helpers of its own.
+///
+/// ```ignore
+/// mop_testkit::world_env! {
+///     /// The world of these tests, and the cards they expect.
+///     Env { cards: mop_testkit::Workspace }
+/// }
+/// ```
+#[macro_export]
+macro_rules! world_env {
+    ($(#[$meta:meta])* $name:ident { $($(#[$fmeta:meta])* $field:ident : $ty:ty),* $(,)? }) => {
+        $(#[$meta])*
+        struct $name {
+            world: $crate::world::World,
+            $($(#[$fmeta])* $field: $ty,)*
+        }
+
+        impl std::ops::Deref for $name {
+            type Target = $crate::world::World;
+            fn deref(&self) -> &$crate::world::World {
+                &self.world
+            }
+        }
+
+        impl std::ops::DerefMut for $name {
+            fn deref_mut(&mut self) -> &mut $crate::world::World {
+                &mut self.world
+            }
+        }
+    };
+}

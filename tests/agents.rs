@@ -7,12 +7,11 @@
 //! [`CLIENTS`], inside `/usr`, which every sandbox mounts read-only. Missing clients fail
 //! the tests under CI and skip them elsewhere.
 
-use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use mop_testkit::procs::output_text as text;
-use mop_testkit::procs::{as_runner, run};
+use mop_testkit::procs::run;
 use mop_testkit::repo_root;
 use mop_testkit::world::World;
 use serde_json::Value;
@@ -64,34 +63,8 @@ impl Env {
         extra: &[&str],
         command: &[&str],
     ) -> Output {
-        let mut a: Vec<OsString> = vec![
-            "run".into(),
-            "--socket".into(),
-            self.daemon.socket().into(),
-            "--workdir".into(),
-            workdir.into(),
-        ];
-        a.extend(
-            [
-                "--workspace",
-                WS,
-                "--task-id",
-                task,
-                "--user",
-                user,
-                "--asset",
-                asset,
-                "--title",
-                "Nightly ETL fails with ORA-01555",
-            ]
-            .iter()
-            .chain(extra)
-            .chain(&["--"])
-            .chain(command)
-            .map(OsString::from),
-        );
-        let refs: Vec<&OsStr> = a.iter().map(OsString::as_os_str).collect();
-        run(&mut as_runner(&refs))
+        let task = self.world.task(task).user(user).asset(asset);
+        run(&mut self.world.mop_run(&task, workdir, extra, command))
     }
 }
 

@@ -161,31 +161,14 @@ fn setup(server_config: &str, tls: Option<&Path>) -> Option<(Env, u16)> {
 impl Env {
     /// `mop run` of `command` as the runner, in `profile`.
     fn mop_run(&self, task: &str, workdir: &Path, profile: &str, command: &[&OsStr]) -> Command {
-        let mut a: Vec<OsString> = vec![
-            "run".into(),
-            "--socket".into(),
-            self.daemon.socket().into(),
-            "--workdir".into(),
-            workdir.into(),
-            "--profile".into(),
-            profile.into(),
-        ];
-        a.extend(
-            [
-                "--workspace",
-                WS,
-                "--task-id",
-                task,
-                "--user",
-                "alice",
-                "--title",
-                "x",
-                "--",
-            ]
+        let task = self.world.task(task).user("alice").title("x");
+        let command: Vec<&str> = command
             .iter()
-            .map(OsString::from),
-        );
-        a.extend(command.iter().map(|c| c.to_os_string()));
+            .map(|c| c.to_str().expect("UTF-8 arguments"))
+            .collect();
+        let a = self
+            .world
+            .run_args(&task, workdir, &["--profile", profile], &command);
         let refs: Vec<&OsStr> = a.iter().map(OsString::as_os_str).collect();
         let mut cmd = as_runner(&refs);
         cmd.stdin(Stdio::null());

@@ -6,8 +6,7 @@
 
 use std::path::Path;
 
-use mop_testkit::example_cards_dir;
-use mop_testkit::procs::{Daemon, DaemonOptions, Server};
+use mop_testkit::world::World;
 use serde_json::{Value, json};
 
 const WS: &str = "acme";
@@ -41,30 +40,18 @@ fn prepare_body(task_id: &str, workspace: &str, title: &str) -> Vec<u8> {
     .unwrap()
 }
 
-struct Env {
-    server: Server,
-    node: String,
-    daemon: Daemon,
+mop_testkit::world_env! {
+    /// The world of these tests: the example cards, and a daemon its probes speak to
+    /// directly (no runner user or sandbox is needed).
+    Env {}
 }
 
 fn setup() -> Env {
-    let server = Server::start();
-    let node = server.token("node", &[WS]);
-    assert!(server.import(&example_cards_dir(), WS).status.success());
-    let extra = mop_testkit::profiles_config(&[]);
-    let daemon = Daemon::start(
-        &server,
-        DaemonOptions {
-            extra: &extra,
-            ..Default::default()
-        },
-    );
-    daemon.wait_synced();
-    Env {
-        server,
-        node,
-        daemon,
-    }
+    let world = World::builder()
+        .as_this_user()
+        .start()
+        .expect("a world of this user's starts anywhere");
+    Env { world }
 }
 
 impl Env {

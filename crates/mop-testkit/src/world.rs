@@ -42,9 +42,9 @@ pub struct World {
     pub admin: String,
     /// A node (host) token for every workspace of the world.
     pub node: String,
-    /// The runner user's uid.
+    /// The runner user's uid (this process's with [`WorldBuilder::as_this_user`]).
     pub uid: u32,
-    /// The runner user's gid.
+    /// The runner user's gid (this process's with [`WorldBuilder::as_this_user`]).
     pub gid: u32,
     /// The workspaces, the first one [`WS`].
     pub workspaces: Vec<String>,
@@ -59,6 +59,7 @@ pub struct WorldBuilder {
     curator: Option<String>,
     offline_recheck_secs: Option<u64>,
     sandbox: bool,
+    this_user: bool,
 }
 
 impl World {
@@ -89,6 +90,7 @@ impl World {
             curator: None,
             offline_recheck_secs: None,
             sandbox: true,
+            this_user: false,
         }
     }
 }
@@ -138,10 +140,25 @@ impl WorldBuilder {
         self
     }
 
+    /// The world's tasks are this test process's own: no runner user and no sandbox, for
+    /// tests that speak to the daemon's sockets themselves. Such a world starts anywhere.
+    pub fn as_this_user(mut self) -> Self {
+        self.this_user = true;
+        self.sandbox = false;
+        self
+    }
+
     /// Starts the world, or answers `None` where it cannot run here (no runner user, or no
     /// working bubblewrap), which under CI fails instead (see [`runner_user`]).
     pub fn start(self) -> Option<World> {
-        let (uid, gid) = runner_user()?;
+        let (uid, gid) = if self.this_user {
+            (
+                nix::unistd::getuid().as_raw(),
+                nix::unistd::getgid().as_raw(),
+            )
+        } else {
+            runner_user()?
+        };
         if self.sandbox && !bwrap_available() {
             return None;
         }

@@ -9,9 +9,9 @@
 //! queries (review queue, merge, reject, stale report).
 
 use mop_cards::{CardId, sha256_hex};
+use mop_server::service::memories::{StoreLimits, store_memory};
 use mop_server::store::{
-    CardState, Database, Expect, ManifestKind, NewToken, Role, Store, StoreError, StoreLimits,
-    token_hash,
+    CardState, Database, Expect, ManifestKind, NewToken, Role, Store, StoreError, token_hash,
 };
 use mop_testkit::postgres::Postgres;
 
@@ -113,8 +113,8 @@ fn open(engine: Engine) -> (Db, Store) {
 /// An agent's store from task `task` of user `u`.
 fn agent_store(task: &str, title: &str) -> mop_proto::sync::StoreRequest {
     mop_proto::sync::StoreRequest {
-        provenance: mop_proto::sync::StoreProvenance {
-            task_id: task.into(),
+        provenance: mop_proto::sync::Provenance {
+            task_id: Some(task.into()),
             user_id: Some("u".into()),
             asset_id: None,
         },
@@ -207,21 +207,27 @@ fn agent_stores_are_deduplicated_and_audited_in_their_transaction(engine: Engine
     let history = || db.count("SELECT COUNT(*) FROM history");
     let cards = || db.count("SELECT COUNT(*) FROM cards");
     let (h0, c0) = (history(), cards());
-    let first = store
-        .store_memory(
-            WS,
-            &agent_store("t1", "Lock  wait"),
-            "token:n",
-            LIMITS,
-            None,
-        )
-        .unwrap();
+    let first = store_memory(
+        &store,
+        WS,
+        &agent_store("t1", "Lock  wait"),
+        "token:n",
+        LIMITS,
+        None,
+    )
+    .unwrap();
     assert_eq!(first.outcome, mop_proto::sync::StoreOutcome::Created);
     assert_eq!((history(), cards()), (h0 + 1, c0 + 1));
     // The same title, folded, from another task: the same card, reinforced.
-    let again = store
-        .store_memory(WS, &agent_store("t2", "lock wait"), "token:n", LIMITS, None)
-        .unwrap();
+    let again = store_memory(
+        &store,
+        WS,
+        &agent_store("t2", "lock wait"),
+        "token:n",
+        LIMITS,
+        None,
+    )
+    .unwrap();
     assert_eq!(again.id, first.id);
     assert_eq!(cards(), c0 + 1, "no second card");
     let actions: Vec<String> = store
@@ -234,15 +240,34 @@ fn agent_stores_are_deduplicated_and_audited_in_their_transaction(engine: Engine
     let h1 = history();
     // A task over its limit is refused, and the refusal leaves no row at all: the count,
     // the card and the audit row are one transaction. Control: its first stores landed.
-    store
-        .store_memory(WS, &agent_store("t3", "One"), "token:n", LIMITS, None)
-        .unwrap();
-    store
-        .store_memory(WS, &agent_store("t3", "Two"), "token:n", LIMITS, None)
-        .unwrap();
+    store_memory(
+        &store,
+        WS,
+        &agent_store("t3", "One"),
+        "token:n",
+        LIMITS,
+        None,
+    )
+    .unwrap();
+    store_memory(
+        &store,
+        WS,
+        &agent_store("t3", "Two"),
+        "token:n",
+        LIMITS,
+        None,
+    )
+    .unwrap();
     let (h2, c2) = (history(), cards());
     assert_eq!((h2, c2), (h1 + 2, c0 + 3));
-    let refused = store.store_memory(WS, &agent_store("t3", "Three"), "token:n", LIMITS, None);
+    let refused = store_memory(
+        &store,
+        WS,
+        &agent_store("t3", "Three"),
+        "token:n",
+        LIMITS,
+        None,
+    );
     assert!(matches!(refused, Err(StoreError::Limit(_))), "{refused:?}");
     assert_eq!((history(), cards()), (h2, c2));
 }
@@ -300,12 +325,24 @@ fn tokens_are_created_looked_up_and_revoked(engine: Engine) {
 
 fn the_review_queue_lists_unverified_cards_until_verified(engine: Engine) {
     let (_db, store) = open(engine);
-    let one = store
-        .store_memory(WS, &agent_store("t1", "First"), "token:n", LIMITS, None)
-        .unwrap();
-    let two = store
-        .store_memory(WS, &agent_store("t2", "Second"), "token:n", LIMITS, None)
-        .unwrap();
+    let one = store_memory(
+        &store,
+        WS,
+        &agent_store("t1", "First"),
+        "token:n",
+        LIMITS,
+        None,
+    )
+    .unwrap();
+    let two = store_memory(
+        &store,
+        WS,
+        &agent_store("t2", "Second"),
+        "token:n",
+        LIMITS,
+        None,
+    )
+    .unwrap();
     let (counts, page) = store.review_queue(WS, None, None).unwrap();
     let ids: Vec<CardId> = page.iter().map(|(c, _)| c.summary.id).collect();
     assert_eq!(
@@ -460,8 +497,8 @@ fn stored_times_compare_correctly_as_strings(engine: Engine) {
     let (_db, store) = open(engine);
     // Each reinforcement from another task: a task counts once per card.
     let req = |task: &str| mop_proto::sync::StoreRequest {
-        provenance: mop_proto::sync::StoreProvenance {
-            task_id: task.into(),
+        provenance: mop_proto::sync::Provenance {
+            task_id: Some(task.into()),
             user_id: Some("u".into()),
             asset_id: None,
         },
@@ -476,16 +513,12 @@ fn stored_times_compare_correctly_as_strings(engine: Engine) {
             body: "x".into(),
         },
     };
-    let limits = mop_server::store::StoreLimits {
+    let limits = StoreLimits {
         stores_per_task: 50,
     };
-    let first = store
-        .store_memory(WS, &req("t0"), "test", limits, None)
-        .unwrap();
+    let first = store_memory(&store, WS, &req("t0"), "test", limits, None).unwrap();
     for n in 1..4 {
-        store
-            .store_memory(WS, &req(&format!("t{n}")), "test", limits, None)
-            .unwrap();
+        store_memory(&store, WS, &req(&format!("t{n}")), "test", limits, None).unwrap();
     }
     store.publish_counters(None).unwrap();
     let m = store.manifest(WS, ManifestKind::Full).unwrap().manifest;

@@ -177,6 +177,77 @@ pub struct Provenance {
     pub asset_id: Option<String>,
 }
 
+/// Why a task may not store a card as asked: the rules every layer applies (mopd's agent
+/// socket before it sends, the card server again when it takes the store), written once.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreRefusal {
+    /// The store names no task, or not a valid task id.
+    #[error(
+        "provenance.task_id must be 1 to 64 characters of [A-Za-z0-9._-] starting with a letter or digit"
+    )]
+    NoTask,
+    /// The task has no user: nobody is the author, and no task could see the card.
+    #[error(
+        "task {task} was started without a user, so nobody is the author of what it stores and \
+         no task could see the card: stores from tasks without a user are refused. The runner \
+         can start the task with --user NAME"
+    )]
+    NoAuthor {
+        /// The storing task.
+        task: String,
+    },
+    /// The card binds to another user than the task's.
+    #[error(
+        "card.scope.user_id names another user than the task's; a task may bind a card only to its own user"
+    )]
+    OtherUser,
+    /// The card binds to another asset than the task's.
+    #[error(
+        "card.scope.asset_id names another asset than the task's; a task may bind a card only to its own asset"
+    )]
+    OtherAsset,
+}
+
+/// The rules for a card a task stores, where `self` is the task's provenance (asserted by
+/// its daemon, never chosen by the agent).
+impl Provenance {
+    /// Whether the task may store a card bound to `scope`: it needs a task id and a user
+    /// (its author), and binds a card only to its own user and its own asset.
+    pub fn permits(&self, scope: &Scope) -> Result<(), StoreRefusal> {
+        self.task()?;
+        self.author()?;
+        self.binds(scope)
+    }
+
+    /// The storing task's id, when it is a valid one.
+    pub fn task(&self) -> Result<&str, StoreRefusal> {
+        self.task_id
+            .as_deref()
+            .filter(|t| crate::is_task_id(t))
+            .ok_or(StoreRefusal::NoTask)
+    }
+
+    /// Whether `scope` binds a card only to the task's own user and its own asset.
+    pub fn binds(&self, scope: &Scope) -> Result<(), StoreRefusal> {
+        if scope.user_id.is_some() && scope.user_id != self.user_id {
+            return Err(StoreRefusal::OtherUser);
+        }
+        if scope.asset_id.is_some() && scope.asset_id != self.asset_id {
+            return Err(StoreRefusal::OtherAsset);
+        }
+        Ok(())
+    }
+
+    /// The author of what the task stores: its user.
+    pub fn author(&self) -> Result<&str, StoreRefusal> {
+        self.user_id
+            .as_deref()
+            .ok_or_else(|| StoreRefusal::NoAuthor {
+                task: self.task_id.clone().unwrap_or_default(),
+            })
+    }
+}
+
 fn default_importance() -> f64 {
     DEFAULT_IMPORTANCE
 }

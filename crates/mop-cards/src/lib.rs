@@ -34,7 +34,7 @@ mod wire;
 
 pub use card::{
     Audience, Card, CardSummary, CardType, Counters, DEFAULT_IMPORTANCE, Extra, MAX_BODY_BYTES,
-    MAX_DESCRIPTION_CHARS, MAX_TITLE_CHARS, Provenance, Scope, Trust, card_path,
+    MAX_DESCRIPTION_CHARS, MAX_TITLE_CHARS, Provenance, Scope, StoreRefusal, Trust, card_path,
 };
 pub use codes::{CodeExtractor, CodePattern, PatternError, collapse_upper, default_code_patterns};
 pub use config::{ConfigError, Rules, SelectionConfig};

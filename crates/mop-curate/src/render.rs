@@ -159,11 +159,12 @@ pub fn card(c: &CardInfo) -> String {
         let _ = writeln!(
             out,
             "  provenance   task {}, user {}, asset {}, node token {}, stored {}",
-            field(&p.task_id),
-            field(&p.user_id),
-            field(&p.asset_id),
+            field(&p.source.task_id),
+            field(&p.source.user_id),
+            field(&p.source.asset_id),
             field(&p.node_token),
-            field(&p.stored_at)
+            p.stored_at
+                .map_or_else(|| "-".to_owned(), |t| t.to_string())
         );
     }
     let _ = writeln!(

@@ -7,7 +7,9 @@
 //! curators never silently overwrite each other.
 
 use jiff::Timestamp;
-use mop_cards::{CardId, CardSummary, CardType};
+use mop_cards::{CardId, CardSummary, CardType, Provenance};
+
+use crate::time::Stamp;
 
 pub use crate::sync::{CredentialFinding, RejectionNote};
 use serde::{Deserialize, Serialize};
@@ -47,24 +49,19 @@ pub struct Usage {
     pub hosts: Vec<String>,
 }
 
-/// Where an agent-stored card came from.
+/// Where an agent-stored card came from: the card's own provenance (task, author, asset)
+/// and what only the server knows (which host stored it, and when).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CardProvenance {
-    /// The storing task.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub task_id: Option<String>,
-    /// Its origin user (the author).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user_id: Option<String>,
-    /// Its asset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub asset_id: Option<String>,
+    /// The storing task, its origin user (the author) and its asset.
+    #[serde(flatten)]
+    pub source: Provenance,
     /// The node token (id) of the host daemon that stored it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_token: Option<String>,
     /// When it was stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stored_at: Option<String>,
+    pub stored_at: Option<Stamp>,
 }
 
 /// A card as curators see it.
@@ -76,12 +73,12 @@ pub struct CardInfo {
     pub etag: String,
     /// Set while archived.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub archived_at: Option<String>,
+    pub archived_at: Option<Stamp>,
     /// Server counter.
     pub occurrence: u64,
     /// Server counter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_seen: Option<String>,
+    pub last_seen: Option<Stamp>,
     /// How often tasks stored an equal card again.
     pub reinforcements: u64,
     /// For agent-stored cards.
@@ -127,11 +124,11 @@ pub struct Rejection {
     /// The token's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor_name: Option<String>,
-    /// When (RFC 3339).
-    pub at: String,
+    /// When.
+    pub at: Stamp,
     /// When it was lifted, and by whom; a lifted tombstone refuses nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lifted_at: Option<String>,
+    pub lifted_at: Option<Stamp>,
     /// Who lifted it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifted_by: Option<String>,
@@ -145,7 +142,7 @@ pub struct CredentialCard {
     pub id: CardId,
     /// Set while archived.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub archived_at: Option<String>,
+    pub archived_at: Option<Stamp>,
     /// Kinds and places.
     pub findings: Vec<CredentialFinding>,
 }
@@ -291,7 +288,7 @@ pub struct HistoryRow {
     /// manifest does not show yet).
     pub revision: u64,
     /// When.
-    pub at: String,
+    pub at: Stamp,
     /// Token id (`token:<id>`), or `cli:<command>`.
     pub actor: String,
     /// The name of the person behind an admin token, when it has one.
@@ -409,7 +406,7 @@ pub struct StaleCard {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub asset_id: Option<String>,
     /// When it was made (its `created_at`, else when the server first had it).
-    pub created_at: String,
+    pub created_at: Stamp,
     /// Its last delivery, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_delivered_at: Option<Timestamp>,
@@ -461,14 +458,29 @@ pub struct TokenRow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
     /// Creation time.
-    pub created_at: String,
+    pub created_at: Stamp,
     /// When it stops working, if it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expires_at: Option<String>,
+    pub expires_at: Option<Stamp>,
     /// Its last use (recorded at most once a minute).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_used_at: Option<String>,
+    pub last_used_at: Option<Stamp>,
     /// Revocation time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub revoked_at: Option<String>,
+    pub revoked_at: Option<Stamp>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provenance_travels_flat_with_the_servers_own_facts() {
+        let json = r#"{"task_id":"t1","user_id":"alice","node_token":"n1","stored_at":"2026-12-06T13:00:00.000000Z"}"#;
+        let p: CardProvenance = serde_json::from_str(json).unwrap();
+        assert_eq!(p.source.task_id.as_deref(), Some("t1"));
+        assert_eq!(p.source.user_id.as_deref(), Some("alice"));
+        assert_eq!(p.node_token.as_deref(), Some("n1"));
+        assert_eq!(serde_json::to_string(&p).unwrap(), json);
+    }
 }

@@ -18,6 +18,8 @@
 //! - [`inside`]: where things appear inside a task's sandbox.
 //! - [`client`]: the small Unix-socket HTTP client under [`control::Control`].
 //! - [`error`]: the body of every error answer (a stable code and a message).
+//! - [`time`]: the one timestamp type of curation answers, and how the server writes a
+//!   time down.
 
 pub mod agent;
 pub mod client;
@@ -32,6 +34,7 @@ pub mod routes;
 pub mod status;
 pub mod sync;
 pub mod tasks;
+pub mod time;
 
 pub use agent::*;
 pub use profile::{AgentKind, Bind, EffectiveLimits, Limits, Profile, ProfileError, exposed_by};

@@ -74,75 +74,9 @@ impl FromStr for Version {
     }
 }
 
-/// The provenance a daemon asserts for a store from a task. The server records it and
-/// never accepts a card bound to another user or asset than it names.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StoreProvenance {
-    /// The storing task.
-    pub task_id: String,
-    /// The task's origin user: the author of the stored card.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user_id: Option<String>,
-    /// The task's asset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub asset_id: Option<String>,
-}
-
-/// Why a task may not store a card as asked: the rules every layer applies (mopd's agent
-/// socket before it sends, the server again when it takes the store), written once.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StoreRefusal {
-    /// The task has no user: nobody is the author, and no task could see the card.
-    #[error(
-        "task {task} was started without a user, so nobody is the author of what it stores and \
-         no task could see the card: stores from tasks without a user are refused. The runner \
-         can start the task with --user NAME"
-    )]
-    NoAuthor {
-        /// The storing task.
-        task: String,
-    },
-    /// The card binds to another user than the task's.
-    #[error(
-        "card.scope.user_id names another user than the task's; a task may bind a card only to its own user"
-    )]
-    OtherUser,
-    /// The card binds to another asset than the task's.
-    #[error(
-        "card.scope.asset_id names another asset than the task's; a task may bind a card only to its own asset"
-    )]
-    OtherAsset,
-}
-
-impl StoreProvenance {
-    /// Whether the task may store a card bound to `scope`: it needs a user (its author),
-    /// and binds a card only to its own user and its own asset.
-    pub fn permits(&self, scope: &mop_cards::Scope) -> Result<(), StoreRefusal> {
-        self.author()?;
-        self.binds(scope)
-    }
-
-    /// Whether `scope` binds a card only to the task's own user and its own asset.
-    pub fn binds(&self, scope: &mop_cards::Scope) -> Result<(), StoreRefusal> {
-        if scope.user_id.is_some() && scope.user_id != self.user_id {
-            return Err(StoreRefusal::OtherUser);
-        }
-        if scope.asset_id.is_some() && scope.asset_id != self.asset_id {
-            return Err(StoreRefusal::OtherAsset);
-        }
-        Ok(())
-    }
-
-    /// The author of what the task stores: its user.
-    pub fn author(&self) -> Result<&str, StoreRefusal> {
-        self.user_id
-            .as_deref()
-            .ok_or_else(|| StoreRefusal::NoAuthor {
-                task: self.task_id.clone(),
-            })
-    }
-}
+/// The task a store comes from, and the rules for what it may store: one provenance type,
+/// the card's own, which the daemon asserts and the server records on the card.
+pub use mop_cards::{Provenance, StoreRefusal};
 
 /// A card an agent proposes; the server assigns id, trust and provenance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -190,8 +124,8 @@ impl NewCard {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreRequest {
-    /// Asserted by the daemon.
-    pub provenance: StoreProvenance,
+    /// Asserted by the daemon: the task (required), its user and its asset.
+    pub provenance: Provenance,
     /// The proposed card.
     pub card: NewCard,
 }

@@ -14,6 +14,8 @@
 //! - [`rate`]: token buckets by key (stores per task and per token, failed logins).
 //! - [`search`]: the server's own BM25 index of each workspace, for curators.
 //! - [`server`]: serving with graceful shutdown and background work.
+//! - [`service`]: between handlers and store: the rules a request is decided by (today
+//!   the write path's: what a store from an agent task does).
 //! - [`transfer`]: OKF card directories in and out (`import`, `export`).
 
 pub mod api;
@@ -24,6 +26,7 @@ pub mod metrics;
 pub mod rate;
 pub mod search;
 pub mod server;
+pub mod service;
 pub mod state;
 pub mod store;
 pub mod transfer;

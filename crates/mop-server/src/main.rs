@@ -396,7 +396,7 @@ fn token_command(command: TokenCommand) -> Result<()> {
                 for r in rows {
                     let status = match (&r.revoked_at, &r.expires_at) {
                         (Some(t), _) => format!("revoked {t}"),
-                        (None, Some(t)) if t.parse::<jiff::Timestamp>().is_ok_and(|t| t <= now) => {
+                        (None, Some(t)) if t.0 <= now => {
                             format!("expired {t}")
                         }
                         (None, Some(t)) => format!("active until {t}"),
@@ -409,7 +409,8 @@ fn token_command(command: TokenCommand) -> Result<()> {
                         r.name.as_deref().unwrap_or("-"),
                         r.workspaces.join(","),
                         r.created_at,
-                        r.last_used_at.as_deref().unwrap_or("never"),
+                        r.last_used_at
+                            .map_or_else(|| "never".to_owned(), |t| t.to_string()),
                         status
                     );
                 }

@@ -2,7 +2,8 @@
 //! worlds with: the world most tests need ([`world`]: server, daemon, tokens and the
 //! runner user, with typed helpers), real `mop-server` and `mopd` processes one by one
 //! ([`procs`]), PostgreSQL clusters ([`postgres`]), network faults ([`faults`]), the evals
-//! ([`eval`], [`lessons`]), credential samples ([`credentials`]), and here: loading a card
+//! ([`eval`], [`lessons`]), credential samples ([`credentials`]), ARCHITECTURE.md's
+//! "must not" rules as a test ([`rooms`]), and here: loading a card
 //! directory (the example workspace under `config/examples/cards`) and building a real
 //! generation from it, the catalog and a real search index in a temporary directory.
 
@@ -12,6 +13,7 @@ pub mod faults;
 pub mod lessons;
 pub mod postgres;
 pub mod procs;
+pub mod rooms;
 pub mod world;
 
 use std::collections::HashMap;

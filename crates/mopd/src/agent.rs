@@ -3,7 +3,7 @@
 //! was built from: another user's, another asset's, another author's unverified cards do
 //! not exist here, and a foreign id is "not found" like a missing one), and which stores
 //! it may make (the task's provenance, which the agent cannot choose, under the store
-//! rules of `mop_proto::sync::StoreProvenance`; a store the server cannot take now waits
+//! rules of `mop_proto::sync::Provenance`; a store the server cannot take now waits
 //! in the host's queue). What the agent did goes into the task's receipt.
 //!
 //! The agent socket (`sockets::agent`) only translates HTTP to these calls and their
@@ -18,8 +18,8 @@ use mop_cards::{CardId, CardLine};
 use mop_proto::error::codes;
 use mop_proto::receipts::{Activity, GetEvent, RetrieveEvent, StoreEvent, StoreEventOutcome};
 use mop_proto::sync::{
-    CredentialFinding, StoreOutcome, StoreProvenance, StoreRequest, StoreResponse,
-    credential_refusal, store_errors,
+    CredentialFinding, Provenance, StoreOutcome, StoreRequest, StoreResponse, credential_refusal,
+    store_errors,
 };
 use mop_proto::{
     AgentCard, AgentStoreRequest, ListResponse, RetrieveRequest, RetrieveResponse, StoreStatus,
@@ -286,8 +286,8 @@ impl TaskMemory {
                 message,
             }
         };
-        let provenance = StoreProvenance {
-            task_id: lease.task.task_id.clone(),
+        let provenance = Provenance {
+            task_id: Some(lease.task.task_id.clone()),
             user_id: lease.task.origin_user_id.clone(),
             asset_id: lease.task.asset_id.clone(),
         };

@@ -12,8 +12,8 @@ use axum::http::{HeaderMap, StatusCode};
 use mop_proto::sync::{IDEMPOTENCY_KEY, StoreOutcome, StoreRequest, StoreResponse};
 
 use super::{ApiError, Caller, blocking, json, read_body};
+use crate::service::memories::{self, Admission, StoreLimits};
 use crate::state::{AppState, StoreRate};
-use crate::store::{Store, StoreLimits};
 
 pub(crate) async fn store(
     State(state): State<Arc<AppState>>,
@@ -36,32 +36,34 @@ pub(crate) async fn store(
         ),
     };
     let actor = caller.actor();
-    if let Some(k) = key.clone() {
-        let (store, ws2, actor2) = (state.store.clone(), ws.clone(), actor.clone());
-        let task = req.provenance.task_id.clone();
-        if let Some(first) =
-            blocking(move || store.first_store_answer(&ws2, &actor2, &k, &task)).await?
-        {
+    // Checked and screened first (a replay gets its first answer): a store refused on its
+    // own (a credential, a bad field) costs no write, so it does not spend the host's
+    // store budget either.
+    let admitted = {
+        let (store, ws2, actor2, req2, key2) = (
+            state.store.clone(),
+            ws.clone(),
+            actor.clone(),
+            req.clone(),
+            key.clone(),
+        );
+        blocking(move || memories::admit(&store, &ws2, &actor2, &req2, key2.as_deref())).await
+    };
+    let prepared = match admitted {
+        Ok(Admission::Fresh(p)) => p,
+        Ok(Admission::Repeat(first)) => {
             tracing::info!(workspace = %ws, token = %caller.0.id, outcome = first.outcome.word(), "store repeated: its first answer again");
             state.metrics.store("repeated");
             return Ok((StatusCode::OK, Json(first)));
         }
-    }
-    // Checked and screened first: a store refused on its own (a credential, a bad field)
-    // costs no write, so it does not spend the host's store budget either.
-    let prepared = {
-        let (req, key) = (req.clone(), key.clone());
-        match blocking(move || Store::prepare_store(&req, key.as_deref())).await {
-            Ok(p) => p,
-            Err(e) => {
-                // Counts and kinds only: never the card's text or the credential.
-                tracing::info!(workspace = %ws, token = %caller.0.id, code = e.code(), "store refused");
-                state.metrics.store(e.code());
-                return Err(e);
-            }
+        Err(e) => {
+            // Counts and kinds only: never the card's text or the credential.
+            tracing::info!(workspace = %ws, token = %caller.0.id, code = e.code(), "store refused");
+            state.metrics.store(e.code());
+            return Err(e);
         }
     };
-    if let Err(rate) = state.take_store_budget(&caller.0.id, &req.provenance.task_id) {
+    if let Err(rate) = state.take_store_budget(&caller.0.id, prepared.task()) {
         let (retry_after, message) = match rate {
             StoreRate::Task(secs) => {
                 tracing::warn!(workspace = %ws, token = %caller.0.id, "store refused: task over its store rate");
@@ -99,7 +101,7 @@ pub(crate) async fn store(
     let limits = StoreLimits {
         stores_per_task: state.config.limits.stores_per_task,
     };
-    let result = blocking(move || store.store_prepared(&ws2, &prepared, &actor, limits)).await;
+    let result = blocking(move || memories::commit(&store, &ws2, &prepared, &actor, limits)).await;
     let mut response = match result {
         Ok(r) => r,
         Err(e) => {

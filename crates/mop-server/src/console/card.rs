@@ -93,9 +93,9 @@ fn facts(card: &CardInfo) -> Markup {
             @if let Some(p) = p {
                 dt { "provenance" }
                 dd {
-                    @if let Some(t) = &p.task_id { "task " code { (shown(t)) } " " }
-                    @if let Some(u) = &p.user_id { "by " code { (shown(u)) } " " }
-                    @if let Some(a) = &p.asset_id { "on " code { (shown(a)) } " " }
+                    @if let Some(t) = &p.source.task_id { "task " code { (shown(t)) } " " }
+                    @if let Some(u) = &p.source.user_id { "by " code { (shown(u)) } " " }
+                    @if let Some(a) = &p.source.asset_id { "on " code { (shown(a)) } " " }
                     @if let Some(n) = &p.node_token { "via node token " code { (n) } " " }
                     @if let Some(at) = &p.stored_at { "at " (at) }
                 }

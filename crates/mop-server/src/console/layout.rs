@@ -5,6 +5,7 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
 use mop_proto::curation::CardInfo;
+use mop_proto::time::Stamp;
 
 use super::assets;
 use super::auth::Ctx;
@@ -128,12 +129,9 @@ pub fn badges(card: &CardInfo) -> Markup {
     }
 }
 
-/// How long ago a stored time (RFC 3339) was, roughly.
-pub fn ago(at: &str) -> String {
-    let Ok(t) = at.parse::<jiff::Timestamp>() else {
-        return at.to_owned();
-    };
-    let secs = jiff::Timestamp::now().as_second() - t.as_second();
+/// How long ago a stored time was, roughly.
+pub fn ago(at: &Stamp) -> String {
+    let secs = jiff::Timestamp::now().as_second() - at.0.as_second();
     match secs {
         s if s < 90 => "just now".into(),
         s if s < 90 * 60 => format!("{} min ago", s / 60),
@@ -143,11 +141,8 @@ pub fn ago(at: &str) -> String {
 }
 
 /// A stored time to the minute (`2026-12-02 13:07`), for tables.
-pub fn minute(at: &str) -> String {
-    match at.get(..16) {
-        Some(head) if at.len() > 16 => head.replacen('T', " ", 1),
-        _ => at.to_owned(),
-    }
+pub fn minute(at: &Stamp) -> String {
+    at.0.strftime("%Y-%m-%d %H:%M").to_string()
 }
 
 /// "Previous / next" links for a paged list of `total` entries.

@@ -108,9 +108,9 @@ fn entry(ctx: &Ctx, ws: &str, item: &ReviewItem, back: &str) -> Markup {
             h2 { a href=(base) { (shown(&s.title)) } }
             p.meta {
                 (badges(card))
-                @if let Some(at) = p.and_then(|p| p.stored_at.as_deref()) { " stored " (ago(at)) }
-                @if let Some(u) = p.and_then(|p| p.user_id.as_deref()) { " by " span.user { (shown(u)) } }
-                @if let Some(t) = p.and_then(|p| p.task_id.as_deref()) { " in task " code { (shown(t)) } }
+                @if let Some(at) = p.and_then(|p| p.stored_at.as_ref()) { " stored " (ago(at)) }
+                @if let Some(u) = p.and_then(|p| p.source.user_id.as_deref()) { " by " span.user { (shown(u)) } }
+                @if let Some(t) = p.and_then(|p| p.source.task_id.as_deref()) { " in task " code { (shown(t)) } }
                 @if let Some(a) = s.scope.asset_id.as_deref() { " · asset " code { (shown(a)) } }
                 @if card.reinforcements > 0 { " · stored again " (card.reinforcements) "×" }
                 " · delivered " (card.usage.delivered_30d) " / retrieved " (card.usage.retrieved_30d) " (30 d)"

@@ -12,6 +12,7 @@ use mop_proto::curation::{
     CardChange, CardDetails, CardInfo, CardPage, CardProvenance, Chain, DEFAULT_PAGE, ListQuery,
     MAX_PAGE, ReviewCounts, StaleCard, StaleReport, card_etag,
 };
+use mop_proto::time::Stamp;
 
 use super::cards::{CardState, Expect, audit, current_revision, load_row, screen_admin};
 use super::{Result, Store, StoreError};
@@ -24,9 +25,8 @@ const MAX_DAYS: u32 = 3650;
 /// A card row with what curators see of it.
 struct Full {
     info: CardInfo,
-    /// When the card was made: its `created_at`, else when the server first had it (a
-    /// stored time, comparable as a string).
-    created_at: String,
+    /// When the card was made: its `created_at`, else when the server first had it.
+    created_at: Stamp,
 }
 
 fn invalid(field: &str, rule: &str) -> StoreError {
@@ -77,15 +77,14 @@ impl<'a> Filter<'a> {
                         && s.provenance.as_ref().and_then(|p| p.user_id.as_ref()) == Some(u))
             })
             && self.stale_before.is_none_or(|cut| {
-                f.info.usage.last_delivered_at.is_none_or(|t| t < cut)
-                    && f.created_at < super::stamp(cut)
+                f.info.usage.last_delivered_at.is_none_or(|t| t < cut) && f.created_at < Stamp(cut)
             })
     }
 }
 
 /// Counts queue entries by type and by age (from when each card was made).
 fn count_queue(queue: &[Full], now: Timestamp) -> ReviewCounts {
-    let cut = |days: i64| super::stamp(now - (days * 24).hours());
+    let cut = |days: i64| Stamp(now - (days * 24).hours());
     let (d1, d7, d30) = (cut(1), cut(7), cut(30));
     let mut counts = ReviewCounts::default();
     for f in queue {
@@ -122,7 +121,7 @@ impl Store {
         let mut credentials = super::intake::credentials_by_card(tx, ws).map_err(&e)?;
         let mut groups = super::intake::groups_by_card(tx, ws).map_err(&e)?;
         let mut reinforced: HashMap<String, u64> = HashMap::new();
-        let mut origins: HashMap<String, (String, String)> = HashMap::new();
+        let mut origins: HashMap<String, (String, Stamp)> = HashMap::new();
         {
             let mut stmt = tx
                 .prepare_cached(
@@ -136,7 +135,7 @@ impl Store {
                         r.get::<Option<String>>(0)?,
                         r.get::<String>(1)?,
                         r.get::<String>(2)?,
-                        r.get::<String>(3)?,
+                        r.get::<Stamp>(3)?,
                     ))
                 })
                 .map_err(&e)?;
@@ -163,9 +162,9 @@ impl Store {
                     r.get::<String>(0)?,
                     r.get::<String>(1)?,
                     r.get::<i64>(2)?,
-                    r.get::<Option<String>>(3)?,
-                    r.get::<Option<String>>(4)?,
-                    r.get::<String>(5)?,
+                    r.get::<Option<Stamp>>(3)?,
+                    r.get::<Option<Stamp>>(4)?,
+                    r.get::<Stamp>(5)?,
                 ))
             })
             .map_err(&e)?;
@@ -186,14 +185,12 @@ impl Store {
                     None => (None, None),
                 };
                 CardProvenance {
-                    task_id: p.task_id,
-                    user_id: p.user_id,
-                    asset_id: p.asset_id,
+                    source: p,
                     node_token,
                     stored_at,
                 }
             });
-            let created_at = summary.created_at.map(super::stamp).unwrap_or(created_at);
+            let created_at = summary.created_at.map(Stamp).unwrap_or(created_at);
             out.push(Full {
                 info: CardInfo {
                     etag: card_etag(&sha, archived_at.is_some()),
@@ -576,7 +573,7 @@ impl Store {
     pub fn stale(&self, ws: &str, days: u32, chain: usize) -> Result<StaleReport> {
         let days = days.min(MAX_DAYS);
         let cut = Timestamp::now() - (i64::from(days) * 24).hours();
-        let cut_stamp = super::stamp(cut);
+        let cut_stamp = Stamp(cut);
         self.read(|tx| {
             let cards = self.full_cards(tx, ws)?;
             let named = self.assets_named(tx, ws)?;
@@ -586,7 +583,7 @@ impl Store {
                 title: f.info.summary.title.clone(),
                 unverified: f.info.summary.trust == Trust::Unverified,
                 asset_id: f.info.summary.scope.asset_id.clone(),
-                created_at: f.created_at.clone(),
+                created_at: f.created_at,
                 last_delivered_at: f.info.usage.last_delivered_at,
                 asset_last_named_at: f
                     .info

@@ -393,6 +393,21 @@ impl FromColumn for String {
     }
 }
 
+/// A stored time (written by [`super::stamp`]); anything else in the column is a decode
+/// error naming the column, never a guess.
+impl FromColumn for mop_proto::time::Stamp {
+    fn from_sqlite(row: &rusqlite::Row<'_>, index: usize) -> Result<Self> {
+        String::from_sqlite(row, index)?
+            .parse()
+            .map_err(|e: mop_proto::time::StampError| DbError::decode(index, e.to_string()))
+    }
+    fn from_pg(row: &tokio_postgres::Row, index: usize) -> Result<Self> {
+        String::from_pg(row, index)?
+            .parse()
+            .map_err(|e: mop_proto::time::StampError| DbError::decode(index, e.to_string()))
+    }
+}
+
 impl FromColumn for Vec<u8> {
     fn from_sqlite(row: &rusqlite::Row<'_>, index: usize) -> Result<Self> {
         Ok(row.get(index)?)

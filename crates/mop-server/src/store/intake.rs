@@ -18,6 +18,7 @@ use mop_intake::lesson::{Lesson, Thresholds};
 use mop_intake::secrets::{Finding, Screen};
 use mop_proto::curation::{CardInfo, CredentialCard, DuplicateGroup, Rejection};
 use mop_proto::sync::{CredentialFinding, RejectionNote, StoreResponse};
+use mop_proto::time::Stamp;
 
 use super::db::{self, OptionalExtension, Tx, params};
 use super::{Result, Store, StoreError, now};
@@ -600,8 +601,8 @@ impl Store {
                         r.get::<String>(2)?,
                         r.get::<String>(3)?,
                         r.get::<Option<String>>(4)?,
-                        r.get::<String>(5)?,
-                        r.get::<Option<String>>(6)?,
+                        r.get::<Stamp>(5)?,
+                        r.get::<Option<Stamp>>(6)?,
                         r.get::<Option<String>>(7)?,
                     ))
                 })
@@ -729,7 +730,7 @@ impl Store {
                     Ok((
                         r.get::<String>(0)?,
                         r.get::<String>(1)?,
-                        r.get::<Option<String>>(2)?,
+                        r.get::<Option<Stamp>>(2)?,
                     ))
                 })
                 .map_err(&e)?;

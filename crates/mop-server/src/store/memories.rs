@@ -1,42 +1,23 @@
-//! Stores from agent tasks (`POST /memories`): the one place that decides what an agent's
-//! card does to the workspace.
+//! The rows a store from an agent task reads and writes (`POST /memories`): each task's
+//! store count and contributions, the first answer kept under an idempotency key, the live
+//! cards a lesson matches, and the card a store creates or the evidence it adds.
 //!
-//! The daemon asserts the task's provenance; the server records it, with the node token as
-//! actor, and refuses a card bound to any other user or asset. Then, in order:
-//! - a card that carries a credential is refused (kinds and places named, never values);
-//! - a store whose idempotency key was seen gets that store's first answer, and nothing
-//!   changes (a daemon replaying a queued store, or retrying one that timed out);
-//! - a lesson a curator rejected is refused with the reason (or created marked, as
-//!   `[intake] on_rejected` says);
-//! - the same lesson (`mop_intake::lesson`) as a card the task can see *reinforces* that
-//!   card: counters only, published in the next batch, once per task (a repeat answers
-//!   `unchanged`). A card merged away counts as the card it was merged into. The answer
-//!   says whether a person verified the card;
-//! - otherwise a new unverified card is *created*. When it repeats a card the task cannot
-//!   see (another author's unverified card), it joins that card's duplicate group for the
-//!   curators, and the answer reveals nothing of the other card.
-//!
-//! Agent text never rewrites a verified card. Stores are bounded: a task without a user is
-//! nobody's author and its stores are refused; each (node token, task) may store at most
-//! `limits.stores_per_task` times. A refusal changes nothing. Every answer says who will
-//! see the card and what to do next.
+//! What a store *does* is decided in [`crate::service::memories`]; every method here runs
+//! inside the transaction that decision opened, so a decision and the change it leads to
+//! commit together.
 
 use super::db::{Tx, params};
 use jiff::Timestamp;
-use mop_cards::{
-    Card, CardId, CardSummary, Counters, Extra, Provenance, Trust, is_scope_id, is_task_id,
-    render_card,
-};
+use mop_cards::{Card, CardId, render_card};
 use mop_intake::lesson::Lesson;
-use mop_intake::secrets::Screen;
-use mop_proto::sync::{RejectionNote, StoreOutcome, StoreRequest, StoreResponse};
+use mop_proto::sync::StoreResponse;
 
 use super::cards::{Kept, Row, audit, current_revision, load_row, write_card};
-use super::intake::{self, OnRejected};
-use super::{Result, Store, StoreError, bump, db, ensure_workspace, stamp};
+use super::intake::{self, IntakePolicy, Tombstone};
+use super::{Result, Store, bump, db, ensure_workspace, stamp};
 
 /// Records that a task (a node token's task id) contributed to a card: created or
-/// reinforced it. False when it had already, so its repeat counts for nothing.
+/// reinforced it. False when it had already.
 fn note_contribution(
     tx: &Tx<'_>,
     ws: &str,
@@ -53,89 +34,94 @@ fn note_contribution(
     Ok(inserted == 1)
 }
 
-/// Bounds on agent stores that the store itself enforces (the per-token rate is kept in
-/// memory by the API, which sees every request first).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StoreLimits {
-    /// Most stores one task (one node token and task id) may make.
-    pub stores_per_task: u64,
+/// A live card a lesson matched (a merged-away card replaced by the card it leads to),
+/// and how close it was.
+pub(crate) struct Match {
+    pub row: Row,
+    pub score: f32,
 }
 
-/// What to tell an agent whose store repeated card `id`.
-fn repeat_note(id: &CardId, verified: bool) -> String {
-    if verified {
-        format!(
-            "A verified card already covers this lesson: read it with `mop memory get {id}` (MCP: memory_get) and store only what it does not say."
-        )
-    } else {
-        format!(
-            "Card {id}, which your tasks stored before, says the same; a curator has not verified it yet. Read it with `mop memory get {id}` and store only what is new."
-        )
-    }
-}
-
-/// A store checked, screened and fingerprinted ([`Store::prepare_store`]), ready for the
-/// transaction.
-#[derive(Debug, Clone)]
-pub struct PreparedStore {
-    req: StoreRequest,
-    key: Option<String>,
-    new_card: Card,
-    lesson: Lesson,
-    now: Timestamp,
-}
-
-/// Whether the store's lesson matches a rejection tombstone, and whose.
-enum Rejected {
-    No,
-    /// A rejected card the task could have seen: the task is told (refused, or created
-    /// marked under `on_rejected = "queue"`).
-    Theirs(RejectionNote),
-    /// Another user's or asset's rejected card: the store goes on as if there were none;
-    /// only the curators see the mark.
-    Elsewhere(RejectionNote),
-}
-
-/// A live card the lesson matched: where a merged-away card leads, and how close it was.
-struct Match {
-    row: Row,
-    score: f32,
+/// Who made a store: the node token (`actor`) and the task it asserted.
+#[derive(Clone, Copy)]
+pub(crate) struct Storer<'a> {
+    pub actor: &'a str,
+    pub task: &'a str,
 }
 
 impl Store {
-    /// The first answer to a store of task `task` with idempotency key `key` from `actor`,
-    /// if any (read only: the API asks before it spends the token's store budget on a
-    /// replay). A key another task's store used is refused, never answered.
-    pub fn first_store_answer(
-        &self,
-        ws: &str,
-        actor: &str,
-        key: &str,
-        task: &str,
-    ) -> Result<Option<StoreResponse>> {
-        self.read(|tx| self.answer_for(tx, ws, actor, key, task))
+    /// The write path's settings (`[intake]`).
+    pub(crate) fn intake_policy(&self) -> &IntakePolicy {
+        &self.intake
     }
 
-    fn answer_for(
+    /// Makes sure the workspace has its row: the first write of a store's transaction.
+    pub(crate) fn open_workspace(&self, tx: &Tx<'_>, ws: &str) -> Result<()> {
+        ensure_workspace(tx, ws).map_err(self.err("store memory"))
+    }
+
+    /// The answer kept under `key` for `actor`, and the task whose store it answered.
+    pub(crate) fn kept_answer(
         &self,
         tx: &Tx<'_>,
         ws: &str,
         actor: &str,
         key: &str,
-        task: &str,
-    ) -> Result<Option<StoreResponse>> {
-        match intake::first_answer(tx, ws, actor, key).map_err(self.err("read store answer"))? {
-            None => Ok(None),
-            Some((owner, _)) if owner != task => Err(StoreError::Conflict(
-                "the Idempotency-Key was used by another task's store; nothing was stored (send each store with a key of its own)".into(),
-            )),
-            Some((_, answer)) => Ok(answer),
-        }
+    ) -> Result<Option<(String, Option<StoreResponse>)>> {
+        intake::first_answer(tx, ws, actor, key).map_err(self.err("read store answer"))
     }
 
-    /// The live cards whose lesson is the same as `lesson`, best first; a card merged away
-    /// is replaced by the card it was merged into.
-    fn same_lesson_cards(&self, tx: &Tx<'_>, ws: &str, lesson: &Lesson) -> Result<Vec<Match>> {
+    /// Keeps a store's answer under its key.
+    pub(crate) fn keep_answer(
+        &self,
+        tx: &Tx<'_>,
+        ws: &str,
+        by: Storer<'_>,
+        key: &str,
+        answer: &StoreResponse,
+    ) -> Result<()> {
+        intake::keep_answer(tx, ws, by.actor, key, by.task, answer)
+            .map_err(self.err("store memory"))
+    }
+
+    /// Counts one more store of the task, and answers how many it has made.
+    pub(crate) fn count_store(
+        &self,
+        tx: &Tx<'_>,
+        ws: &str,
+        by: Storer<'_>,
+        now: Timestamp,
+    ) -> Result<u64> {
+        let stores: i64 = tx
+            .query_row(
+                "INSERT INTO task_stores (workspace, actor, task_id, stores, last_at) VALUES (?1, ?2, ?3, 1, ?4)
+                 ON CONFLICT (workspace, actor, task_id) DO UPDATE SET stores = task_stores.stores + 1, last_at = ?4
+                 RETURNING stores",
+                params![ws, by.actor, by.task, stamp(now)],
+                |r| r.get(0),
+            )
+            .map_err(self.err("store memory"))?;
+        Ok(stores as u64)
+    }
+
+    /// The first live rejection tombstone whose lesson is `lesson`.
+    pub(crate) fn rejected_lesson(
+        &self,
+        tx: &Tx<'_>,
+        ws: &str,
+        lesson: &Lesson,
+    ) -> Result<Option<Tombstone>> {
+        let stones = intake::tombstones(tx, ws).map_err(self.err("store memory"))?;
+        Ok(intake::matching_tombstone(&stones, lesson, &self.intake.same_lesson).cloned())
+    }
+
+    /// The live cards whose lesson is the same as `lesson`, once each with its best score;
+    /// a card merged away is replaced by the card it was merged into.
+    pub(crate) fn same_lesson_cards(
+        &self,
+        tx: &Tx<'_>,
+        ws: &str,
+        lesson: &Lesson,
+    ) -> Result<Vec<Match>> {
         let e = self.err("find the same lesson");
         let t = &self.intake.same_lesson;
         let mut out: Vec<Match> = Vec::new();
@@ -167,314 +153,75 @@ impl Store {
                 }),
             }
         }
-        // Verified cards first (what the agent should read), then the closest, then by id.
-        out.sort_by(|a, b| {
-            (a.row.summary.trust != Trust::Verified)
-                .cmp(&(b.row.summary.trust != Trust::Verified))
-                .then(b.score.total_cmp(&a.score))
-                .then(a.row.summary.id.cmp(&b.row.summary.id))
-        });
         Ok(out)
     }
 
-    /// Stores a card from a task. `actor` is the node token's id; `key` the store's
-    /// idempotency key, when the daemon sent one.
-    pub fn store_memory(
-        &self,
-        ws: &str,
-        req: &StoreRequest,
-        actor: &str,
-        limits: StoreLimits,
-        key: Option<&str>,
-    ) -> Result<StoreResponse> {
-        let prepared = Store::prepare_store(req, key)?;
-        self.store_prepared(ws, &prepared, actor, limits)
-    }
-
-    /// What a store can be judged on without the database: its fields checked, its text
-    /// screened for credentials, its lesson fingerprinted. A refusal here costs no write
-    /// (the API checks this before it spends the token's store budget).
-    pub fn prepare_store(req: &StoreRequest, key: Option<&str>) -> Result<PreparedStore> {
-        let p = &req.provenance;
-        let c = &req.card;
-        if !is_task_id(&p.task_id) {
-            return Err(StoreError::Invalid(
-                "provenance.task_id must be 1 to 64 characters of [A-Za-z0-9._-] starting with a letter or digit".into(),
-            ));
-        }
-        if key.is_some_and(|k| {
-            k.is_empty() || k.len() > 128 || !k.bytes().all(|b| b.is_ascii_graphic())
-        }) {
-            return Err(StoreError::Invalid(
-                "the Idempotency-Key header must be 1 to 128 visible ASCII characters".into(),
-            ));
-        }
-        for (key, value) in [
-            ("provenance.user_id", &p.user_id),
-            ("provenance.asset_id", &p.asset_id),
-        ] {
-            if value.as_deref().is_some_and(|v| !is_scope_id(v)) {
-                return Err(StoreError::Invalid(format!(
-                    "{key} must be 1 to 128 characters with no control characters and no outer spaces"
-                )));
-            }
-        }
-        p.binds(&c.scope)
-            .map_err(|e| StoreError::Invalid(e.to_string()))?;
-        let now_ts = Timestamp::now();
-        let summary = CardSummary {
-            id: CardId::from_uuid(uuid::Uuid::new_v4()),
-            card_type: c.card_type,
-            title: c.title.clone(),
-            description: c.description.clone(),
-            labels: c.labels.clone(),
-            scope: c.scope.clone(),
-            error_codes: c.error_codes.clone(),
-            stacks: c.stacks.clone(),
-            importance: mop_cards::DEFAULT_IMPORTANCE,
-            created_at: Some(now_ts),
-            updated_at: None,
-            enabled: true,
-            superseded_by: None,
-            trust: Trust::Unverified,
-            provenance: Some(Provenance {
-                task_id: Some(p.task_id.clone()),
-                user_id: p.user_id.clone(),
-                asset_id: p.asset_id.clone(),
-            }),
-        };
-        let new_card = Card {
-            summary,
-            counters: Counters {
-                occurrence: 1,
-                last_seen: Some(now_ts),
-            },
-            extra: Extra::default(),
-            body: c.body.clone(),
-        };
-        new_card
-            .validate()
-            .map_err(|e| StoreError::Invalid(format!("card: {e}")))?;
-        p.author()
-            .map_err(|e| StoreError::Forbidden(e.to_string()))?;
-        let fields = c.text_fields();
-        let findings: Vec<_> = Screen::builtin()
-            .scan_fields(fields.iter().map(|(name, text)| (*name, text.as_str())))
-            .into_iter()
-            .map(intake::wire)
-            .collect();
-        intake::refuse_credentials(findings, "the card")?;
-        let lesson = intake::lesson(&c.title, &c.body);
-        Ok(PreparedStore {
-            req: req.clone(),
-            key: key.map(str::to_owned),
-            new_card,
-            lesson,
-            now: now_ts,
-        })
-    }
-
-    /// Stores a prepared store: the idempotency key, the quota, rejections, and the same
-    /// lesson, in one transaction.
-    pub fn store_prepared(
-        &self,
-        ws: &str,
-        prepared: &PreparedStore,
-        actor: &str,
-        limits: StoreLimits,
-    ) -> Result<StoreResponse> {
-        let PreparedStore {
-            req,
-            key,
-            new_card,
-            lesson,
-            now: now_ts,
-        } = prepared;
-        let (key, now_ts) = (key.as_deref(), *now_ts);
-        let p = &req.provenance;
-        let detail = format!("task={}", p.task_id);
-
-        self.write(|tx| {
-            let e = self.err("store memory");
-            ensure_workspace(tx, ws).map_err(&e)?;
-            if let Some(k) = key
-                && let Some(first) = self.answer_for(tx, ws, actor, k, &p.task_id)?
-            {
-                return Ok(first);
-            }
-            // Count this store first; over the limit, the error rolls the whole
-            // transaction back, so a refused store changes nothing.
-            let stores: i64 = tx
-                .query_row(
-                    "INSERT INTO task_stores (workspace, actor, task_id, stores, last_at) VALUES (?1, ?2, ?3, 1, ?4)
-                     ON CONFLICT (workspace, actor, task_id) DO UPDATE SET stores = task_stores.stores + 1, last_at = ?4
-                     RETURNING stores",
-                    params![ws, actor, p.task_id, stamp(now_ts)],
-                    |r| r.get(0),
-                )
-                .map_err(&e)?;
-            if stores as u64 > limits.stores_per_task {
-                return Err(StoreError::Limit(format!(
-                    "task {} has made {} stores, the most one task may make (limits.stores_per_task on the server); \
-                     nothing was stored. Fold what is left into fewer, fuller cards, or ask a curator",
-                    p.task_id,
-                    limits.stores_per_task
-                )));
-            }
-            let stones = intake::tombstones(tx, ws).map_err(&e)?;
-            let mut rejected = Rejected::No;
-            if let Some(stone) = intake::matching_tombstone(&stones, lesson, &self.intake.same_lesson) {
-                // Named only to a task that could have seen the rejected card: another
-                // user's rejected lesson is not theirs to learn of (the curators still see
-                // the mark).
-                let theirs = stone.seen.by(p.user_id.as_deref(), p.asset_id.as_deref());
-                match (self.intake.on_rejected, theirs) {
-                    (OnRejected::Refuse, true) => {
-                        return Err(StoreError::Rejected { note: stone.note.clone() });
-                    }
-                    (OnRejected::Queue, true) => rejected = Rejected::Theirs(stone.note.clone()),
-                    (_, false) => rejected = Rejected::Elsewhere(stone.note.clone()),
-                }
-            }
-            let answer = self.decide(tx, ws, actor, req, new_card, lesson, &detail, now_ts, rejected)?;
-            if let Some(k) = key {
-                intake::keep_answer(tx, ws, actor, k, &p.task_id, &answer).map_err(&e)?;
-            }
-            Ok(answer)
-        })
-    }
-
-    /// Reinforce or create (see the module's comment), inside the store's transaction.
+    /// Writes a card a task stored as a new revision, with its audit row (`detail`) and
+    /// the task's contribution; `group_with` puts it in that card's duplicate group.
+    /// Answers the new revision.
     #[allow(clippy::too_many_arguments)]
-    fn decide(
+    pub(crate) fn insert_stored(
         &self,
         tx: &Tx<'_>,
         ws: &str,
-        actor: &str,
-        req: &StoreRequest,
-        new_card: &Card,
-        lesson: &Lesson,
+        by: Storer<'_>,
+        card: &Card,
+        group_with: Option<&CardId>,
         detail: &str,
-        now_ts: Timestamp,
-        rejected: Rejected,
-    ) -> Result<StoreResponse> {
+        now: Timestamp,
+    ) -> Result<u64> {
         let e = self.err("store memory");
-        let p = &req.provenance;
-        let visible =
-            |s: &CardSummary| s.is_visible_to(p.user_id.as_deref(), p.asset_id.as_deref());
-        let matches = if let Rejected::Theirs(_) = rejected {
-            // A lesson a curator turned down is not more evidence for anything: it goes to
-            // the queue as itself.
-            Vec::new()
-        } else {
-            // A rejection elsewhere changes nothing the task can observe (the answer would
-            // otherwise tell it that someone's rejected lesson matches its guess).
-            self.same_lesson_cards(tx, ws, lesson)?
-        };
-        if let Some(m) = matches.iter().find(|m| visible(&m.row.summary)) {
-            return self.reinforce(tx, ws, actor, &p.task_id, m, detail, now_ts);
-        }
-
-        let raw = render_card(new_card).into_bytes();
+        let raw = render_card(card).into_bytes();
         let rev = bump(tx, ws).map_err(&e)?;
-        let seen = stamp(now_ts);
-        let sha = write_card(
-            tx,
-            ws,
-            new_card,
-            &raw,
-            rev,
-            Kept {
-                occurrence: 1,
-                last_seen: Some(&seen),
-                archived_at: None,
-            },
-        )
-        .map_err(&e)?;
-        let id = new_card.summary.id;
-        let mut audit_detail = detail.to_owned();
-        // The same lesson as cards the task cannot see: grouped for the curators, never
-        // named to the agent.
-        if let Some(other) = matches.first() {
-            intake::join_group(tx, ws, &id, &other.row.summary.id).map_err(&e)?;
-            audit_detail.push_str(&format!(" duplicate_of={}", other.row.summary.id));
-        }
-        if let Rejected::Theirs(r) | Rejected::Elsewhere(r) = &rejected {
-            audit_detail.push_str(&format!(" previously_rejected={}", r.id));
+        let seen = stamp(now);
+        let kept = Kept {
+            occurrence: 1,
+            last_seen: Some(&seen),
+            archived_at: None,
+        };
+        let sha = write_card(tx, ws, card, &raw, rev, kept).map_err(&e)?;
+        let id = card.summary.id;
+        if let Some(other) = group_with {
+            intake::join_group(tx, ws, &id, other).map_err(&e)?;
         }
         audit(
             tx,
             ws,
             Some(&id),
             rev,
-            actor,
+            by.actor,
             "store",
             None,
             Some(&sha),
             Some(&raw),
-            Some(&audit_detail),
+            Some(detail),
         )
         .map_err(&e)?;
-        note_contribution(tx, ws, actor, &p.task_id, &id, now_ts).map_err(&e)?;
-        let previously_rejected = match rejected {
-            Rejected::Theirs(r) => Some(r),
-            Rejected::No | Rejected::Elsewhere(_) => None,
-        };
-        let note = match &previously_rejected {
-            Some(r) => format!(
-                "A curator rejected this lesson on {}: {}. It waits for review marked \"previously rejected\"; unless the situation changed, do not rely on it.",
-                r.at, r.reason
-            ),
-            None => String::new(),
-        };
-        Ok(StoreResponse {
-            outcome: StoreOutcome::Created,
-            id: Some(id),
-            revision: rev,
-            audience: new_card.summary.audience_sentence(),
-            verified: None,
-            note,
-            store_id: None,
-            previously_rejected,
-        })
+        note_contribution(tx, ws, by.actor, by.task, &id, now).map_err(&e)?;
+        Ok(rev)
     }
 
-    /// A store of a lesson the task can already see in card `m`: counted once per task
-    /// as more evidence for it, and answered with that card.
-    #[allow(clippy::too_many_arguments)]
-    fn reinforce(
+    /// Counts a task's store as more evidence for card `m` (published with the next
+    /// counter batch), with its audit row. False, changing nothing, when the task had
+    /// contributed to the card already.
+    pub(crate) fn add_evidence(
         &self,
         tx: &Tx<'_>,
         ws: &str,
-        actor: &str,
-        task_id: &str,
+        by: Storer<'_>,
         m: &Match,
         detail: &str,
-        now_ts: Timestamp,
-    ) -> Result<StoreResponse> {
+        now: Timestamp,
+    ) -> Result<bool> {
         let e = self.err("store memory");
         let s = &m.row.summary;
-        let verified = s.trust == Trust::Verified;
-        let revision = current_revision(tx, ws).map_err(&e)?;
-        let answer = |outcome| StoreResponse {
-            outcome,
-            id: Some(s.id),
-            revision,
-            audience: s.audience_sentence(),
-            verified: Some(verified),
-            note: repeat_note(&s.id, verified),
-            store_id: None,
-            previously_rejected: None,
-        };
-        // One reinforcement per (task, card): a task repeating itself (or repeating the
-        // card it stored) is not more evidence.
-        if !note_contribution(tx, ws, actor, task_id, &s.id, now_ts).map_err(&e)? {
-            return Ok(answer(StoreOutcome::Unchanged));
+        if !note_contribution(tx, ws, by.actor, by.task, &s.id, now).map_err(&e)? {
+            return Ok(false);
         }
         tx.execute(
             "UPDATE cards SET pending_occurrence = pending_occurrence + 1, pending_last_seen = ?3
              WHERE workspace = ?1 AND id = ?2",
-            params![ws, s.id.to_string(), stamp(now_ts)],
+            params![ws, s.id.to_string(), stamp(now)],
         )
         .map_err(&e)?;
         tx.execute(
@@ -483,19 +230,25 @@ impl Store {
         )
         .map_err(&e)?;
         let sha = &m.row.sha256;
+        let revision = self.revision_in(tx, ws)?;
         audit(
             tx,
             ws,
             Some(&s.id),
             revision,
-            actor,
+            by.actor,
             "reinforce",
             Some(sha),
             Some(sha),
             None,
-            Some(&format!("{detail} score={:.2}", m.score)),
+            Some(detail),
         )
         .map_err(&e)?;
-        Ok(answer(StoreOutcome::Reinforced))
+        Ok(true)
+    }
+
+    /// The workspace's revision now, inside a transaction.
+    pub(crate) fn revision_in(&self, tx: &Tx<'_>, ws: &str) -> Result<u64> {
+        current_revision(tx, ws).map_err(self.err("store memory"))
     }
 }

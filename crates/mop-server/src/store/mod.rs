@@ -15,8 +15,8 @@ mod backup;
 mod cards;
 mod curation;
 pub mod db;
-mod intake;
-mod memories;
+pub(crate) mod intake;
+pub(crate) mod memories;
 mod migrate;
 mod pg;
 mod schema;
@@ -33,7 +33,6 @@ pub use backup::{BackupReport, backup};
 pub use cards::{CardChange, CardState, Expect, HistoryRow, ImportReport, Rejected};
 use db::{DbError, OptionalExtension, Tx, params};
 pub use intake::{IntakePolicy, OnRejected, set_embedding_model};
-pub use memories::{PreparedStore, StoreLimits};
 pub use migrate::{MigrateReport, TableCheck, migrate};
 pub use sync::{BuiltManifest, ManifestKind};
 pub use tokens::{NewToken, Role, TokenInfo, TokenRow, token_hash};
@@ -443,9 +442,7 @@ pub(crate) fn now() -> String {
 /// A timestamp as stored: RFC 3339 in UTC with exactly six fractional digits, so that
 /// SQLite can compare stored times as strings (`23.5Z` would sort before `23Z`).
 pub(crate) fn stamp(ts: Timestamp) -> String {
-    const PRINTER: jiff::fmt::temporal::DateTimePrinter =
-        jiff::fmt::temporal::DateTimePrinter::new().precision(Some(6));
-    PRINTER.timestamp_to_string(&ts)
+    mop_proto::time::Stamp(ts).to_string()
 }
 
 /// Ensures a workspace row exists.

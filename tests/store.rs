@@ -9,9 +9,10 @@
 //! queries (review queue, merge, reject, stale report).
 
 use mop_cards::{CardId, sha256_hex};
+use mop_server::service::curation::{self, CardState};
 use mop_server::service::memories::{StoreLimits, store_memory};
 use mop_server::store::{
-    CardState, Database, Expect, ManifestKind, NewToken, Role, Store, StoreError, token_hash,
+    Database, Expect, ManifestKind, NewToken, Role, Store, StoreError, token_hash,
 };
 use mop_testkit::postgres::Postgres;
 
@@ -171,16 +172,16 @@ fn two_servers_on_one_database_give_the_same_revisions_and_etags(engine: Engine)
     let mut last = 0;
     // Writes alternate between the two; every one gets the next revision.
     for (n, store) in [&one, &two, &one, &two].into_iter().enumerate() {
-        let change = store
-            .update_card(
-                WS,
-                &a,
-                &card(A, &format!("Alpha {n}")).1,
-                "test",
-                Expect::Any,
-                false,
-            )
-            .unwrap();
+        let change = curation::update_card(
+            store,
+            WS,
+            &a,
+            &card(A, &format!("Alpha {n}")).1,
+            "test",
+            Expect::Any,
+            false,
+        )
+        .unwrap();
         assert!(change.revision > last, "{} after {last}", change.revision);
         last = change.revision;
     }
@@ -351,16 +352,16 @@ fn the_review_queue_lists_unverified_cards_until_verified(engine: Engine) {
         "oldest first; imported cards are verified"
     );
     assert_eq!((counts.by_type.get("fact"), counts.under_1d), (Some(&2), 2));
-    store
-        .verify(
-            WS,
-            one.id.as_ref().unwrap(),
-            None,
-            "token:c",
-            Expect::Any,
-            false,
-        )
-        .unwrap();
+    curation::verify(
+        &store,
+        WS,
+        one.id.as_ref().unwrap(),
+        None,
+        "token:c",
+        Expect::Any,
+        false,
+    )
+    .unwrap();
     let (_, page) = store.review_queue(WS, None, None).unwrap();
     assert_eq!(page.len(), 1);
     assert_eq!(page[0].0.summary.id, two.id.unwrap());
@@ -392,9 +393,7 @@ fn archived_cards_are_purged_after_retention_and_history_redacted(engine: Engine
         .unwrap()
         .manifest
         .revision;
-    store
-        .set_state(WS, &a, CardState::Archive, "test", Expect::Any)
-        .unwrap();
+    curation::set_state(&store, WS, &a, CardState::Archive, "test", Expect::Any).unwrap();
     // Within the retention nothing is purged.
     assert_eq!(store.collect_garbage(3600, 3600, 3600).unwrap(), (0, 0));
     assert!(store.card_text(WS, &a).is_ok());
@@ -427,9 +426,16 @@ fn released_objects_live_for_the_retention_window(engine: Engine) {
     let (db, store) = open(engine);
     let b = CardId::parse(B).unwrap();
     let old_sha = sha256_hex(&card(B, "Beta").1);
-    store
-        .update_card(WS, &b, &card(B, "Beta two").1, "test", Expect::Any, false)
-        .unwrap();
+    curation::update_card(
+        &store,
+        WS,
+        &b,
+        &card(B, "Beta two").1,
+        "test",
+        Expect::Any,
+        false,
+    )
+    .unwrap();
     assert!(
         store.object(WS, &old_sha).unwrap().is_some(),
         "kept for daemons mid-sync"
@@ -554,16 +560,16 @@ fn a_delta_over_its_limit_gives_way_to_the_full_manifest(engine: Engine) {
         .revision;
     let edit = |id: &str, n: u32| {
         let (_, text) = card(id, &format!("Card {id} edit {n}"));
-        store
-            .update_card(
-                WS,
-                &CardId::parse(id).unwrap(),
-                &text,
-                "test",
-                Expect::Any,
-                false,
-            )
-            .unwrap();
+        curation::update_card(
+            &store,
+            WS,
+            &CardId::parse(id).unwrap(),
+            &text,
+            "test",
+            Expect::Any,
+            false,
+        )
+        .unwrap();
     };
     for id in &ids[..40] {
         edit(id, 1);
@@ -593,20 +599,21 @@ fn a_change_sent_with_an_old_version_is_refused_and_changes_nothing(engine: Engi
     let (_db, store) = open(engine);
     let b = CardId::parse(B).unwrap();
     let seen = store.card_info(WS, &b).unwrap().etag;
-    let first = store
-        .update_card(
-            WS,
-            &b,
-            &card(B, "Beta two").1,
-            "test",
-            Expect::IfMatch(&seen),
-            false,
-        )
-        .unwrap();
+    let first = curation::update_card(
+        &store,
+        WS,
+        &b,
+        &card(B, "Beta two").1,
+        "test",
+        Expect::IfMatch(&seen),
+        false,
+    )
+    .unwrap();
     assert!(first.changed);
     assert_ne!(first.etag.as_deref(), Some(seen.as_str()));
     // A second curator who read the same version.
-    let late = store.update_card(
+    let late = curation::update_card(
+        &store,
         WS,
         &b,
         &card(B, "Beta three").1,
@@ -622,19 +629,38 @@ fn a_change_sent_with_an_old_version_is_refused_and_changes_nothing(engine: Engi
     }
     assert_eq!(store.card_text(WS, &b).unwrap().0, card(B, "Beta two").1);
     // Actions take the same condition; `*` and lists work as in HTTP.
-    let refused = store.set_state(WS, &b, CardState::Disable, "test", Expect::IfMatch(&seen));
+    let refused = curation::set_state(
+        &store,
+        WS,
+        &b,
+        CardState::Disable,
+        "test",
+        Expect::IfMatch(&seen),
+    );
     assert!(matches!(refused, Err(StoreError::Precondition { .. })));
     let list = format!("{seen}, {}", first.etag.unwrap());
     assert!(
-        store
-            .set_state(WS, &b, CardState::Disable, "test", Expect::IfMatch(&list))
-            .is_ok()
+        curation::set_state(
+            &store,
+            WS,
+            &b,
+            CardState::Disable,
+            "test",
+            Expect::IfMatch(&list)
+        )
+        .is_ok()
     );
     // Archiving changes no byte, but it changes the version.
     let before = store.card_info(WS, &b).unwrap().etag;
-    store
-        .set_state(WS, &b, CardState::Archive, "test", Expect::IfMatch("*"))
-        .unwrap();
+    curation::set_state(
+        &store,
+        WS,
+        &b,
+        CardState::Archive,
+        "test",
+        Expect::IfMatch("*"),
+    )
+    .unwrap();
     let archived = store.card_info(WS, &b).unwrap().etag;
     assert_ne!(before, archived);
 }
@@ -724,7 +750,7 @@ fn a_merge_carries_counters_and_chains_are_reported(engine: Engine) {
     let (_db, store) = open(engine);
     let (a, b) = (CardId::parse(A).unwrap(), CardId::parse(B).unwrap());
     let before = store.card_info(WS, &b).unwrap().occurrence;
-    let merged = store.merge(WS, &a, &b, "token:tokc", Expect::Any).unwrap();
+    let merged = curation::merge(&store, WS, &a, &b, "token:tokc", Expect::Any).unwrap();
     assert!(merged.changed);
     assert_eq!(store.card_info(WS, &b).unwrap().occurrence, before + 1);
     assert_eq!(
@@ -732,7 +758,7 @@ fn a_merge_carries_counters_and_chains_are_reported(engine: Engine) {
         Some(b)
     );
     assert!(
-        store.merge(WS, &b, &b, "t", Expect::Any).is_err(),
+        curation::merge(&store, WS, &b, &b, "t", Expect::Any).is_err(),
         "not into itself"
     );
     let actions: Vec<String> = store
@@ -754,14 +780,14 @@ fn rejecting_needs_a_reason_and_archives(engine: Engine) {
     let (_db, store) = open(engine);
     let a = CardId::parse(A).unwrap();
     assert!(matches!(
-        store.reject(WS, &a, "  ", "t", Expect::Any),
+        curation::reject(&store, WS, &a, "  ", "t", Expect::Any),
         Err(StoreError::Invalid(_))
     ));
     assert!(
         store.card_info(WS, &a).unwrap().archived_at.is_none(),
         "refused: unchanged"
     );
-    store.reject(WS, &a, "duplicate", "t", Expect::Any).unwrap();
+    curation::reject(&store, WS, &a, "duplicate", "t", Expect::Any).unwrap();
     assert!(store.card_info(WS, &a).unwrap().archived_at.is_some());
     let last = store.history(WS, &a).unwrap().pop().unwrap();
     assert_eq!(
@@ -778,10 +804,8 @@ fn a_verified_card_is_not_merged_where_fewer_tasks_see_it(engine: Engine) {
     let bound = String::from_utf8(text)
         .unwrap()
         .replace("title: Beta\n", "title: Beta\nscope:\n  asset_id: db-1\n");
-    store
-        .update_card(WS, &b, bound.as_bytes(), "t", Expect::Any, false)
-        .unwrap();
-    let err = store.merge(WS, &a, &b, "t", Expect::Any).unwrap_err();
+    curation::update_card(&store, WS, &b, bound.as_bytes(), "t", Expect::Any, false).unwrap();
+    let err = curation::merge(&store, WS, &a, &b, "t", Expect::Any).unwrap_err();
     assert!(err.to_string().contains("narrower scope"), "{err}");
     assert!(
         store
@@ -792,5 +816,5 @@ fn a_verified_card_is_not_merged_where_fewer_tasks_see_it(engine: Engine) {
             .is_none()
     );
     // Control: the other way round, into the wider card, is a merge.
-    assert!(store.merge(WS, &b, &a, "t", Expect::Any).is_ok());
+    assert!(curation::merge(&store, WS, &b, &a, "t", Expect::Any).is_ok());
 }

@@ -14,8 +14,8 @@
 //! - [`rate`]: token buckets by key (stores per task and per token, failed logins).
 //! - [`search`]: the server's own BM25 index of each workspace, for curators.
 //! - [`server`]: serving with graceful shutdown and background work.
-//! - [`service`]: between handlers and store: the rules a request is decided by (today
-//!   the write path's: what a store from an agent task does).
+//! - [`service`]: between handlers and store: the rules a request is decided by (what a
+//!   store from an agent task does; what a curator's action does to a card).
 //! - [`transfer`]: OKF card directories in and out (`import`, `export`).
 
 pub mod api;

@@ -17,8 +17,9 @@ use mop_proto::curation::{MergeRequest, RejectRequest, SupersedeRequest, card_et
 use serde::Deserialize;
 
 use super::{ApiError, Caller, blocking, json, read_body};
+use crate::service::curation::{self, CardState};
 use crate::state::AppState;
-use crate::store::{CardChange, CardState, Expect, HistoryRow};
+use crate::store::{CardChange, Expect, HistoryRow};
 
 /// The `If-Match` header, if any.
 pub(crate) fn if_match(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
@@ -83,7 +84,8 @@ pub(crate) async fn create(
     let raw = read_body(&state, &headers, body).await?;
     let (store, actor, ws2) = (state.store.clone(), caller.actor(), ws.clone());
     let change =
-        blocking(move || store.create_card(&ws2, &raw, &actor, q.allow_credentials)).await?;
+        blocking(move || curation::create_card(&store, &ws2, &raw, &actor, q.allow_credentials))
+            .await?;
     changed(&state, &ws, &change, "create", &caller);
     Ok((StatusCode::CREATED, Json(change)))
 }
@@ -141,7 +143,15 @@ pub(crate) async fn update_text(
 ) -> Result<CardChange, ApiError> {
     let (store, actor, ws2) = (state.store.clone(), caller.actor(), ws.to_owned());
     let change = blocking(move || {
-        store.update_card(&ws2, &id, &raw, &actor, expect(&tag), allow_credentials)
+        curation::update_card(
+            &store,
+            &ws2,
+            &id,
+            &raw,
+            &actor,
+            expect(&tag),
+            allow_credentials,
+        )
     })
     .await?;
     changed(state, ws, &change, "update", caller);
@@ -204,12 +214,12 @@ pub(crate) async fn act(
     let result = blocking(move || {
         let expect = expect(&tag);
         match what {
-            Action::State(s) => store.set_state(&ws2, &id, s, &actor, expect),
+            Action::State(s) => curation::set_state(&store, &ws2, &id, s, &actor, expect),
             Action::Verify(edited, allow) => {
-                store.verify(&ws2, &id, edited.as_deref(), &actor, expect, allow)
+                curation::verify(&store, &ws2, &id, edited.as_deref(), &actor, expect, allow)
             }
-            Action::Reject(reason) => store.reject(&ws2, &id, &reason, &actor, expect),
-            Action::Merge(into) => store.merge(&ws2, &id, &into, &actor, expect),
+            Action::Reject(reason) => curation::reject(&store, &ws2, &id, &reason, &actor, expect),
+            Action::Merge(into) => curation::merge(&store, &ws2, &id, &into, &actor, expect),
         }
     })
     .await?;

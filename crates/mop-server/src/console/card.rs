@@ -22,7 +22,7 @@ use super::queue::flash;
 use crate::api::admin::{Action, act as api_act, delete_card, update_text};
 use crate::api::curation::lift_rejection;
 use crate::api::{ApiError, blocking};
-use crate::store::CardState;
+use crate::service::curation::CardState;
 
 /// History rows per page (each may carry a diff of a long card).
 const HISTORY_PAGE: usize = 20;

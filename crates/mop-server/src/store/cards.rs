@@ -1,54 +1,19 @@
-//! Card mutations: import, admin create/update, state changes (supersede, disable, enable,
-//! verify, archive), history, hard delete, purge and garbage collection, export.
+//! Card rows and their changes: import, insert, rewrite (text, state or archive), counters
+//! moved by a merge, history, hard delete, purge and garbage collection, export.
 //!
-//! Each mutation is one transaction that writes the card, bumps the workspace revision
-//! when the manifest changes, and adds an audit row. A failure anywhere rolls all of it
-//! back.
+//! Each change writes the card, bumps the workspace revision when the manifest changes, and
+//! adds an audit row, in the caller's transaction: a failure anywhere rolls all of it back.
+//! Which change a curator's action makes is decided in `service::curation`.
 
 use std::collections::HashMap;
 
 use super::db::{OptionalExtension, Tx, params};
-use mop_cards::{Card, CardId, CardSummary, CardType, Trust, parse_card, render_card, sha256_hex};
+use mop_cards::{Card, CardId, CardSummary, CardType, parse_card, sha256_hex};
 use mop_proto::curation::card_etag;
 pub use mop_proto::curation::{CardChange, HistoryRow};
 use serde::Serialize;
 
 use super::{Result, Store, StoreError, bump, db, ensure_workspace, now, stamp};
-
-/// A state change an admin can make.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CardState {
-    /// Take the card out of every task (`enabled: false`).
-    Disable,
-    /// Put a disabled card back.
-    Enable,
-    /// A person vouches for the card (`trust: verified`); it then reaches every task its
-    /// scope allows, not only its author's.
-    Verify,
-    /// Replaced by a newer card.
-    Supersede(CardId),
-    /// Soft delete: out of the manifest now, purged after the archive retention.
-    Archive,
-    /// Undo an archive before the purge.
-    Unarchive,
-    /// A curator turns an (agent-written) card down: archived like [`CardState::Archive`],
-    /// recorded as a rejection with its reason.
-    Reject,
-}
-
-impl CardState {
-    fn action(self) -> &'static str {
-        match self {
-            CardState::Disable => "disable",
-            CardState::Enable => "enable",
-            CardState::Verify => "verify",
-            CardState::Supersede(_) => "supersede",
-            CardState::Archive => "archive",
-            CardState::Unarchive => "unarchive",
-            CardState::Reject => "reject",
-        }
-    }
-}
 
 /// A file an import did not take, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -323,10 +288,6 @@ pub(crate) fn screen_admin(raw: &[u8], id: &CardId, allow: &[CardId]) -> Result<
     })
 }
 
-fn invalid_card(e: mop_cards::CardError) -> StoreError {
-    StoreError::Invalid(format!("card is not valid OKF: {e}"))
-}
-
 impl Store {
     /// Imports card files (paths relative to the import directory). Each bad file is
     /// reported and skipped; the rest go in together in one transaction and one revision.
@@ -483,263 +444,193 @@ impl Store {
         })
     }
 
-    /// Creates a card from OKF text (admin). The id comes from the text. A card that
-    /// carries a credential is refused unless `allow_credentials` (audited).
-    pub fn create_card(
-        &self,
-        ws: &str,
-        raw: &[u8],
-        actor: &str,
-        allow_credentials: bool,
-    ) -> Result<CardChange> {
-        let card = parse_card(raw).map_err(invalid_card)?;
-        let id = card.summary.id;
-        let allowed = screen_admin(
-            raw,
-            &id,
-            if allow_credentials {
-                std::slice::from_ref(&id)
-            } else {
-                &[]
-            },
-        )?;
-        self.write(|tx| {
-            let e = self.err("create card");
-            if load_row(tx, ws, &id).map_err(&e)?.is_some() {
-                return Err(StoreError::Conflict(format!(
-                    "card {id} already exists in workspace {ws}; use PUT to update it"
-                )));
-            }
-            let rev = bump(tx, ws).map_err(&e)?;
-            let last_seen = card.counters.last_seen.map(stamp);
-            let sha = write_card(
-                tx,
-                ws,
-                &card,
-                raw,
-                rev,
-                Kept {
-                    occurrence: card.counters.occurrence,
-                    last_seen: last_seen.as_deref(),
-                    archived_at: None,
-                },
-            )
-            .map_err(&e)?;
-            audit(
-                tx,
-                ws,
-                Some(&id),
-                rev,
-                actor,
-                "create",
-                None,
-                Some(&sha),
-                Some(raw),
-                allowed.as_deref(),
-            )
-            .map_err(&e)?;
-            Ok(change(id, rev, Some(sha), false, true))
-        })
+    /// The row of card `id`; not found is an error that names the card and workspace.
+    pub(crate) fn card_row(&self, tx: &Tx<'_>, ws: &str, id: &CardId) -> Result<Row> {
+        self.find_row(tx, ws, id)?.ok_or_else(|| not_found(ws, id))
     }
 
-    /// Replaces a card's text (admin). Server counters are kept. Text that carries a
-    /// credential is refused unless `allow_credentials` (audited).
-    pub fn update_card(
-        &self,
-        ws: &str,
-        id: &CardId,
-        raw: &[u8],
-        actor: &str,
-        expect: Expect<'_>,
-        allow_credentials: bool,
-    ) -> Result<CardChange> {
-        let card = parse_card(raw).map_err(invalid_card)?;
-        if card.summary.id != *id {
-            return Err(StoreError::Invalid(format!(
-                "the card text has id {} but the request names {id}",
-                card.summary.id
-            )));
-        }
-        let allowed = screen_admin(
-            raw,
-            id,
-            if allow_credentials {
-                std::slice::from_ref(id)
-            } else {
-                &[]
-            },
-        )?;
-        self.replace_text(
-            ws,
-            &card,
-            raw,
-            actor,
-            expect,
-            ("update", allowed.as_deref()),
-        )
+    /// The row of card `id`, when there is one.
+    pub(crate) fn find_row(&self, tx: &Tx<'_>, ws: &str, id: &CardId) -> Result<Option<Row>> {
+        load_row(tx, ws, id).map_err(self.err("read card"))
     }
 
-    /// Writes `card` (its text `raw`) over the stored card of the same id, keeping the
-    /// server counters, with one audit row `(action, detail)`; unchanged bytes change
-    /// nothing. What `update_card` and a verify with edits share.
-    pub(crate) fn replace_text(
+    /// The stored text of a card row.
+    pub(crate) fn card_object(&self, tx: &Tx<'_>, ws: &str, row: &Row) -> Result<Vec<u8>> {
+        load_object(tx, ws, &row.sha256).map_err(self.err("read card"))
+    }
+
+    /// Adds a new card (its text `raw`) with the counters its text carries, and one audit
+    /// row `create` with `detail`. A card of the same id already there is a conflict.
+    pub(crate) fn insert_card(
         &self,
+        tx: &Tx<'_>,
         ws: &str,
         card: &Card,
         raw: &[u8],
         actor: &str,
-        expect: Expect<'_>,
+        detail: Option<&str>,
+    ) -> Result<CardChange> {
+        let e = self.err("create card");
+        let id = card.summary.id;
+        if load_row(tx, ws, &id).map_err(&e)?.is_some() {
+            return Err(StoreError::Conflict(format!(
+                "card {id} already exists in workspace {ws}; use PUT to update it"
+            )));
+        }
+        let rev = bump(tx, ws).map_err(&e)?;
+        let last_seen = card.counters.last_seen.map(stamp);
+        let kept = Kept {
+            occurrence: card.counters.occurrence,
+            last_seen: last_seen.as_deref(),
+            archived_at: None,
+        };
+        let sha = write_card(tx, ws, card, raw, rev, kept).map_err(&e)?;
+        audit(
+            tx,
+            ws,
+            Some(&id),
+            rev,
+            actor,
+            "create",
+            None,
+            Some(&sha),
+            Some(raw),
+            detail,
+        )
+        .map_err(&e)?;
+        Ok(change(id, rev, Some(sha), false, true))
+    }
+
+    /// Writes `card` (its text `raw`) over the card's `row`, keeping the server counters,
+    /// archived since `archived_at` (or not), with one audit row `(action, detail)`. The
+    /// same bytes and archive state change nothing and answer the current revision.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rewrite_card(
+        &self,
+        tx: &Tx<'_>,
+        ws: &str,
+        row: &Row,
+        card: &Card,
+        raw: &[u8],
+        archived_at: Option<&str>,
+        actor: &str,
         (action, detail): (&str, Option<&str>),
     ) -> Result<CardChange> {
+        let e = self.err("change card");
         let id = &card.summary.id;
-        self.write(|tx| {
-            let e = self.err("update card");
-            let row = load_row(tx, ws, id)
-                .map_err(&e)?
-                .ok_or_else(|| not_found(ws, id))?;
-            expect.check(id, &row)?;
-            if row.archived_at.is_some() {
-                return Err(StoreError::Conflict(format!(
-                    "card {id} is archived; unarchive it before changing it"
-                )));
-            }
-            if row.sha256 == sha256_hex(raw) {
-                let revision = current_revision(tx, ws).map_err(&e)?;
-                return Ok(change(*id, revision, Some(row.sha256), false, false));
-            }
-            let rev = bump(tx, ws).map_err(&e)?;
-            let kept = Kept {
-                occurrence: row.occurrence,
-                last_seen: row.last_seen.as_deref(),
-                archived_at: None,
-            };
-            let sha = write_card(tx, ws, card, raw, rev, kept).map_err(&e)?;
-            audit(
-                tx,
-                ws,
-                Some(id),
-                rev,
-                actor,
-                action,
-                Some(&row.sha256),
-                Some(&sha),
-                Some(raw),
-                detail,
-            )
-            .map_err(&e)?;
-            Ok(change(*id, rev, Some(sha), false, true))
-        })
+        if row.sha256 == sha256_hex(raw) && archived_at == row.archived_at.as_deref() {
+            let revision = current_revision(tx, ws).map_err(&e)?;
+            let archived = row.archived_at.is_some();
+            return Ok(change(
+                *id,
+                revision,
+                Some(row.sha256.clone()),
+                archived,
+                false,
+            ));
+        }
+        let rev = bump(tx, ws).map_err(&e)?;
+        let kept = Kept {
+            occurrence: row.occurrence,
+            last_seen: row.last_seen.as_deref(),
+            archived_at,
+        };
+        let sha = write_card(tx, ws, card, raw, rev, kept).map_err(&e)?;
+        audit(
+            tx,
+            ws,
+            Some(id),
+            rev,
+            actor,
+            action,
+            Some(&row.sha256),
+            Some(&sha),
+            Some(raw),
+            detail,
+        )
+        .map_err(&e)?;
+        Ok(change(*id, rev, Some(sha), archived_at.is_some(), true))
     }
 
-    /// Disables, enables, verifies, supersedes, archives or unarchives a card (admin).
-    pub fn set_state(
-        &self,
-        ws: &str,
-        id: &CardId,
-        state: CardState,
-        actor: &str,
-        expect: Expect<'_>,
-    ) -> Result<CardChange> {
-        self.write(|tx| self.set_state_in(tx, ws, id, state, actor, expect, None))
-    }
-
-    /// [`Store::set_state`] inside a transaction, with an optional detail for the audit
-    /// row (a rejection's reason, say).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn set_state_in(
+    /// Keeps the tombstone of a rejected card's lesson ([`super::intake::bury`]).
+    pub(crate) fn keep_tombstone(
         &self,
         tx: &Tx<'_>,
         ws: &str,
         id: &CardId,
-        state: CardState,
+        summary: &CardSummary,
+        reason: &str,
         actor: &str,
-        expect: Expect<'_>,
-        reason: Option<&str>,
-    ) -> Result<CardChange> {
-        {
-            let e = self.err("change card state");
-            let row = load_row(tx, ws, id)
-                .map_err(&e)?
-                .ok_or_else(|| not_found(ws, id))?;
-            expect.check(id, &row)?;
-            let raw = load_object(tx, ws, &row.sha256).map_err(&e)?;
-            let mut card = parse_card(&raw).map_err(invalid_card)?;
-            let mut archived_at = row.archived_at.clone();
-            let mut detail = reason.map(str::to_owned);
-            match state {
-                CardState::Disable => card.summary.enabled = false,
-                CardState::Enable => card.summary.enabled = true,
-                CardState::Verify => card.summary.trust = Trust::Verified,
-                CardState::Supersede(by) => {
-                    if by == *id {
-                        return Err(StoreError::Invalid("a card cannot supersede itself".into()));
-                    }
-                    let newer = load_row(tx, ws, &by).map_err(&e)?.ok_or_else(|| {
-                        StoreError::Invalid(format!(
-                            "superseding card {by} not found in workspace {ws}"
-                        ))
-                    })?;
-                    if !newer.summary.is_live() || newer.archived_at.is_some() {
-                        return Err(StoreError::Invalid(format!(
-                            "superseding card {by} is disabled, superseded or archived itself"
-                        )));
-                    }
-                    card.summary.superseded_by = Some(by);
-                    detail = Some(format!("superseded_by={by}"));
-                }
-                CardState::Archive | CardState::Reject => {
-                    archived_at = Some(row.archived_at.clone().unwrap_or_else(now))
-                }
-                CardState::Unarchive => archived_at = None,
-            }
-            let new_raw = if matches!(
-                state,
-                CardState::Archive | CardState::Unarchive | CardState::Reject
-            ) {
-                raw.clone()
-            } else {
-                render_card(&card).into_bytes()
-            };
-            let unchanged = new_raw == raw && archived_at == row.archived_at;
-            if unchanged {
-                let revision = current_revision(tx, ws).map_err(&e)?;
-                return Ok(change(
-                    *id,
-                    revision,
-                    Some(row.sha256),
-                    row.archived_at.is_some(),
-                    false,
-                ));
-            }
-            let rev = bump(tx, ws).map_err(&e)?;
-            let sha = write_card(
-                tx,
-                ws,
-                &card,
-                &new_raw,
-                rev,
-                Kept {
-                    occurrence: row.occurrence,
-                    last_seen: row.last_seen.as_deref(),
-                    archived_at: archived_at.as_deref(),
-                },
+    ) -> Result<()> {
+        super::intake::bury(tx, ws, id, summary, reason, actor).map_err(self.err("keep tombstone"))
+    }
+
+    /// Moves card `from`'s counters onto `into` at revision `rev` (occurrence added, the
+    /// later last-seen kept, counts not yet published carried along), with an audit row on
+    /// `into`. Answers `into`'s new occurrence.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn move_counters(
+        &self,
+        tx: &Tx<'_>,
+        ws: &str,
+        (id, from): (&CardId, &Row),
+        (into, target): (&CardId, &Row),
+        rev: u64,
+        actor: &str,
+    ) -> Result<u64> {
+        let e = self.err("merge cards");
+        let pending: (i64, Option<String>) = tx
+            .query_row(
+                "SELECT pending_occurrence, pending_last_seen FROM cards WHERE workspace = ?1 AND id = ?2",
+                params![ws, id.to_string()],
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .map_err(&e)?;
-            audit(
-                tx,
+        let last_seen = match (&target.last_seen, &from.last_seen) {
+            (Some(a), Some(b)) => Some(a.max(b).clone()),
+            (a, b) => a.clone().or_else(|| b.clone()),
+        };
+        let occurrence = target.occurrence + from.occurrence;
+        tx.execute(
+            "UPDATE cards SET occurrence = ?3, last_seen = ?4, rev = ?5,
+                pending_occurrence = pending_occurrence + ?6,
+                pending_last_seen = CASE WHEN COALESCE(pending_last_seen, '') > COALESCE(?7, '')
+                    THEN COALESCE(pending_last_seen, '') ELSE COALESCE(?7, '') END
+             WHERE workspace = ?1 AND id = ?2",
+            params![
                 ws,
-                Some(id),
-                rev,
-                actor,
-                state.action(),
-                Some(&row.sha256),
-                Some(&sha),
-                Some(&new_raw),
-                detail.as_deref(),
-            )
-            .map_err(&e)?;
-            Ok(change(*id, rev, Some(sha), archived_at.is_some(), true))
-        }
+                into.to_string(),
+                occurrence as i64,
+                last_seen,
+                rev as i64,
+                pending.0,
+                pending.1
+            ],
+        )
+        .map_err(&e)?;
+        tx.execute(
+            "UPDATE cards SET pending_occurrence = 0, pending_last_seen = NULL WHERE workspace = ?1 AND id = ?2",
+            params![ws, id.to_string()],
+        )
+        .map_err(&e)?;
+        let detail = format!(
+            "merged {id} in: occurrence {} + {} = {occurrence}",
+            target.occurrence, from.occurrence
+        );
+        audit(
+            tx,
+            ws,
+            Some(into),
+            rev,
+            actor,
+            "merge",
+            Some(&target.sha256),
+            Some(&target.sha256),
+            None,
+            Some(&detail),
+        )
+        .map_err(&e)?;
+        Ok(occurrence)
     }
 
     /// A card's stored text and whether it is archived (admin).

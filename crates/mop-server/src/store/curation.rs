@@ -1,24 +1,20 @@
-//! What curators read and do: cards with their provenance, reinforcements and usage; the
-//! review actions (verify with edits, reject, merge); the staleness report. Every action is
-//! one transaction with its audit rows, conditional on the card's version when the caller
-//! sends one ([`Expect`]).
+//! What curators read: cards with their provenance, reinforcements and usage; the review
+//! queue; the staleness report. (What curators do is decided in `service::curation`.)
 
 use std::collections::{BTreeMap, HashMap};
 
 use super::db::{Tx, params};
 use jiff::{Timestamp, ToSpan};
-use mop_cards::{CardId, CardSummary, CardType, Trust, parse_card, render_card};
+use mop_cards::{CardId, CardSummary, CardType, Trust};
 use mop_proto::curation::{
-    CardChange, CardDetails, CardInfo, CardPage, CardProvenance, Chain, DEFAULT_PAGE, ListQuery,
-    MAX_PAGE, ReviewCounts, StaleCard, StaleReport, card_etag,
+    CardDetails, CardInfo, CardPage, CardProvenance, Chain, DEFAULT_PAGE, ListQuery, MAX_PAGE,
+    ReviewCounts, StaleCard, StaleReport, card_etag,
 };
 use mop_proto::time::Stamp;
 
-use super::cards::{CardState, Expect, audit, current_revision, load_row, screen_admin};
+use super::cards::{current_revision, load_row};
 use super::{Result, Store, StoreError};
 
-/// Longest reason a rejection may give.
-const MAX_REASON: usize = 500;
 /// Longest staleness window, in days (ten years; longer ones are taken as this).
 const MAX_DAYS: u32 = 3650;
 
@@ -365,207 +361,6 @@ impl Store {
                 out.push((summary, body));
             }
             Ok((revision, out))
-        })
-    }
-
-    /// Verifies a card, after replacing its text with `edited` when given (the edit must
-    /// keep the card's id). One audit row says both. A card whose text carries a credential
-    /// is refused (a verify would send it to every task) unless `allow_credentials`.
-    pub fn verify(
-        &self,
-        ws: &str,
-        id: &CardId,
-        edited: Option<&[u8]>,
-        actor: &str,
-        expect: Expect<'_>,
-        allow_credentials: bool,
-    ) -> Result<CardChange> {
-        let allow: &[CardId] = if allow_credentials {
-            std::slice::from_ref(id)
-        } else {
-            &[]
-        };
-        let Some(raw) = edited else {
-            // The text screened is the text verified: one transaction.
-            return self.write(|tx| {
-                let e = self.err("verify");
-                let row = load_row(tx, ws, id)
-                    .map_err(&e)?
-                    .ok_or_else(|| not_found(ws, id))?;
-                let current = super::cards::load_object(tx, ws, &row.sha256).map_err(&e)?;
-                let allowed = screen_admin(&current, id, allow)?;
-                self.set_state_in(
-                    tx,
-                    ws,
-                    id,
-                    CardState::Verify,
-                    actor,
-                    expect,
-                    allowed.as_deref(),
-                )
-            });
-        };
-        let mut card = parse_card(raw)
-            .map_err(|e| StoreError::Invalid(format!("edited card is not valid OKF: {e}")))?;
-        if card.summary.id != *id {
-            return Err(StoreError::Invalid(format!(
-                "the edited text has id {} but the request names {id}; keep the id",
-                card.summary.id
-            )));
-        }
-        card.summary.trust = Trust::Verified;
-        let new_raw = render_card(&card).into_bytes();
-        let detail = match screen_admin(&new_raw, id, allow)? {
-            Some(allowed) => format!("with edits; {allowed}"),
-            None => "with edits".to_owned(),
-        };
-        self.replace_text(
-            ws,
-            &card,
-            &new_raw,
-            actor,
-            expect,
-            ("verify", Some(&detail)),
-        )
-    }
-
-    /// Rejects a card: archives it (out of every task now, purged after the archive
-    /// retention) with the curator's reason in its history, and keeps a tombstone of its
-    /// lesson (fingerprint, reason, curator; no text) that outlives the purge: a later store
-    /// of the same lesson is refused with the reason (or queued marked, as configured).
-    pub fn reject(
-        &self,
-        ws: &str,
-        id: &CardId,
-        reason: &str,
-        actor: &str,
-        expect: Expect<'_>,
-    ) -> Result<CardChange> {
-        let reason = reason.trim();
-        if reason.is_empty()
-            || reason.chars().count() > MAX_REASON
-            || reason.chars().any(char::is_control)
-        {
-            return Err(invalid(
-                "reason",
-                &format!(
-                    "must be 1 to {MAX_REASON} characters on one line (say why the card is rejected)"
-                ),
-            ));
-        }
-        let detail = format!("reason={reason}");
-        self.write(|tx| {
-            let e = self.err("keep tombstone");
-            let row = load_row(tx, ws, id)
-                .map_err(&e)?
-                .ok_or_else(|| not_found(ws, id))?;
-            let change =
-                self.set_state_in(tx, ws, id, CardState::Reject, actor, expect, Some(&detail))?;
-            if change.changed {
-                super::intake::bury(tx, ws, id, &row.summary, reason, actor).map_err(&e)?;
-            }
-            Ok(change)
-        })
-    }
-
-    /// Merges card `id` into `into`: `id` is superseded by `into`, and `into` takes over
-    /// its counters (occurrence added, the later last-seen kept). Both cards' histories
-    /// record it.
-    pub fn merge(
-        &self,
-        ws: &str,
-        id: &CardId,
-        into: &CardId,
-        actor: &str,
-        expect: Expect<'_>,
-    ) -> Result<CardChange> {
-        if id == into {
-            return Err(invalid(
-                "into",
-                "must name another card, not the card itself",
-            ));
-        }
-        self.write(|tx| {
-            let e = self.err("merge cards");
-            let from = load_row(tx, ws, id).map_err(&e)?.ok_or_else(|| not_found(ws, id))?;
-            let target = load_row(tx, ws, into).map_err(&e)?.ok_or_else(|| {
-                StoreError::Invalid(format!("into: card {into} not found in workspace {ws}"))
-            })?;
-            // Counters move once: a card merged (or superseded, or archived) already has
-            // nothing left to give, and a retry must not count it twice.
-            if let Some(by) = from.summary.superseded_by {
-                return Err(StoreError::Conflict(format!(
-                    "card {id} is already superseded by {by}; nothing was merged"
-                )));
-            }
-            if from.archived_at.is_some() {
-                return Err(StoreError::Conflict(format!(
-                    "card {id} is archived; unarchive it to merge it"
-                )));
-            }
-            // What reached everyone must not end up where fewer tasks see it. (An
-            // unverified card reached only its author's tasks: folding it into a curated
-            // card is what merging is for.)
-            let (f, t) = (&from.summary, &target.summary);
-            if f.trust == Trust::Verified && t.trust == Trust::Unverified {
-                return Err(invalid(
-                    "into",
-                    &format!("names an unverified card; verify {into} first, then merge the verified card {id} into it"),
-                ));
-            }
-            let narrower = |a: &Option<String>, b: &Option<String>| b.is_some() && a != b;
-            if f.trust == Trust::Verified
-                && (narrower(&f.scope.user_id, &t.scope.user_id)
-                    || narrower(&f.scope.asset_id, &t.scope.asset_id))
-            {
-                return Err(invalid(
-                    "into",
-                    &format!("names a card with a narrower scope than {id} (another or an extra user or asset binding); its tasks would lose the card"),
-                ));
-            }
-            let pending: (i64, Option<String>) = tx
-                .query_row(
-                    "SELECT pending_occurrence, pending_last_seen FROM cards WHERE workspace = ?1 AND id = ?2",
-                    params![ws, id.to_string()],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .map_err(&e)?;
-            let detail = format!("merged into {into}");
-            let result = self.set_state_in(tx, ws, id, CardState::Supersede(*into), actor, expect, Some(&detail))?;
-            let last_seen = match (&target.last_seen, &from.last_seen) {
-                (Some(a), Some(b)) => Some(a.max(b).clone()),
-                (a, b) => a.clone().or_else(|| b.clone()),
-            };
-            let occurrence = target.occurrence + from.occurrence;
-            let rev = result.revision;
-            tx.execute(
-                "UPDATE cards SET occurrence = ?3, last_seen = ?4, rev = ?5,
-                    pending_occurrence = pending_occurrence + ?6,
-                    pending_last_seen = CASE WHEN COALESCE(pending_last_seen, '') > COALESCE(?7, '')
-                        THEN COALESCE(pending_last_seen, '') ELSE COALESCE(?7, '') END
-                 WHERE workspace = ?1 AND id = ?2",
-                params![ws, into.to_string(), occurrence as i64, last_seen, rev as i64, pending.0, pending.1],
-            )
-            .map_err(&e)?;
-            tx.execute(
-                "UPDATE cards SET pending_occurrence = 0, pending_last_seen = NULL WHERE workspace = ?1 AND id = ?2",
-                params![ws, id.to_string()],
-            )
-            .map_err(&e)?;
-            audit(
-                tx,
-                ws,
-                Some(into),
-                rev,
-                actor,
-                "merge",
-                Some(&target.sha256),
-                Some(&target.sha256),
-                None,
-                Some(&format!("merged {id} in: occurrence {} + {} = {occurrence}", target.occurrence, from.occurrence)),
-            )
-            .map_err(&e)?;
-            Ok(result)
         })
     }
 

@@ -12,7 +12,7 @@
 //! a daemon that is mid-sync can still fetch what its manifest named.
 
 mod backup;
-mod cards;
+pub(crate) mod cards;
 mod curation;
 pub mod db;
 pub(crate) mod intake;
@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use jiff::Timestamp;
 
 pub use backup::{BackupReport, backup};
-pub use cards::{CardChange, CardState, Expect, HistoryRow, ImportReport, Rejected};
+pub use cards::{CardChange, Expect, HistoryRow, ImportReport, Rejected};
 use db::{DbError, OptionalExtension, Tx, params};
 pub use intake::{IntakePolicy, OnRejected, set_embedding_model};
 pub use migrate::{MigrateReport, TableCheck, migrate};

@@ -1,0 +1,473 @@
+//! What a curator's action does to a card: create and update from OKF text, the state
+//! changes (disable, enable, verify, supersede, archive, unarchive), verify with edits,
+//! reject and merge. The one place for their rules:
+//! - text a curator writes is valid OKF, keeps the id it is sent to, and carries no
+//!   credential unless the curator allowed this card (audited, kinds only);
+//! - an archived card is unarchived before its text changes;
+//! - a card is superseded only by another card that is itself live;
+//! - a rejection says why, on one line, and leaves a tombstone of the lesson;
+//! - a merge moves counters once (never from a card already merged or archived) and never
+//!   takes what reached everyone to where fewer tasks see it.
+//!
+//! Each action is one transaction (the store's), conditional on the card's version when the
+//! caller sends one ([`Expect`]), with its audit rows; the rows are the store's.
+
+use mop_cards::{Card, CardId, Trust, parse_card, render_card};
+
+use crate::store::cards::{Row, screen_admin};
+use crate::store::db::Tx;
+use crate::store::{CardChange, Expect, Result, Store, StoreError, now};
+
+/// Longest reason a rejection may give.
+const MAX_REASON: usize = 500;
+
+/// A state change a curator can make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CardState {
+    /// Take the card out of every task (`enabled: false`).
+    Disable,
+    /// Put a disabled card back.
+    Enable,
+    /// A person vouches for the card (`trust: verified`); it then reaches every task its
+    /// scope allows, not only its author's.
+    Verify,
+    /// Replaced by a newer card.
+    Supersede(CardId),
+    /// Soft delete: out of the manifest now, purged after the archive retention.
+    Archive,
+    /// Undo an archive before the purge.
+    Unarchive,
+    /// A curator turns an (agent-written) card down: archived like [`CardState::Archive`],
+    /// recorded as a rejection with its reason.
+    Reject,
+}
+
+impl CardState {
+    /// What the card's history calls it.
+    fn action(self) -> &'static str {
+        match self {
+            CardState::Disable => "disable",
+            CardState::Enable => "enable",
+            CardState::Verify => "verify",
+            CardState::Supersede(_) => "supersede",
+            CardState::Archive => "archive",
+            CardState::Unarchive => "unarchive",
+            CardState::Reject => "reject",
+        }
+    }
+
+    /// Whether the change is to the archive state only (the text stays byte for byte).
+    fn archive_only(self) -> bool {
+        matches!(
+            self,
+            CardState::Archive | CardState::Unarchive | CardState::Reject
+        )
+    }
+}
+
+fn invalid(field: &str, rule: &str) -> StoreError {
+    StoreError::Invalid(format!("{field} {rule}"))
+}
+
+/// Curator text, parsed; `context` says which text in the error.
+fn parse(raw: &[u8], context: &str) -> Result<Card> {
+    parse_card(raw).map_err(|e| StoreError::Invalid(format!("{context} is not valid OKF: {e}")))
+}
+
+/// The card ids a curator allowed to carry credentials: this one, or none.
+fn allowed(id: &CardId, allow_credentials: bool) -> &[CardId] {
+    if allow_credentials {
+        std::slice::from_ref(id)
+    } else {
+        &[]
+    }
+}
+
+/// Text sent to card `id` must name `id`; `what` names the text, `then` what to do.
+fn same_id(card: &Card, id: &CardId, what: &str, then: &str) -> Result<()> {
+    if card.summary.id == *id {
+        return Ok(());
+    }
+    Err(StoreError::Invalid(format!(
+        "the {what} has id {} but the request names {id}{then}",
+        card.summary.id
+    )))
+}
+
+/// Creates a card from OKF text; the id comes from the text. A card that carries a
+/// credential is refused unless `allow_credentials` (audited).
+pub fn create_card(
+    store: &Store,
+    ws: &str,
+    raw: &[u8],
+    actor: &str,
+    allow_credentials: bool,
+) -> Result<CardChange> {
+    let card = parse(raw, "card")?;
+    let id = card.summary.id;
+    let detail = screen_admin(raw, &id, allowed(&id, allow_credentials))?;
+    store.write(|tx| store.insert_card(tx, ws, &card, raw, actor, detail.as_deref()))
+}
+
+/// Replaces a card's text; server counters are kept. Text that carries a credential is
+/// refused unless `allow_credentials` (audited).
+pub fn update_card(
+    store: &Store,
+    ws: &str,
+    id: &CardId,
+    raw: &[u8],
+    actor: &str,
+    expect: Expect<'_>,
+    allow_credentials: bool,
+) -> Result<CardChange> {
+    let card = parse(raw, "card")?;
+    same_id(&card, id, "card text", "")?;
+    let detail = screen_admin(raw, id, allowed(id, allow_credentials))?;
+    store.write(|tx| {
+        replace_text(
+            store,
+            tx,
+            ws,
+            &card,
+            raw,
+            actor,
+            expect,
+            ("update", detail.as_deref()),
+        )
+    })
+}
+
+/// Writes curator text over a card that is not archived; what an update and a verify with
+/// edits share.
+#[allow(clippy::too_many_arguments)]
+fn replace_text(
+    store: &Store,
+    tx: &Tx<'_>,
+    ws: &str,
+    card: &Card,
+    raw: &[u8],
+    actor: &str,
+    expect: Expect<'_>,
+    audit: (&str, Option<&str>),
+) -> Result<CardChange> {
+    let id = &card.summary.id;
+    let row = store.card_row(tx, ws, id)?;
+    expect.check(id, &row)?;
+    if row.archived_at.is_some() {
+        return Err(StoreError::Conflict(format!(
+            "card {id} is archived; unarchive it before changing it"
+        )));
+    }
+    store.rewrite_card(tx, ws, &row, card, raw, None, actor, audit)
+}
+
+/// Disables, enables, verifies, supersedes, archives or unarchives a card.
+pub fn set_state(
+    store: &Store,
+    ws: &str,
+    id: &CardId,
+    state: CardState,
+    actor: &str,
+    expect: Expect<'_>,
+) -> Result<CardChange> {
+    store.write(|tx| set_state_in(store, tx, ws, id, state, actor, expect, None))
+}
+
+/// [`set_state`] inside a transaction, with an optional detail for the audit row (a
+/// rejection's reason, say).
+#[allow(clippy::too_many_arguments)]
+fn set_state_in(
+    store: &Store,
+    tx: &Tx<'_>,
+    ws: &str,
+    id: &CardId,
+    state: CardState,
+    actor: &str,
+    expect: Expect<'_>,
+    reason: Option<&str>,
+) -> Result<CardChange> {
+    let row = store.card_row(tx, ws, id)?;
+    expect.check(id, &row)?;
+    let raw = store.card_object(tx, ws, &row)?;
+    let mut card = parse(&raw, "the stored card")?;
+    let mut archived_at = row.archived_at.clone();
+    let mut detail = reason.map(str::to_owned);
+    match state {
+        CardState::Disable => card.summary.enabled = false,
+        CardState::Enable => card.summary.enabled = true,
+        CardState::Verify => card.summary.trust = Trust::Verified,
+        CardState::Supersede(by) => {
+            let newer = store.find_row(tx, ws, &by)?;
+            check_superseder(ws, id, by, newer.as_ref())?;
+            card.summary.superseded_by = Some(by);
+            detail = Some(format!("superseded_by={by}"));
+        }
+        CardState::Archive | CardState::Reject => {
+            archived_at = Some(row.archived_at.clone().unwrap_or_else(now))
+        }
+        CardState::Unarchive => archived_at = None,
+    }
+    let new_raw = if state.archive_only() {
+        raw
+    } else {
+        render_card(&card).into_bytes()
+    };
+    store.rewrite_card(
+        tx,
+        ws,
+        &row,
+        &card,
+        &new_raw,
+        archived_at.as_deref(),
+        actor,
+        (state.action(), detail.as_deref()),
+    )
+}
+
+/// A card is superseded only by another card (`newer`, the row of `by`) that is live.
+fn check_superseder(ws: &str, id: &CardId, by: CardId, newer: Option<&Row>) -> Result<()> {
+    if by == *id {
+        return Err(StoreError::Invalid("a card cannot supersede itself".into()));
+    }
+    let newer = newer.ok_or_else(|| {
+        StoreError::Invalid(format!("superseding card {by} not found in workspace {ws}"))
+    })?;
+    if !newer.summary.is_live() || newer.archived_at.is_some() {
+        return Err(StoreError::Invalid(format!(
+            "superseding card {by} is disabled, superseded or archived itself"
+        )));
+    }
+    Ok(())
+}
+
+/// Verifies a card, after replacing its text with `edited` when given (the edit must keep
+/// the card's id). One audit row says both. A card whose text carries a credential is
+/// refused (a verify would send it to every task) unless `allow_credentials`.
+pub fn verify(
+    store: &Store,
+    ws: &str,
+    id: &CardId,
+    edited: Option<&[u8]>,
+    actor: &str,
+    expect: Expect<'_>,
+    allow_credentials: bool,
+) -> Result<CardChange> {
+    let allow = allowed(id, allow_credentials);
+    let Some(raw) = edited else {
+        // The text screened is the text verified: one transaction.
+        return store.write(|tx| {
+            let row = store.card_row(tx, ws, id)?;
+            let current = store.card_object(tx, ws, &row)?;
+            let detail = screen_admin(&current, id, allow)?;
+            let state = CardState::Verify;
+            set_state_in(store, tx, ws, id, state, actor, expect, detail.as_deref())
+        });
+    };
+    let mut card = parse(raw, "edited card")?;
+    same_id(&card, id, "edited text", "; keep the id")?;
+    card.summary.trust = Trust::Verified;
+    let new_raw = render_card(&card).into_bytes();
+    let detail = match screen_admin(&new_raw, id, allow)? {
+        Some(allowed) => format!("with edits; {allowed}"),
+        None => "with edits".to_owned(),
+    };
+    store.write(|tx| {
+        let audit = ("verify", Some(detail.as_str()));
+        replace_text(store, tx, ws, &card, &new_raw, actor, expect, audit)
+    })
+}
+
+/// A rejection's reason, trimmed: 1 to [`MAX_REASON`] characters on one line.
+fn check_reason(reason: &str) -> Result<&str> {
+    let reason = reason.trim();
+    if reason.is_empty()
+        || reason.chars().count() > MAX_REASON
+        || reason.chars().any(char::is_control)
+    {
+        return Err(invalid(
+            "reason",
+            &format!(
+                "must be 1 to {MAX_REASON} characters on one line (say why the card is rejected)"
+            ),
+        ));
+    }
+    Ok(reason)
+}
+
+/// Rejects a card: archives it (out of every task now, purged after the archive retention)
+/// with the curator's reason in its history, and keeps a tombstone of its lesson
+/// (fingerprint, reason, curator; no text) that outlives the purge: a later store of the
+/// same lesson is refused with the reason (or queued marked, as configured).
+pub fn reject(
+    store: &Store,
+    ws: &str,
+    id: &CardId,
+    reason: &str,
+    actor: &str,
+    expect: Expect<'_>,
+) -> Result<CardChange> {
+    let reason = check_reason(reason)?;
+    let detail = format!("reason={reason}");
+    store.write(|tx| {
+        let row = store.card_row(tx, ws, id)?;
+        let state = CardState::Reject;
+        let change = set_state_in(store, tx, ws, id, state, actor, expect, Some(&detail))?;
+        if change.changed {
+            store.keep_tombstone(tx, ws, id, &row.summary, reason, actor)?;
+        }
+        Ok(change)
+    })
+}
+
+/// Whether card `id` (its row `from`) may be merged into `into` (its row `target`).
+fn check_merge(id: &CardId, from: &Row, into: &CardId, target: &Row) -> Result<()> {
+    // Counters move once: a card merged (or superseded, or archived) already has nothing
+    // left to give, and a retry must not count it twice.
+    if let Some(by) = from.summary.superseded_by {
+        return Err(StoreError::Conflict(format!(
+            "card {id} is already superseded by {by}; nothing was merged"
+        )));
+    }
+    if from.archived_at.is_some() {
+        return Err(StoreError::Conflict(format!(
+            "card {id} is archived; unarchive it to merge it"
+        )));
+    }
+    // What reached everyone must not end up where fewer tasks see it. (An unverified card
+    // reached only its author's tasks: folding it into a curated card is what merging is
+    // for.)
+    let (f, t) = (&from.summary, &target.summary);
+    if f.trust == Trust::Verified && t.trust == Trust::Unverified {
+        return Err(invalid(
+            "into",
+            &format!(
+                "names an unverified card; verify {into} first, then merge the verified card {id} into it"
+            ),
+        ));
+    }
+    let narrower = |a: &Option<String>, b: &Option<String>| b.is_some() && a != b;
+    if f.trust == Trust::Verified
+        && (narrower(&f.scope.user_id, &t.scope.user_id)
+            || narrower(&f.scope.asset_id, &t.scope.asset_id))
+    {
+        return Err(invalid(
+            "into",
+            &format!(
+                "names a card with a narrower scope than {id} (another or an extra user or asset binding); its tasks would lose the card"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Merges card `id` into `into`: `id` is superseded by `into`, and `into` takes over its
+/// counters (occurrence added, the later last-seen kept). Both cards' histories record it.
+pub fn merge(
+    store: &Store,
+    ws: &str,
+    id: &CardId,
+    into: &CardId,
+    actor: &str,
+    expect: Expect<'_>,
+) -> Result<CardChange> {
+    if id == into {
+        return Err(invalid(
+            "into",
+            "must name another card, not the card itself",
+        ));
+    }
+    store.write(|tx| {
+        let from = store.card_row(tx, ws, id)?;
+        let target = store.find_row(tx, ws, into)?.ok_or_else(|| {
+            StoreError::Invalid(format!("into: card {into} not found in workspace {ws}"))
+        })?;
+        check_merge(id, &from, into, &target)?;
+        let detail = format!("merged into {into}");
+        let state = CardState::Supersede(*into);
+        let result = set_state_in(store, tx, ws, id, state, actor, expect, Some(&detail))?;
+        store.move_counters(tx, ws, (id, &from), (into, &target), result.revision, actor)?;
+        Ok(result)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A card row of `id` with `trust` and optional user binding, as the store loads one.
+    fn row(id: &str, extra: &str) -> Row {
+        let text = format!("---\nid: {id}\ntype: fact\ntitle: T\n{extra}---\nBody.\n");
+        let summary = parse_card(text.as_bytes())
+            .expect("test card parses")
+            .summary;
+        Row {
+            summary,
+            sha256: "0".repeat(64),
+            occurrence: 1,
+            last_seen: None,
+            archived_at: None,
+        }
+    }
+
+    const A: &str = "1528fa6d-2786-4c33-9e4e-a2e4e84ca7d7";
+    const B: &str = "2528fa6d-2786-4c33-9e4e-a2e4e84ca7d7";
+
+    fn id(s: &str) -> CardId {
+        CardId::parse(s).unwrap()
+    }
+
+    #[test]
+    fn a_verified_card_merges_only_where_as_many_tasks_see_it() {
+        let verified = row(A, "trust: verified\n");
+        let curated = row(B, "trust: verified\n");
+        let mine = row(B, "trust: unverified\nscope:\n  user_id: alice\n");
+        // Control: verified into verified, same (workspace) scope.
+        assert!(check_merge(&id(A), &verified, &id(B), &curated).is_ok());
+        // Verified into an unverified card, or into one bound to a user: refused.
+        let err = check_merge(&id(A), &verified, &id(B), &mine).unwrap_err();
+        assert!(matches!(err, StoreError::Invalid(m) if m.starts_with("into ")));
+        let bound = row(B, "trust: verified\nscope:\n  user_id: alice\n");
+        assert!(check_merge(&id(A), &verified, &id(B), &bound).is_err());
+        // An unverified card folds into a curated one: what merging is for.
+        let draft = row(A, "trust: unverified\nscope:\n  user_id: alice\n");
+        assert!(check_merge(&id(A), &draft, &id(B), &curated).is_ok());
+    }
+
+    #[test]
+    fn counters_move_once() {
+        let target = row(B, "trust: verified\n");
+        let mut archived = row(A, "");
+        archived.archived_at = Some("2026-01-01T00:00:00.000000Z".into());
+        let err = check_merge(&id(A), &archived, &id(B), &target).unwrap_err();
+        assert!(matches!(err, StoreError::Conflict(_)));
+        let mut merged = row(A, "");
+        merged.summary.superseded_by = Some(id(B));
+        let err = check_merge(&id(A), &merged, &id(B), &target).unwrap_err();
+        assert!(matches!(err, StoreError::Conflict(_)));
+    }
+
+    #[test]
+    fn only_a_live_card_supersedes() {
+        let newer = row(B, "");
+        assert!(check_superseder("w", &id(A), id(B), Some(&newer)).is_ok());
+        assert!(check_superseder("w", &id(A), id(A), Some(&newer)).is_err());
+        assert!(check_superseder("w", &id(A), id(B), None).is_err());
+        let mut gone = row(B, "");
+        gone.archived_at = Some("2026-01-01T00:00:00.000000Z".into());
+        assert!(check_superseder("w", &id(A), id(B), Some(&gone)).is_err());
+        let disabled = row(B, "enabled: false\n");
+        assert!(check_superseder("w", &id(A), id(B), Some(&disabled)).is_err());
+    }
+
+    #[test]
+    fn a_rejection_says_why_on_one_line() {
+        assert_eq!(
+            check_reason("  duplicate of the runbook ").unwrap(),
+            "duplicate of the runbook"
+        );
+        assert!(check_reason("   ").is_err());
+        assert!(check_reason("two\nlines").is_err());
+        assert!(check_reason(&"x".repeat(MAX_REASON)).is_ok());
+        assert!(check_reason(&"x".repeat(MAX_REASON + 1)).is_err());
+    }
+}

@@ -11,6 +11,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use mop_cards::Tier;
+use mop_proto::curation::{
+    CardDetails, CardPage, HistoryRow, ReviewItem, ReviewQueue, StaleReport,
+};
+use mop_proto::receipts::{ReceiptCard, StoreEventOutcome};
 use mop_testkit::procs::{
     Daemon, DaemonOptions, Server, as_runner, bin, output_text as text, run, run_with_stdin,
     runner_user,
@@ -24,12 +29,9 @@ const CURATOR: &str = "Carol Curator";
 const ASSET: &str = "db-prod-01";
 
 mop_testkit::world_env! {
-    /// The world of these tests (the example cards, receipts reported every second), a
-    /// curator's token in a file and an empty home for `mop-curate`.
-    Env {
-        admin_file: tempfile::NamedTempFile,
-        home: tempfile::TempDir,
-    }
+    /// The world of these tests: the example cards, receipts reported every second, and a
+    /// curator with a name.
+    Env {}
 }
 
 fn setup() -> Option<Env> {
@@ -37,36 +39,10 @@ fn setup() -> Option<Env> {
         .curator(CURATOR)
         .daemon_config("[receipts]\nreport_interval_secs = 1\n")
         .start()?;
-    let admin_file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(admin_file.path(), &world.admin).unwrap();
-    Some(Env {
-        world,
-        admin_file,
-        home: tempfile::tempdir().unwrap(),
-    })
+    Some(Env { world })
 }
 
 impl Env {
-    /// `mop-curate <args>` as a curator on a laptop: URL, workspace and token from the
-    /// environment, an empty home (no config file).
-    fn curate(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(bin("mop-curate"));
-        cmd.args(args)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", self.home.path())
-            .env("MOP_SERVER_URL", &self.server.url)
-            .env("MOP_WORKSPACE", WS)
-            .env("MOP_ADMIN_TOKEN_FILE", self.admin_file.path());
-        cmd
-    }
-
-    fn curate_json(&self, args: &[&str]) -> Value {
-        let out = run(&mut self.curate(args));
-        assert!(out.status.success(), "mop-curate {args:?}: {}", text(&out));
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)))
-    }
-
     /// `mop run` as the runner for `user` on the asset, running `script` in the sandbox.
     fn mop_run(&self, task: &str, user: &str, title: &str, script: &str) -> Output {
         let w = self.workdir();
@@ -102,31 +78,17 @@ impl Env {
         run(&mut as_runner(&args))
     }
 
-    /// `mop receipt TASK --json`, as the runner.
-    fn receipt(&self, task: &str) -> Value {
-        let socket = self.daemon.socket();
-        let out = run(&mut as_runner(&[
-            OsStr::new("receipt"),
-            OsStr::new(task),
-            OsStr::new("--json"),
-            OsStr::new("--socket"),
-            socket.as_os_str(),
-        ]));
-        assert!(out.status.success(), "receipt {task}: {}", text(&out));
-        serde_json::from_slice(&out.stdout).unwrap()
-    }
-
     /// Waits until `f` holds for the card's details.
-    fn wait_details(&self, id: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+    fn wait_details(&self, id: &str, what: &str, f: impl Fn(&CardDetails) -> bool) -> CardDetails {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let v = self.curate_json(&["show", id, "--json"]);
+            let v: CardDetails = self.curate_as(&["show", id, "--json"]);
             if f(&v) {
                 return v;
             }
             assert!(
                 Instant::now() < deadline,
-                "timed out waiting for {what}: {v:#}\ndaemon log:\n{}\nserver log:\n{}",
+                "timed out waiting for {what}: {v:#?}\ndaemon log:\n{}\nserver log:\n{}",
                 self.daemon.log(),
                 self.server.log()
             );
@@ -135,17 +97,16 @@ impl Env {
     }
 }
 
-fn ids(list: &Value) -> Vec<String> {
-    list.as_array()
-        .unwrap()
+/// The ids of a receipt's cards.
+fn ids(cards: &[ReceiptCard]) -> Vec<String> {
+    cards.iter().map(|c| c.id.to_string()).collect()
+}
+
+/// The ids of a listing's cards.
+fn ids_of_cards(page: &CardPage) -> Vec<String> {
+    page.cards
         .iter()
-        .map(|c| {
-            c["id"]
-                .as_str()
-                .or_else(|| c["summary"]["id"].as_str())
-                .unwrap()
-                .to_owned()
-        })
+        .map(|c| c.summary.id.to_string())
         .collect()
 }
 
@@ -180,17 +141,13 @@ fn the_curation_loop_end_to_end() {
         .to_owned();
 
     // 2. The curator's review lists it, with provenance and nearest cards; 3. verifies it.
-    let review = env.curate_json(&["review", "--json"]);
+    let review: ReviewQueue = env.curate_as(&["review", "--json"]);
     let raw = http()
         .get(format!(
             "{}/v1/workspaces/{WS}/cards/{card}",
             env.server.url
         ))
-        .bearer_auth(
-            std::fs::read_to_string(env.admin_file.path())
-                .unwrap()
-                .trim(),
-        )
+        .bearer_auth(&env.admin)
         .send()
         .unwrap()
         .bytes()
@@ -199,29 +156,33 @@ fn the_curation_loop_end_to_end() {
         raw.contains(&0x1b),
         "control: the stored card holds the escape sequences"
     );
-    let item = review["items"]
-        .as_array()
-        .unwrap()
+    let is_ours = |i: &&ReviewItem| i.card.summary.id.to_string() == card;
+    let item = review
+        .items
         .iter()
-        .find(|i| i["card"]["summary"]["id"] == card.as_str())
-        .unwrap_or_else(|| panic!("{card} is not in the queue: {review:#}"));
-    let p = &item["card"]["provenance"];
-    assert_eq!(p["task_id"], "alice-etl-1");
-    assert_eq!(p["user_id"], "alice");
-    assert_eq!(p["asset_id"], ASSET);
-    assert!(p["node_token"].as_str().unwrap().starts_with("tok"), "{p}");
-    assert!(p["stored_at"].is_string(), "{p}");
-    let nearest = item["nearest"].as_array().unwrap();
-    assert!(!nearest.is_empty(), "nearest cards: {item:#}");
+        .find(is_ours)
+        .unwrap_or_else(|| panic!("{card} is not in the queue: {review:#?}"));
+    let p = item
+        .card
+        .provenance
+        .as_ref()
+        .expect("an agent card has provenance");
+    assert_eq!(p.source.task_id.as_deref(), Some("alice-etl-1"));
+    assert_eq!(p.source.user_id.as_deref(), Some("alice"));
+    assert_eq!(p.source.asset_id.as_deref(), Some(ASSET));
+    let node_token = p.node_token.as_deref().unwrap_or_default();
+    assert!(node_token.starts_with("tok"), "{p:?}");
+    assert!(p.stored_at.is_some(), "{p:?}");
+    assert!(!item.nearest.is_empty(), "nearest cards: {item:#?}");
     assert!(
-        nearest.iter().all(|n| n["id"] != card.as_str()),
+        item.nearest.iter().all(|n| n.id.to_string() != card),
         "a card is not its own neighbour"
     );
-    let before = review["total"].as_u64().unwrap();
+    let before = review.total;
     // The queue is oldest first: skip the example workspace's unverified cards, verify ours.
     let mut answers = String::new();
-    for i in review["items"].as_array().unwrap() {
-        if i["card"]["summary"]["id"] == card.as_str() {
+    for i in &review.items {
+        if is_ours(&i) {
             answers.push_str("v\n");
             break;
         }
@@ -240,8 +201,8 @@ fn the_curation_loop_end_to_end() {
         "{shown}"
     );
     assert!(shown.contains(&format!("verified {card}")), "{shown}");
-    let after = env.curate_json(&["review", "--json"]);
-    assert_eq!(after["total"].as_u64().unwrap(), before - 1, "{after:#}");
+    let after: ReviewQueue = env.curate_as(&["review", "--json"]);
+    assert_eq!(after.total, before - 1, "{after:#?}");
 
     // 4. Bob's next task on the same asset receives it (and finds it by search).
     env.daemon.sync(WS);
@@ -257,17 +218,17 @@ fn the_curation_loop_end_to_end() {
 
     // 5. The receipts show both tasks and their cards.
     let alice = env.receipt("alice-etl-1");
-    assert_eq!(alice["schema"], "mop.receipt/1");
-    assert_eq!(alice["user_id"], "alice");
-    assert!(alice["ended_at"].is_string(), "{alice:#}");
-    assert!(!alice["cards"].as_array().unwrap().is_empty());
-    let stores = alice["activity"]["stores"].as_array().unwrap();
-    assert_eq!(stores.len(), 1, "{alice:#}");
-    assert_eq!(stores[0]["outcome"], "created");
-    assert_eq!(stores[0]["id"], card.as_str());
-    let retrieves = alice["activity"]["retrieves"].as_array().unwrap();
+    assert_eq!(alice.schema, "mop.receipt/1");
+    assert_eq!(alice.user_id.as_deref(), Some("alice"));
+    assert!(alice.ended_at.is_some(), "{alice:#?}");
+    assert!(!alice.cards.is_empty());
+    let stores = &alice.activity.stores;
+    assert_eq!(stores.len(), 1, "{alice:#?}");
+    assert_eq!(stores[0].outcome, StoreEventOutcome::Created);
+    assert_eq!(stores[0].id.map(|id| id.to_string()), Some(card.clone()));
+    let retrieves = &alice.activity.retrieves;
     assert_eq!(retrieves.len(), 1);
-    let hash = retrieves[0]["query_hash"].as_str().unwrap();
+    let hash = &retrieves[0].query_hash;
     assert_eq!(hash.len(), 64, "a hash, not the query: {hash}");
     let alice_text = serde_json::to_string(&alice).unwrap();
     assert!(
@@ -279,38 +240,33 @@ fn the_curation_loop_end_to_end() {
         "no card text in a receipt"
     );
     let bob = env.receipt("bob-etl-2");
-    let bob_cards = ids(&bob["cards"]);
+    let bob_cards = ids(&bob.cards);
     assert!(
         bob_cards.contains(&card),
-        "bob's receipt lists the card: {bob:#}"
+        "bob's receipt lists the card: {bob:#?}"
     );
     assert!(
-        !ids(&alice["cards"]).contains(&card),
+        !ids(&alice.cards).contains(&card),
         "alice's task was not given it"
     );
-    let listed = bob["cards"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == card.as_str())
-        .unwrap();
-    assert_eq!(listed["tier"], "L2");
-    assert_eq!(listed["mounted"], true);
-    let bob_hits = &bob["activity"]["retrieves"][0]["hits"];
-    assert!(ids_of(bob_hits).contains(&card), "{bob:#}");
+    let listed = bob.cards.iter().find(|c| c.id.to_string() == card).unwrap();
+    assert_eq!(listed.tier, Tier::L2);
+    assert!(listed.mounted);
+    let bob_hits = &bob.activity.retrieves[0].hits;
+    assert!(bob_hits.iter().any(|h| h.to_string() == card), "{bob:#?}");
 
     // 6. `show` has the usage counts, once the daemon has reported both receipts.
     let details = env.wait_details(&card, "bob's receipt to be counted", |v| {
-        v["card"]["usage"]["delivered_7d"] == 1
+        v.card.usage.delivered_7d == 1
     });
-    let usage = &details["card"]["usage"];
-    assert_eq!(usage["delivered_30d"], 1, "{usage}");
+    let usage = &details.card.usage;
+    assert_eq!(usage.delivered_30d, 1, "{usage:?}");
     assert_eq!(
-        usage["retrieved_7d"], 1,
-        "bob's retrieve returned it: {usage}"
+        usage.retrieved_7d, 1,
+        "bob's retrieve returned it: {usage:?}"
     );
-    assert!(usage["last_delivered_at"].is_string());
-    assert_eq!(usage["hosts"].as_array().unwrap().len(), 1, "{usage}");
+    assert!(usage.last_delivered_at.is_some());
+    assert_eq!(usage.hosts.len(), 1, "{usage:?}");
     let shown = run(&mut env.curate(&["show", &card]));
     let shown = text(&shown);
     assert!(
@@ -319,13 +275,13 @@ fn the_curation_loop_end_to_end() {
     );
 
     // 7. `stale` lists a card that no task received, and none that one did.
-    let delivered: Vec<String> = ids(&alice["cards"]).into_iter().chain(bob_cards).collect();
-    let stale = env.curate_json(&["stale", "--days", "30", "--json"]);
-    let undelivered = ids(&stale["undelivered"]);
-    assert!(!undelivered.is_empty(), "{stale:#}");
+    let delivered: Vec<String> = ids(&alice.cards).into_iter().chain(bob_cards).collect();
+    let stale: StaleReport = env.curate_as(&["stale", "--days", "30", "--json"]);
+    let undelivered: Vec<String> = stale.undelivered.iter().map(|c| c.id.to_string()).collect();
+    assert!(!undelivered.is_empty(), "{stale:#?}");
     assert!(
         undelivered.iter().all(|id| !delivered.contains(id)),
-        "a delivered card is not stale: {stale:#}"
+        "a delivered card is not stale: {stale:#?}"
     );
     assert!(!undelivered.contains(&card), "a new card is not stale yet");
     let stale_text = text(&run(&mut env.curate(&["stale", "--days", "30"])));
@@ -370,7 +326,7 @@ fn the_curation_loop_end_to_end() {
     assert!(kept_text.contains("First curator"), "{kept_text}");
     let _ = std::fs::remove_file(kept);
     let url = format!("{}/v1/workspaces/{WS}/cards/{card}", env.server.url);
-    let admin = std::fs::read_to_string(env.admin_file.path()).unwrap();
+    let admin = &env.admin;
     let now = http().get(&url).bearer_auth(admin.trim()).send().unwrap();
     let etag = now.headers()["etag"].to_str().unwrap().to_owned();
     let now = now.text().unwrap();
@@ -419,17 +375,16 @@ fn the_curation_loop_end_to_end() {
                   mop memory store --type pitfall --title 'ledger export ORA-01555 again' --content-stdin <<'EOF'\nSame as before: raise undo_retention.\nEOF";
     let out = env.mop_run("alice-etl-3", "alice", "Ledger export again", script);
     assert!(out.status.success(), "{}", text(&out));
-    let queue = env.curate_json(&["list", "--unverified", "--json"]);
+    let queue: CardPage = env.curate_as(&["list", "--unverified", "--json"]);
     let by_title = |t: &str| {
-        queue["cards"]
-            .as_array()
-            .unwrap()
+        queue
+            .cards
             .iter()
-            .find(|c| c["summary"]["title"] == t)
-            .unwrap_or_else(|| panic!("{t}: {queue:#}"))["summary"]["id"]
-            .as_str()
-            .unwrap()
-            .to_owned()
+            .find(|c| c.summary.title == t)
+            .unwrap_or_else(|| panic!("{t}: {queue:#?}"))
+            .summary
+            .id
+            .to_string()
     };
     let (owner_card, again_card) = (
         by_title("Ledger ETL owner is team data"),
@@ -437,16 +392,18 @@ fn the_curation_loop_end_to_end() {
     );
     let out = run(&mut env.curate(&["reject", &owner_card, "--reason", "not a memory"]));
     assert!(out.status.success(), "{}", text(&out));
-    let before_merge = env.curate_json(&["show", &card, "--json"])["card"]["occurrence"]
-        .as_u64()
-        .unwrap();
+    let occurrence = |id: &str| {
+        env.curate_as::<CardDetails>(&["show", id, "--json"])
+            .card
+            .occurrence
+    };
+    let before_merge = occurrence(&card);
     let out = run(&mut env.curate(&["merge", &again_card, "--into", &card]));
     assert!(out.status.success(), "{}", text(&out));
-    let merged = env.curate_json(&["show", &card, "--json"]);
     assert_eq!(
-        merged["card"]["occurrence"].as_u64().unwrap(),
+        occurrence(&card),
         before_merge + 1,
-        "the merged card's counters carried over: {merged:#}"
+        "the merged card's counters carried over"
     );
     let again = run(&mut env.curate(&["merge", &again_card, "--into", &card]));
     assert!(!again.status.success(), "a card merges once");
@@ -456,28 +413,25 @@ fn the_curation_loop_end_to_end() {
         text(&again)
     );
     assert_eq!(
-        env.curate_json(&["show", &card, "--json"])["card"]["occurrence"]
-            .as_u64()
-            .unwrap(),
+        occurrence(&card),
         before_merge + 1,
         "a second merge counts nothing"
     );
-    let gone = env.curate_json(&["show", &again_card, "--json"]);
-    assert_eq!(gone["card"]["summary"]["superseded_by"], card.as_str());
-    let rejected = env.curate_json(&["list", "--archived", "--json"]);
+    let gone: CardDetails = env.curate_as(&["show", &again_card, "--json"]);
+    let by = gone.card.summary.superseded_by.map(|id| id.to_string());
+    assert_eq!(by, Some(card.clone()));
+    let rejected: CardPage = env.curate_as(&["list", "--archived", "--json"]);
     assert!(ids_of_cards(&rejected).contains(&owner_card));
     assert!(
-        !ids_of_cards(&env.curate_json(&["list", "--json", "--limit", "500"]))
-            .contains(&owner_card),
+        !ids_of_cards(&env.curate_as(&["list", "--json", "--limit", "500"])).contains(&owner_card),
         "a rejected card is archived"
     );
 
     // 9. Every step is in the history, under the curator's name.
-    let history = env.curate_json(&["history", &card, "--json"]);
-    let rows = history.as_array().unwrap();
-    let actions: Vec<(&str, Option<&str>)> = rows
+    let history: Vec<HistoryRow> = env.curate_as(&["history", &card, "--json"]);
+    let actions: Vec<(&str, Option<&str>)> = history
         .iter()
-        .map(|r| (r["action"].as_str().unwrap(), r["actor_name"].as_str()))
+        .map(|r| (r.action.as_str(), r.actor_name.as_deref()))
         .collect();
     assert_eq!(actions[0].0, "store", "{actions:?}");
     assert!(actions[0].1.is_none(), "a node token has no person's name");
@@ -492,33 +446,16 @@ fn the_curation_loop_end_to_end() {
         2,
         "the two accepted edits, not the refused ones: {actions:?}"
     );
-    let owner_history = env.curate_json(&["history", &owner_card, "--json"]);
-    let reject = owner_history
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["action"] == "reject")
-        .unwrap();
-    assert_eq!(reject["actor_name"], CURATOR);
-    assert_eq!(reject["detail"], "reason=not a memory");
+    let owner_history: Vec<HistoryRow> = env.curate_as(&["history", &owner_card, "--json"]);
+    let reject = owner_history.iter().find(|r| r.action == "reject").unwrap();
+    assert_eq!(reject.actor_name.as_deref(), Some(CURATOR));
+    assert_eq!(reject.detail.as_deref(), Some("reason=not a memory"));
     let diffs = text(&run(&mut env.curate(&["history", &card])));
     assert!(diffs.contains(&format!("verify by {CURATOR}")), "{diffs}");
     assert!(
         diffs.contains("+ Second curator: also raise it on the standby."),
         "{diffs}"
     );
-}
-
-fn ids_of(list: &Value) -> Vec<String> {
-    list.as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_owned())
-        .collect()
-}
-
-fn ids_of_cards(page: &Value) -> Vec<String> {
-    ids(&page["cards"])
 }
 
 #[test]

@@ -17,7 +17,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -27,7 +26,7 @@ use mop_testkit::faults::{Fault, FaultyProxy};
 use mop_testkit::postgres::Postgres;
 use mop_testkit::procs::output_text as text;
 use mop_testkit::procs::{
-    Daemon, DaemonOptions, Server, as_runner, bin, bwrap_available, run, runner_user,
+    Daemon, DaemonOptions, Server, as_runner, bwrap_available, run, runner_user,
 };
 use mop_testkit::world::World;
 use mop_testkit::{example_cards_dir, profiles_config};
@@ -488,14 +487,9 @@ fn admin_writes_are_screened_with_an_audited_override_and_stored_credentials_are
             .any(|(_, b)| contains(b, &secret)),
         "the overridden card reached the pool"
     );
-    let token_file = env.server.dir.path().join("admin.token");
-    std::fs::write(&token_file, &env.admin).unwrap();
-    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
     for card in [id, other] {
-        let out = run(std::process::Command::new(bin("mop-curate"))
-            .args(["--url", &env.server.url, "--workspace", WS, "--token-file"])
-            .arg(&token_file)
-            .args(["delete", card, "--reason", "carried a credential", "--yes"]));
+        let delete = ["delete", card, "--reason", "carried a credential", "--yes"];
+        let out = run(&mut env.curate(&delete));
         assert!(out.status.success(), "{}", text(&out));
     }
     let (code, _) = env.api(reqwest::Method::GET, &format!("/cards/{id}"), None);

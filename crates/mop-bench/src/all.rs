@@ -290,6 +290,9 @@ pub fn run(smoke: bool, out: &Path, seed: u64) -> Result<()> {
 /// Writes beside and renames, so the file is always a whole report.
 fn write(out: &Path, report: &str) -> Result<()> {
     let tmp = out.with_extension("md.tmp");
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
     std::fs::write(&tmp, report).with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::rename(&tmp, out).with_context(|| format!("cannot write {}", out.display()))
 }

@@ -97,14 +97,14 @@ enum Command {
         smoke: bool,
         /// The regression guard: a small set of benchmarks, each figure compared with the
         /// same figure in --baseline; fails if any is more than 20 % worse. The report goes
-        /// to --out (default target/bench-compare.md).
+        /// to --out (default bench-compare.md in $CARGO_TARGET_DIR, else in target/).
         #[arg(long, conflicts_with = "smoke")]
         compare: bool,
         /// The BENCHMARKS.md to compare against.
         #[arg(long, default_value = "BENCHMARKS.md")]
         baseline: std::path::PathBuf,
-        /// Where to write the report [default: BENCHMARKS.md, or target/bench-compare.md
-        /// with --compare].
+        /// Where to write the report [default: BENCHMARKS.md, or bench-compare.md in
+        /// $CARGO_TARGET_DIR (else target/) with --compare].
         #[arg(long)]
         out: Option<std::path::PathBuf>,
         /// Seed of the synthetic data.
@@ -291,7 +291,12 @@ fn main() -> Result<()> {
             seed,
         } => {
             return if compare {
-                let out = out.unwrap_or_else(|| "target/bench-compare.md".into());
+                // Beside the build, wherever cargo puts it.
+                let out = out.unwrap_or_else(|| {
+                    std::env::var_os("CARGO_TARGET_DIR")
+                        .map_or_else(|| "target".into(), std::path::PathBuf::from)
+                        .join("bench-compare.md")
+                });
                 all::compare(&baseline, &out, seed)
             } else {
                 all::run(smoke, &out.unwrap_or_else(|| "BENCHMARKS.md".into()), seed)

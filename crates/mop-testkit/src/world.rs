@@ -13,8 +13,9 @@
 //! let plan = world.prepare(&world.task("t1").user("alice"));
 //! ```
 //!
-//! The typed helpers answer with `mop_proto` types (a prepare's [`mop_proto::Plan`]), so a
-//! test reads fields, not JSON paths.
+//! The typed helpers answer with `mop_proto` types (a prepare's [`mop_proto::Plan`], a
+//! receipt, a curator's review queue or card details), so a test reads fields, not JSON
+//! paths.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::fs::PermissionsExt;
@@ -48,6 +49,22 @@ pub struct World {
     pub gid: u32,
     /// The workspaces, the first one [`WS`].
     pub workspaces: Vec<String>,
+    /// A curator's laptop: an empty home for `mop-curate` and the admin token in a file.
+    curator_home: tempfile::TempDir,
+}
+
+/// The file in a world's curator home that holds the admin token.
+const ADMIN_TOKEN_FILE: &str = "admin-token";
+
+/// A curator's home holding `admin` in [`ADMIN_TOKEN_FILE`].
+fn curator_home(admin: &str) -> tempfile::TempDir {
+    let home = tempfile::tempdir().expect("a temporary directory");
+    let file = home.path().join(ADMIN_TOKEN_FILE);
+    std::fs::write(&file, admin).expect("write the admin token");
+    // Only its owner may read a token file (mop-curate refuses one others can).
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+        .expect("restrict the admin token");
+    home
 }
 
 /// What a world is made of, beyond the defaults.
@@ -72,6 +89,7 @@ impl World {
         World {
             server,
             daemon,
+            curator_home: curator_home(&admin),
             admin,
             node,
             uid,
@@ -195,6 +213,7 @@ impl WorldBuilder {
         Some(World {
             server,
             daemon,
+            curator_home: curator_home(&admin),
             admin,
             node,
             uid,
@@ -365,6 +384,56 @@ impl World {
             "release {task_id}: {}",
             output_text(&out)
         );
+    }
+
+    /// `mop receipt TASK --json` as the runner, which must succeed.
+    pub fn receipt(&self, task_id: &str) -> mop_proto::receipts::Receipt {
+        let socket = self.daemon.socket();
+        let out = run(&mut as_runner(&[
+            OsStr::new("receipt"),
+            OsStr::new(task_id),
+            OsStr::new("--json"),
+            OsStr::new("--socket"),
+            socket.as_os_str(),
+        ]));
+        assert!(
+            out.status.success(),
+            "receipt {task_id}: {}",
+            output_text(&out)
+        );
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("receipt --json: {e}: {}", output_text(&out)))
+    }
+
+    /// `mop-curate <args…>` as a curator on a laptop: the server's URL, the first
+    /// workspace and the admin token (in a file) from the environment, and an empty home
+    /// (no config file).
+    pub fn curate(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(crate::procs::bin("mop-curate"));
+        cmd.args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.curator_home.path())
+            .env("MOP_SERVER_URL", &self.server.url)
+            .env("MOP_WORKSPACE", &self.workspaces[0])
+            .env(
+                "MOP_ADMIN_TOKEN_FILE",
+                self.curator_home.path().join(ADMIN_TOKEN_FILE),
+            );
+        cmd
+    }
+
+    /// `mop-curate <args…>`, which must succeed, its `--json` answer read as `T` (a
+    /// `mop_proto::curation` type).
+    pub fn curate_as<T: serde::de::DeserializeOwned>(&self, args: &[&str]) -> T {
+        let out = run(&mut self.curate(args));
+        assert!(
+            out.status.success(),
+            "mop-curate {args:?}: {}",
+            output_text(&out)
+        );
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("mop-curate {args:?}: {e}: {}", output_text(&out)))
     }
 
     /// `mop memory <args…>` as the runner, inside the task `plan` describes (its agent

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use mop_cards::Tier;
 use mop_proto::curation::{
-    CardDetails, CardPage, HistoryRow, ReviewItem, ReviewQueue, StaleReport,
+    CardDetails, CardPage, HistoryRow, ReviewItem, ReviewQueue, SearchResults, StaleReport,
+    Standing,
 };
 use mop_proto::receipts::{ReceiptCard, StoreEventOutcome};
 use mop_testkit::procs::{
@@ -38,6 +39,7 @@ fn setup() -> Option<Env> {
     let world = World::builder()
         .curator(CURATOR)
         .daemon_config("[receipts]\nreport_interval_secs = 1\n")
+        .server_config("[metrics]\nenabled = true\nworkspace_names = true\n")
         .start()?;
     Some(Env { world })
 }
@@ -751,4 +753,159 @@ fn mop_curate_verifies_only_what_it_showed_whole() {
         assert!(shown.contains(&format!("verified {id}")), "{shown}");
         assert_eq!(trust(id), Value::Null, "{id} verified");
     }
+}
+
+/// The review-queue gauges of workspace [`WS`] on the server's `/metrics`, by name.
+fn metrics(env: &Env) -> std::collections::HashMap<String, f64> {
+    let body = http()
+        .get(format!("{}/metrics", env.server.url))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let label = format!("{{workspace=\"{WS}\"}} ");
+    body.lines()
+        .filter(|l| l.starts_with("mop_server_review_queue_"))
+        .filter_map(|l| {
+            let (name, value) = l.split_once(&label)?;
+            Some((name.to_owned(), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The id `mop memory store` printed for each created card, in order.
+fn created_ids(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter(|l| l.contains("created"))
+        .filter_map(|l| l.split('(').nth(1)?.split(')').next().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn merged_away_and_rejected_cards_read_as_such_and_search_finds_archived_ones() {
+    let Some(env) = setup() else { return };
+    let script = "mop memory store --type fact --title 'Quarterly close freezes the ledger tables' --content-stdin <<'EOF'\nNo DDL on ledger tables during the quarterly close.\nEOF\n\
+                  mop memory store --type fact --title 'Ledger tables are frozen at quarter end' --content-stdin <<'EOF'\nThe quarter-end freeze forbids DDL on the ledger.\nEOF\n\
+                  mop memory store --type fact --title 'Zanzibar cache warms on Tuesdays' --content-stdin <<'EOF'\nThe zanzibar cache is warmed every Tuesday.\nEOF";
+    let out = env.mop_run("alice-close-1", "alice", "Quarterly close", script);
+    assert!(out.status.success(), "{}", text(&out));
+    let ids = created_ids(&String::from_utf8_lossy(&out.stdout));
+    let [kept, merged, rejected] = <[String; 3]>::try_from(ids.clone())
+        .unwrap_or_else(|_| panic!("three cards created: {ids:?}: {}", text(&out)));
+    // Bob's task stores alice's first lesson again: it cannot see her unverified card, so
+    // the two form a duplicate group for the curators.
+    let again = "mop memory store --type fact --title 'Quarterly close freezes the ledger tables' --content-stdin <<'EOF'\nNo DDL on ledger tables during the quarterly close.\nEOF";
+    let out = env.mop_run("bob-close-1", "bob", "Quarterly close", again);
+    assert!(out.status.success(), "{}", text(&out));
+    let bobs = created_ids(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(bobs.len(), 1, "{}", text(&out));
+    let total_before = env.curate_as::<ReviewQueue>(&["review", "--json"]).total as f64;
+    let gauges = metrics(&env);
+    assert_eq!(
+        gauges["mop_server_review_queue_items"], total_before,
+        "{gauges:?}"
+    );
+    assert_eq!(gauges["mop_server_review_queue_groups"], 1.0, "{gauges:?}");
+    assert!(gauges.contains_key("mop_server_review_queue_oldest_age_seconds"));
+    let waiting = |env: &Env| {
+        let page: CardPage = env.curate_as(&["list", "--unverified", "--json", "--limit", "500"]);
+        ids_of_cards(&page)
+    };
+    // Control: before the curator acts, all three wait for review.
+    let before = waiting(&env);
+    for id in [&kept, &merged, &rejected] {
+        assert!(before.contains(id), "{id} waits for review: {before:?}");
+    }
+
+    let out = run(&mut env.curate(&["merge", &merged, "--into", &kept]));
+    assert!(out.status.success(), "{}", text(&out));
+    let out = run(&mut env.curate(&["reject", &rejected, "--reason", "not about this team"]));
+    assert!(out.status.success(), "{}", text(&out));
+
+    // `list --unverified` holds what the queue holds: neither the merged-away card nor
+    // the rejected one, and they read as what they are.
+    let after = waiting(&env);
+    assert!(after.contains(&kept), "{after:?}");
+    assert!(
+        !after.contains(&merged),
+        "a merged-away card no longer waits"
+    );
+    assert!(
+        !after.contains(&rejected),
+        "a rejected card no longer waits"
+    );
+    let queue: ReviewQueue = env.curate_as(&["review", "--json", "--limit", "500"]);
+    let review_ids: Vec<String> = queue
+        .items
+        .iter()
+        .map(|i| i.card.summary.id.to_string())
+        .collect();
+    assert!(!review_ids.contains(&merged) && !review_ids.contains(&rejected));
+    // The gauges follow: two cards fewer wait.
+    let now = metrics(&env);
+    assert_eq!(
+        now["mop_server_review_queue_items"],
+        total_before - 2.0,
+        "{now:?}"
+    );
+    assert_eq!(now["mop_server_review_queue_items"], queue.total as f64);
+    let all: CardPage = env.curate_as(&["list", "--archived", "--json", "--limit", "500"]);
+    let standing = |id: &str| {
+        all.cards
+            .iter()
+            .find(|c| c.summary.id.to_string() == id)
+            .unwrap_or_else(|| panic!("{id} listed with --archived"))
+            .standing()
+    };
+    assert_eq!(standing(&kept), Standing::Unverified);
+    assert_eq!(standing(&merged), Standing::Superseded);
+    assert_eq!(standing(&rejected), Standing::Rejected);
+    let listed = text(&run(&mut env.curate(&[
+        "list",
+        "--archived",
+        "--limit",
+        "500",
+    ])));
+    let line = |id: &str| {
+        listed
+            .lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(line(&merged).contains("superseded"), "{listed}");
+    assert!(line(&rejected).contains("rejected"), "{listed}");
+    assert!(!line(&merged).contains("unverified"), "{listed}");
+
+    // `search --archived` finds the rejected card; without it, the card is not searched.
+    let found: SearchResults = env.curate_as(&["search", "zanzibar cache", "--archived", "--json"]);
+    let hits: Vec<String> = found
+        .hits
+        .iter()
+        .map(|h| h.card.summary.id.to_string())
+        .collect();
+    assert!(
+        hits.contains(&rejected),
+        "search --archived finds it: {hits:?}"
+    );
+    let hit = found
+        .hits
+        .iter()
+        .find(|h| h.card.summary.id.to_string() == rejected)
+        .unwrap();
+    assert_eq!(hit.card.standing(), Standing::Rejected);
+    let live: SearchResults = env.curate_as(&["search", "zanzibar cache", "--json"]);
+    assert!(
+        live.hits
+            .iter()
+            .all(|h| h.card.summary.id.to_string() != rejected),
+        "an archived card is searched only with --archived"
+    );
+    let shown = text(&run(&mut env.curate(&[
+        "search",
+        "zanzibar cache",
+        "--archived",
+    ])));
+    assert!(shown.contains("rejected"), "{shown}");
 }

@@ -144,6 +144,13 @@ fn probes_answer_and_metrics_parse_with_counts_and_no_names() {
             .iter()
             .any(|s| s.metric == "mop_server_db_idle_readers")
     );
+    // The review queue is counted per workspace, which the label names by a hash of its
+    // name unless metrics.workspace_names is on (the name itself is checked absent below).
+    let label = mop_server::metrics::workspace_label(WS);
+    assert!(
+        find("mop_server_review_queue_items", &[("workspace", &label)]) >= 1.0,
+        "the stored card waits for review: {text}"
+    );
     for secret in [WS, node.as_str(), "alice", "Metrics probe"] {
         assert!(!text.contains(secret), "{secret:?} in /metrics");
     }

@@ -70,6 +70,22 @@ impl Db {
         }
     }
 
+    /// Runs one SQL statement outside the store.
+    fn exec(&self, sql: &str) {
+        match (&self.database, &self.pg) {
+            (Database::Sqlite(path), _) => {
+                rusqlite::Connection::open(path)
+                    .unwrap()
+                    .execute(sql, [])
+                    .unwrap();
+            }
+            (Database::Postgres(_), Some(pg)) => {
+                pg.psql(sql);
+            }
+            _ => unreachable!(),
+        }
+    }
+
     fn schema_version(&self) -> i64 {
         match &self.database {
             Database::Sqlite(_) => self.count("PRAGMA user_version"),
@@ -162,6 +178,7 @@ conformance!(
     a_merge_carries_counters_and_chains_are_reported,
     rejecting_needs_a_reason_and_archives,
     a_verified_card_is_not_merged_where_fewer_tasks_see_it,
+    the_queue_counts_come_from_the_per_row_flag_and_an_upgrade_fills_it,
 );
 
 fn two_servers_on_one_database_give_the_same_revisions_and_etags(engine: Engine) {
@@ -490,7 +507,11 @@ fn migrations_are_versioned_and_newer_databases_refused(engine: Engine) {
     let db = Db::fresh(engine);
     let epoch = db.store().epoch().to_owned();
     assert_eq!(db.store().epoch(), epoch, "reopening keeps the epoch");
-    assert_eq!(db.schema_version(), 4, "migration 4: the write path");
+    assert_eq!(
+        db.schema_version(),
+        5,
+        "migration 5: the review queue's flag"
+    );
     db.set_schema_version(99);
     let err = Store::connect(&db.database).unwrap_err();
     assert!(matches!(err, StoreError::TooNew { found: 99, .. }), "{err}");
@@ -817,4 +838,68 @@ fn a_verified_card_is_not_merged_where_fewer_tasks_see_it(engine: Engine) {
     );
     // Control: the other way round, into the wider card, is a merge.
     assert!(curation::merge(&store, WS, &b, &a, "t", Expect::Any).is_ok());
+}
+
+/// An unverified card of `id`, as an agent's store leaves it.
+fn unverified(id: &str, title: &str) -> (String, Vec<u8>) {
+    let path = format!("facts/specs/{id}.md");
+    let text = format!(
+        "---\nid: {id}\ntype: fact\ntitle: {title}\ntrust: unverified\n---\nBody of {title}.\n"
+    );
+    (path, text.into_bytes())
+}
+
+fn the_queue_counts_come_from_the_per_row_flag_and_an_upgrade_fills_it(engine: Engine) {
+    const C: &str = "00000000-0000-4000-8000-00000000000c";
+    const D: &str = "00000000-0000-4000-8000-00000000000d";
+    const E: &str = "00000000-0000-4000-8000-00000000000e";
+    let (db, store) = open(engine);
+    let cards = vec![
+        unverified(C, "Gamma"),
+        unverified(D, "Delta"),
+        unverified(E, "Epsilon"),
+    ];
+    store.import(WS, cards, "test", &[]).unwrap();
+    let waiting = |store: &Store| {
+        let stats = store.queue_stats().unwrap();
+        let ws = stats
+            .iter()
+            .find(|q| q.workspace == WS)
+            .expect("the workspace is counted");
+        (ws.items, ws.oldest.is_some())
+    };
+    // The two verified example cards do not wait; the three unverified ones do.
+    assert_eq!(waiting(&store), (3, true));
+    let (c, d, e) = (
+        CardId::parse(C).unwrap(),
+        CardId::parse(D).unwrap(),
+        CardId::parse(E).unwrap(),
+    );
+    curation::merge(&store, WS, &d, &c, "t", Expect::Any).unwrap();
+    curation::reject(&store, WS, &e, "not a lesson", "t", Expect::Any).unwrap();
+    assert_eq!(
+        waiting(&store),
+        (1, true),
+        "merged away and rejected no longer wait"
+    );
+    curation::verify(&store, WS, &c, None, "t", Expect::Any, false).unwrap();
+    assert_eq!(waiting(&store), (0, false));
+
+    // A database from before the flag: the upgrade fills it from each card's trust.
+    curation::set_state(&store, WS, &c, CardState::Disable, "t", Expect::Any).unwrap();
+    let f = "00000000-0000-4000-8000-00000000000f";
+    store
+        .import(WS, vec![unverified(f, "Zeta")], "test", &[])
+        .unwrap();
+    drop(store);
+    db.exec("DROP INDEX cards_awaiting");
+    db.exec("ALTER TABLE cards DROP COLUMN awaiting");
+    db.set_schema_version(4);
+    let upgraded = db.store();
+    assert_eq!(db.schema_version(), 5);
+    assert_eq!(
+        waiting(&upgraded),
+        (1, true),
+        "only the live unverified card waits"
+    );
 }

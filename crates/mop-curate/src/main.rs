@@ -68,7 +68,8 @@ struct Version {
 
 #[derive(Args, Default)]
 struct Filters {
-    /// Only unverified (agent-written, not yet reviewed) cards.
+    /// Only unverified cards waiting for review (agent-written, not yet reviewed; not
+    /// those merged away, rejected or disabled): what the review queue holds.
     #[arg(long, conflicts_with = "verified")]
     unverified: bool,
     /// Only verified cards.

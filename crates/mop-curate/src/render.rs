@@ -39,17 +39,7 @@ pub fn text(text: &str, max: usize) -> String {
 }
 
 fn trust(c: &CardInfo) -> &'static str {
-    if c.archived_at.is_some() {
-        "archived"
-    } else if c.summary.trust == mop_cards::Trust::Unverified {
-        "unverified"
-    } else if !c.summary.enabled {
-        "disabled"
-    } else if c.summary.superseded_by.is_some() {
-        "superseded"
-    } else {
-        "verified"
-    }
+    c.standing().as_str()
 }
 
 /// One line of usage.

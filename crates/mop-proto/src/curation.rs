@@ -98,6 +98,70 @@ pub struct CardInfo {
     /// curator decides: the review queue and a card's details.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previously_rejected: Option<RejectionNote>,
+    /// A curator rejected this card (it is archived, and its lesson has a tombstone).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rejected: bool,
+}
+
+/// Where a card stands, in one word, as curators' listings show it. A card merged away or
+/// rejected is no longer waiting for review, whatever trust its text still says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Standing {
+    /// Live, vouched for by a person.
+    Verified,
+    /// Live, written by an agent, waiting for a curator.
+    Unverified,
+    /// Taken out of every task by a curator.
+    Disabled,
+    /// Replaced by another card (superseded, or merged into it).
+    Superseded,
+    /// Archived: out of every task, purged after the retention.
+    Archived,
+    /// Rejected by a curator: archived, with a tombstone of its lesson.
+    Rejected,
+}
+
+impl Standing {
+    /// The word listings show.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Standing::Verified => "verified",
+            Standing::Unverified => "unverified",
+            Standing::Disabled => "disabled",
+            Standing::Superseded => "superseded",
+            Standing::Archived => "archived",
+            Standing::Rejected => "rejected",
+        }
+    }
+}
+
+impl CardInfo {
+    /// Where the card stands: what happened to it last wins (rejected or archived, then
+    /// superseded, then disabled), and only a live card is verified or unverified.
+    pub fn standing(&self) -> Standing {
+        let s = &self.summary;
+        if self.archived_at.is_some() {
+            if self.rejected {
+                Standing::Rejected
+            } else {
+                Standing::Archived
+            }
+        } else if s.superseded_by.is_some() {
+            Standing::Superseded
+        } else if !s.enabled {
+            Standing::Disabled
+        } else if s.trust == mop_cards::Trust::Unverified {
+            Standing::Unverified
+        } else {
+            Standing::Verified
+        }
+    }
+
+    /// Whether the card waits in the review queue: live and unverified.
+    pub fn awaits_review(&self) -> bool {
+        self.standing() == Standing::Unverified
+    }
 }
 
 /// Cards stored as one lesson.
@@ -155,7 +219,8 @@ pub struct ListQuery {
     /// Free text to search for (`search` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub q: Option<String>,
-    /// Only unverified (true) or only verified (false) cards.
+    /// Only unverified cards waiting for review (true: live, not merged away, rejected or
+    /// disabled; what the review queue holds) or only verified cards (false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unverified: Option<bool>,
     /// Only this type.
@@ -374,7 +439,7 @@ pub struct SearchHit {
 pub struct SearchResults {
     /// Hits, best first.
     pub hits: Vec<SearchHit>,
-    /// Live cards searched.
+    /// Cards searched: those the filters chose (archived ones only when asked).
     pub searched: usize,
 }
 

@@ -78,6 +78,11 @@ pub struct MetricsConfig {
     /// times, never a workspace, card or token; still, counts of logins and actions say
     /// something), so off unless turned on.
     pub enabled: bool,
+    /// Name workspaces in the review-queue gauges' `workspace` label. Off, the label is
+    /// `sha256:` and the first 12 hex digits of the name's SHA-256 (stable, so alerts and
+    /// dashboards still tell workspaces apart, without telling a reader of the port what
+    /// they are called).
+    pub workspace_names: bool,
 }
 
 /// `[console]`: the curators' web pages under `/console`.

@@ -1,11 +1,13 @@
 //! Prometheus metrics, served at `/metrics` in the OpenMetrics text format: requests by
 //! route and status with latency histograms, manifest answers by kind (the share of 304s
 //! is `not_modified` over all of them), full manifest builds and their time, stores by
-//! outcome, and how much of the database is in use (store calls running off the async
-//! workers, reader connections idle in the pool).
+//! outcome, how much of the database is in use (store calls running off the async
+//! workers, reader connections idle in the pool), and each workspace's review queue
+//! (cards waiting, duplicate groups among them, the oldest one's age), read at each scrape.
 //!
 //! Labels are bounded: a route is its pattern (`/v1/workspaces/:ws/manifest`), never the
-//! path a client sent, so no workspace name, card id or token appears.
+//! path a client sent, so no card id or token appears. The queue gauges name workspaces
+//! from the server's own table, never from a request.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -33,8 +35,22 @@ struct RouteLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkspaceLabels {
+    workspace: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: String,
+}
+
+/// A workspace as the metrics name it unless `metrics.workspace_names` is on: `sha256:`
+/// and the first 12 hex digits of its name's SHA-256.
+pub fn workspace_label(workspace: &str) -> String {
+    format!(
+        "sha256:{}",
+        &mop_cards::sha256_hex(workspace.as_bytes())[..12]
+    )
 }
 
 fn latency_buckets() -> Histogram {
@@ -53,6 +69,9 @@ pub struct Metrics {
     stores: Family<KindLabels, Counter>,
     console_logins: Family<KindLabels, Counter>,
     db_idle_readers: Gauge,
+    queue_items: Family<WorkspaceLabels, Gauge>,
+    queue_groups: Family<WorkspaceLabels, Gauge>,
+    queue_oldest: Family<WorkspaceLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -113,6 +132,24 @@ impl Metrics {
             "Reader connections idle in the pool",
             db_idle_readers.clone(),
         );
+        let queue_items = Family::<WorkspaceLabels, Gauge>::default();
+        registry.register(
+            "review_queue_items",
+            "Cards waiting for a curator (live and unverified), by workspace",
+            queue_items.clone(),
+        );
+        let queue_groups = Family::<WorkspaceLabels, Gauge>::default();
+        registry.register(
+            "review_queue_groups",
+            "Duplicate groups (one lesson stored by tasks that could not see each other's cards) with a card waiting, by workspace",
+            queue_groups.clone(),
+        );
+        let queue_oldest = Family::<WorkspaceLabels, Gauge>::default();
+        registry.register(
+            "review_queue_oldest_age_seconds",
+            "How long the card waiting longest has waited (0 when none waits), by workspace",
+            queue_oldest.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -122,6 +159,9 @@ impl Metrics {
             stores,
             console_logins,
             db_idle_readers,
+            queue_items,
+            queue_groups,
+            queue_oldest,
         }
     }
 
@@ -155,9 +195,35 @@ impl Metrics {
             .inc();
     }
 
-    /// The text exposition, with the idle readers read now.
-    pub fn encode(&self, idle_readers: usize) -> String {
+    /// The text exposition, with the idle readers and the review queues read now; the
+    /// queues' workspaces named, or by [`workspace_label`] (`metrics.workspace_names`).
+    pub fn encode(
+        &self,
+        idle_readers: usize,
+        queues: &[crate::store::QueueStats],
+        names: bool,
+    ) -> String {
         self.db_idle_readers.set(idle_readers as i64);
+        // A workspace gone since the last scrape leaves no stale series behind.
+        self.queue_items.clear();
+        self.queue_groups.clear();
+        self.queue_oldest.clear();
+        let now = jiff::Timestamp::now();
+        for q in queues {
+            let labels = WorkspaceLabels {
+                workspace: if names {
+                    q.workspace.clone()
+                } else {
+                    workspace_label(&q.workspace)
+                },
+            };
+            self.queue_items.get_or_create(&labels).set(q.items as i64);
+            self.queue_groups
+                .get_or_create(&labels)
+                .set(q.groups as i64);
+            let age = q.oldest.map_or(0, |t| (now - t.0).as_secs().max(0));
+            self.queue_oldest.get_or_create(&labels).set(age);
+        }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");

@@ -1,6 +1,7 @@
 //! The server's own BM25 index of each workspace (mop-search, the same ranker the daemons
 //! use), for curators: the nearest cards of a review entry and `search`. Built on first use
-//! from every card that is not archived, in a temporary directory, and rebuilt when the
+//! from every card, archived ones too (`search --archived` finds them; a review entry's
+//! nearest cards leave them out), in a temporary directory, and rebuilt when the
 //! workspace's revision has moved; one build per workspace at a time.
 
 use std::collections::HashMap;
@@ -18,6 +19,8 @@ pub struct WorkspaceIndex {
     pub revision: u64,
     /// The cards, by ordinal.
     pub cards: Vec<CardSummary>,
+    /// Whether each card (by ordinal) is archived.
+    archived: Vec<bool>,
     index: SearchIndex,
     _dir: tempfile::TempDir,
 }
@@ -32,16 +35,17 @@ impl std::fmt::Debug for WorkspaceIndex {
 }
 
 impl WorkspaceIndex {
-    /// The best `limit` cards for `text` among those `keep` admits, as (ordinal, score).
+    /// The best `limit` cards for `text` among those `keep` admits (given each card and
+    /// whether it is archived), as (ordinal, score).
     pub fn search(
         &self,
         text: &str,
         limit: usize,
-        keep: impl Fn(&CardSummary) -> bool,
+        keep: impl Fn(&CardSummary, bool) -> bool,
     ) -> Result<Vec<(usize, f32)>, StoreError> {
         let mut visible = VisibleSet::empty(self.cards.len());
-        for (ord, card) in self.cards.iter().enumerate() {
-            if keep(card) {
+        for (ord, (card, archived)) in self.cards.iter().zip(&self.archived).enumerate() {
+            if keep(card, *archived) {
                 visible.insert(ord as u32);
             }
         }
@@ -173,21 +177,25 @@ fn build(store: &Store, ws: &str, under: &std::path::Path) -> Result<WorkspaceIn
         .prefix(&format!("{ws}-"))
         .tempdir_in(under)
         .map_err(io)?;
-    let docs = cards.iter().enumerate().map(|(ord, (s, body))| IndexDoc {
-        ord: ord as u32,
-        title: &s.title,
-        description: s.description.as_deref().unwrap_or(""),
-        labels: &s.labels,
-        body: std::borrow::Cow::Borrowed(body),
-        // Curators see every card: statistics over all of them.
-        open: true,
-    });
+    let docs = cards
+        .iter()
+        .enumerate()
+        .map(|(ord, (s, body, _))| IndexDoc {
+            ord: ord as u32,
+            title: &s.title,
+            description: s.description.as_deref().unwrap_or(""),
+            labels: &s.labels,
+            body: std::borrow::Cow::Borrowed(body),
+            // Curators see every card: statistics over all of them.
+            open: true,
+        });
     let fail = |e: mop_search::SearchError| StoreError::Index(format!("build failed: {e}"));
     build_index(dir.path(), docs).map_err(fail)?;
     let index = SearchIndex::open(dir.path()).map_err(fail)?;
     Ok(WorkspaceIndex {
         revision,
-        cards: cards.into_iter().map(|(s, _)| s).collect(),
+        archived: cards.iter().map(|(_, _, archived)| *archived).collect(),
+        cards: cards.into_iter().map(|(s, _, _)| s).collect(),
         index,
         _dir: dir,
     })

@@ -92,7 +92,9 @@ pub(crate) async fn review_page(
             about.push_str(code);
         }
         let id = s.id;
-        let hits = index.search(&about, NEAREST, |c| c.id != id && c.is_live())?;
+        let hits = index.search(&about, NEAREST, |c, archived| {
+            c.id != id && c.is_live() && !archived
+        })?;
         let nearest = hits
             .into_iter()
             .map(|(ord, score)| {
@@ -149,7 +151,8 @@ pub(crate) async fn search_cards(
     let (store, ws2) = (state.store.clone(), ws.clone());
     let mut matching = blocking(move || store.matching_cards(&ws2, &filters)).await?;
     let index = index(state, &ws).await?;
-    let hits = index.search(&text, limit, |c| matching.contains_key(&c.id))?;
+    // The filters chose the cards (archived ones only with `archived`).
+    let hits = index.search(&text, limit, |c, _| matching.contains_key(&c.id))?;
     let searched = matching.len();
     let hits = hits
         .into_iter()

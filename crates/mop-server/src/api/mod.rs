@@ -115,7 +115,21 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     if !state.config.metrics.enabled {
         return ApiError::not_found("metrics are off (metrics.enabled = false)").into_response();
     }
-    let text = state.metrics.encode(state.store.idle_readers());
+    let store = state.store.clone();
+    // A database that cannot answer leaves the queue gauges out of this scrape (their
+    // absence alerts), not the whole exposition.
+    let queues = match blocking(move || store.queue_stats()).await {
+        Ok(q) => q,
+        Err(e) => {
+            let status = e.status().as_u16();
+            tracing::warn!(status, "review queue gauges left out of this scrape");
+            Vec::new()
+        }
+    };
+    let names = state.config.metrics.workspace_names;
+    let text = state
+        .metrics
+        .encode(state.store.idle_readers(), &queues, names);
     (
         [(
             header::CONTENT_TYPE,

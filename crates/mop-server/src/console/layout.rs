@@ -4,7 +4,7 @@
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
-use mop_proto::curation::CardInfo;
+use mop_proto::curation::{CardInfo, Standing};
 use mop_proto::time::Stamp;
 
 use super::assets;
@@ -114,11 +114,13 @@ pub fn badges(card: &CardInfo) -> Markup {
     let s = &card.summary;
     html! {
         span.badge.type { (s.card_type.as_str()) }
-        @if s.is_unverified() { span.badge.unverified { "unverified" } }
-        @else { span.badge.verified { "verified" } }
-        @if card.archived_at.is_some() { span.badge.off { "archived" } }
-        @if !s.enabled { span.badge.off { "disabled" } }
-        @if s.superseded_by.is_some() { span.badge.off { "superseded" } }
+        // One word for where the card stands: a card merged away or rejected no longer
+        // reads as waiting for review.
+        @match card.standing() {
+            Standing::Verified => span.badge.verified { "verified" },
+            Standing::Unverified => span.badge.unverified { "unverified" },
+            other => span.badge.off { (other.as_str()) },
+        }
         @if !card.credentials.is_empty() {
             span.badge.danger title="Its text carries a credential: delete it for good, or edit the credential out" { "credential" }
         }

@@ -125,15 +125,18 @@ pub(crate) fn write_card(
         )
         .optional()?;
     let live = card.summary.is_live() && archived_at.is_none();
+    // What the review queue holds (`CardInfo::awaits_review`), kept per row for its index.
+    let awaiting = live && card.summary.trust == mop_cards::Trust::Unverified;
     tx.execute(
         "INSERT INTO cards (workspace, id, card_type, title_key, summary, sha256, size, occurrence,
-                            last_seen, live, archived_at, rev, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+                            last_seen, live, archived_at, rev, created_at, awaiting)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
          ON CONFLICT (workspace, id) DO UPDATE SET
             card_type = excluded.card_type, title_key = excluded.title_key,
             summary = excluded.summary, sha256 = excluded.sha256, size = excluded.size,
             occurrence = excluded.occurrence, last_seen = excluded.last_seen,
-            live = excluded.live, archived_at = excluded.archived_at, rev = excluded.rev",
+            live = excluded.live, archived_at = excluded.archived_at, rev = excluded.rev,
+            awaiting = excluded.awaiting",
         params![
             ws,
             id,
@@ -148,6 +151,7 @@ pub(crate) fn write_card(
             archived_at,
             rev as i64,
             now(),
+            awaiting,
         ],
     )?;
     if let Some(prev) = previous

@@ -18,6 +18,19 @@ use super::{Result, Store, StoreError};
 /// Longest staleness window, in days (ten years; longer ones are taken as this).
 const MAX_DAYS: u32 = 3650;
 
+/// One workspace's review queue in numbers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueStats {
+    /// The workspace.
+    pub workspace: String,
+    /// Cards waiting for review (live and unverified).
+    pub items: u64,
+    /// Duplicate groups with a card waiting among them.
+    pub groups: u64,
+    /// When the card waiting longest reached the server.
+    pub oldest: Option<Stamp>,
+}
+
 /// A card row with what curators see of it.
 struct Full {
     info: CardInfo,
@@ -61,7 +74,13 @@ impl<'a> Filter<'a> {
         let q = self.q;
         let unverified = s.trust == Trust::Unverified;
         (q.archived == Some(true) || f.info.archived_at.is_none())
-            && q.unverified.is_none_or(|u| u == unverified)
+            && q.unverified.is_none_or(|u| {
+                if u {
+                    f.info.awaits_review()
+                } else {
+                    !unverified
+                }
+            })
             && self.card_type.is_none_or(|t| t == s.card_type)
             && q.label.as_ref().is_none_or(|l| s.labels.contains(l))
             && q.asset
@@ -116,6 +135,7 @@ impl Store {
         let mut usage = self.usage_map(tx, ws)?;
         let mut credentials = super::intake::credentials_by_card(tx, ws).map_err(&e)?;
         let mut groups = super::intake::groups_by_card(tx, ws).map_err(&e)?;
+        let rejected = self.rejected_cards(tx, ws)?;
         let mut reinforced: HashMap<String, u64> = HashMap::new();
         let mut origins: HashMap<String, (String, Stamp)> = HashMap::new();
         {
@@ -199,12 +219,72 @@ impl Store {
                     credentials: credentials.remove(&id).unwrap_or_default(),
                     duplicate_group: groups.remove(&id),
                     previously_rejected: None,
+                    rejected: rejected.contains(&id),
                     summary,
                 },
                 created_at,
             });
         }
         Ok(out)
+    }
+
+    /// Every workspace's review queue in numbers, read from the per-row flag's index (no
+    /// card is parsed): what the metrics report at each scrape.
+    pub fn queue_stats(&self) -> Result<Vec<QueueStats>> {
+        self.read(|tx| {
+            let e = self.err("count the review queue");
+            let mut names = Vec::new();
+            {
+                let mut stmt = tx
+                    .prepare_cached("SELECT name FROM workspaces ORDER BY name")
+                    .map_err(&e)?;
+                for row in stmt.query_map(params![], |r| r.get::<String>(0)).map_err(&e)? {
+                    names.push(row.map_err(&e)?);
+                }
+            }
+            let mut out = Vec::with_capacity(names.len());
+            for workspace in names {
+                let (items, oldest) = tx
+                    .query_row(
+                        "SELECT COUNT(*), MIN(created_at) FROM cards WHERE workspace = ?1 AND awaiting = 1",
+                        params![workspace],
+                        |r| Ok((r.get::<u64>(0)?, r.get::<Option<Stamp>>(1)?)),
+                    )
+                    .map_err(&e)?;
+                let groups = tx
+                    .query_row(
+                        "SELECT COUNT(DISTINCT g.group_id) FROM duplicate_groups g
+                         JOIN cards c ON c.workspace = g.workspace AND c.id = g.card_id
+                         WHERE g.workspace = ?1 AND c.awaiting = 1",
+                        params![workspace],
+                        |r| r.get::<u64>(0),
+                    )
+                    .map_err(&e)?;
+                out.push(QueueStats {
+                    workspace,
+                    items,
+                    groups,
+                    oldest,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    /// The cards of `ws` a curator rejected (their tombstones name them).
+    fn rejected_cards(&self, tx: &Tx<'_>, ws: &str) -> Result<std::collections::HashSet<String>> {
+        let e = self.err("read rejections");
+        let mut stmt = tx
+            .prepare_cached("SELECT DISTINCT card_id FROM rejections WHERE workspace = ?1")
+            .map_err(&e)?;
+        let rows = stmt
+            .query_map(params![ws], |r| r.get::<String>(0))
+            .map_err(&e)?;
+        let mut ids = std::collections::HashSet::new();
+        for row in rows {
+            ids.insert(row.map_err(&e)?);
+        }
+        Ok(ids)
     }
 
     /// One card as curators see it.
@@ -331,34 +411,35 @@ impl Store {
         Ok(String::from_utf8_lossy(&raw).into_owned())
     }
 
-    /// Every live card's text, for the server's search index of `ws`: (id, title,
-    /// description, labels, body, live).
-    pub fn searchable_cards(&self, ws: &str) -> Result<(u64, Vec<(CardSummary, String)>)> {
+    /// Every card's summary and body, and whether it is archived, for the server's search
+    /// index of `ws`, with the revision they are at.
+    #[allow(clippy::type_complexity)]
+    pub fn searchable_cards(&self, ws: &str) -> Result<(u64, Vec<(CardSummary, String, bool)>)> {
         self.read(|tx| {
             let e = self.err("read cards for search");
             let revision = current_revision(tx, ws).map_err(&e)?;
             let mut stmt = tx
                 .prepare(
-                    "SELECT c.summary, o.body FROM cards c
+                    "SELECT c.summary, o.body, c.archived_at IS NOT NULL FROM cards c
                      JOIN objects o ON o.workspace = c.workspace AND o.sha256 = c.sha256
-                     WHERE c.workspace = ?1 AND c.archived_at IS NULL ORDER BY c.id",
+                     WHERE c.workspace = ?1 ORDER BY c.id",
                 )
                 .map_err(&e)?;
             let rows = stmt
                 .query_map(params![ws], |r| {
-                    Ok((r.get::<String>(0)?, r.get::<Vec<u8>>(1)?))
+                    Ok((r.get::<String>(0)?, r.get::<Vec<u8>>(1)?, r.get::<bool>(2)?))
                 })
                 .map_err(&e)?;
             let mut out = Vec::new();
             for row in rows {
-                let (summary, raw) = row.map_err(&e)?;
+                let (summary, raw, archived) = row.map_err(&e)?;
                 let summary: CardSummary = serde_json::from_str(&summary).map_err(|err| {
                     StoreError::Invalid(format!("stored summary unreadable: {err}"))
                 })?;
                 let body = mop_cards::card_body(&raw)
                     .map(str::to_owned)
                     .unwrap_or_default();
-                out.push((summary, body));
+                out.push((summary, body, archived));
             }
             Ok((revision, out))
         })

@@ -225,6 +225,15 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (workspace, actor, key)
     ) STRICT, WITHOUT ROWID;
     ",
+    // 5: curators at fleet scale. A card waits for review while it is live and unverified;
+    // the flag is kept per row, so the queue's size and age are read from an index
+    // instead of every card's summary.
+    "
+    ALTER TABLE cards ADD COLUMN awaiting INTEGER NOT NULL DEFAULT 0;
+    UPDATE cards SET awaiting = 1
+     WHERE live = 1 AND json_extract(summary, '$.trust') = 'unverified';
+    CREATE INDEX cards_awaiting ON cards (workspace, awaiting, created_at);
+    ",
 ];
 
 /// The same schema for PostgreSQL, version for version: migration N here leaves the tables
@@ -447,6 +456,13 @@ pub(crate) const PG_MIGRATIONS: &[&str] = &[
         at        TEXT COLLATE "C" NOT NULL,
         PRIMARY KEY (workspace, actor, key)
     );
+    "#,
+    // 5
+    r#"
+    ALTER TABLE cards ADD COLUMN awaiting BIGINT NOT NULL DEFAULT 0;
+    UPDATE cards SET awaiting = 1
+     WHERE live = 1 AND (summary::jsonb ->> 'trust') = 'unverified';
+    CREATE INDEX cards_awaiting ON cards (workspace, awaiting, created_at);
     "#,
 ];
 

@@ -909,3 +909,84 @@ fn merged_away_and_rejected_cards_read_as_such_and_search_finds_archived_ones() 
     ])));
     assert!(shown.contains("rejected"), "{shown}");
 }
+
+#[test]
+fn a_revert_restores_an_earlier_text_and_a_concurrent_edit_loses_nothing() {
+    let Some(env) = setup() else { return };
+    let page: CardPage = env.curate_as(&["list", "--verified", "--json"]);
+    let id = page.cards[0].summary.id.to_string();
+    let url = format!("{}/v1/workspaces/{WS}/cards/{id}", env.server.url);
+    let get = || {
+        let r = http().get(&url).bearer_auth(&env.admin).send().unwrap();
+        let tag = r.headers()["etag"].to_str().unwrap().to_owned();
+        (r.text().unwrap(), tag)
+    };
+    let put = |text: &str, tag: &str| {
+        let r = http()
+            .put(&url)
+            .bearer_auth(&env.admin)
+            .header("If-Match", tag)
+            .body(text.to_owned())
+            .send()
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.text().unwrap());
+    };
+    let (original, tag) = get();
+    put(&format!("{original}\nFirst edit.\n"), &tag);
+    let (first, tag) = get();
+    put(&format!("{first}\nSecond edit.\n"), &tag);
+    let history: Vec<HistoryRow> = env.curate_as(&["history", &id, "--json"]);
+    let seq = history
+        .iter()
+        .find(|h| h.content.as_deref() == Some(original.as_str()))
+        .unwrap_or_else(|| panic!("the imported text is in the history: {history:#?}"))
+        .seq
+        .to_string();
+
+    // Curator one read the card; curator two edits it meanwhile: the revert sent with
+    // what curator one read is refused, and the other edit stays.
+    let (_, seen) = get();
+    let (second, tag) = get();
+    let theirs = format!("{second}\nAnother curator's edit.\n");
+    put(&theirs, &tag);
+    let out = run(&mut env.curate(&["revert", &id, "--to", &seq, "--version", &seen]));
+    assert!(
+        !out.status.success(),
+        "a stale revert must fail: {}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains("someone changed the card"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(get().0, theirs, "a refused revert changes nothing");
+
+    // Control: the same revert against the version it now has restores the text exactly.
+    let out = run(&mut env.curate(&["revert", &id, "--to", &seq]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("reverted to version {seq}")),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(get().0, original, "the earlier text, byte for byte");
+    let history: Vec<HistoryRow> = env.curate_as(&["history", &id, "--json"]);
+    let last = history.last().unwrap();
+    assert_eq!(last.action, "revert");
+    assert_eq!(last.actor_name.as_deref(), Some(CURATOR));
+    assert_eq!(
+        last.detail.as_deref(),
+        Some(format!("to version {seq}").as_str())
+    );
+
+    // A version that is not this card's is refused, naming the card.
+    let other = page.cards[1].summary.id.to_string();
+    let out = run(&mut env.curate(&["revert", &other, "--to", &seq]));
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains(&format!("card {other} has no version {seq}")),
+        "{}",
+        text(&out)
+    );
+}

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use mop_cards::CardId;
 use mop_proto::curation::{
     CardChange, CardDetails, CardPage, CredentialCard, ListQuery, MergeRequest, PageQuery,
-    RejectRequest, Rejection, ReviewQueue, SearchResults, StaleQuery, StaleReport,
+    RejectRequest, Rejection, RevertRequest, ReviewQueue, SearchResults, StaleQuery, StaleReport,
     SupersedeRequest,
 };
 use mop_proto::error::ErrorBody;
@@ -309,6 +309,12 @@ impl Connection {
     pub fn merge(&self, id: &CardId, into: &CardId, etag: Option<&str>) -> Result<CardChange> {
         let body = serde_json::to_vec(&MergeRequest { into: *into })?;
         self.action(id, "merge", Some(body), etag)
+    }
+
+    /// Reverts a card to the text its history row `seq` kept.
+    pub fn revert(&self, id: &CardId, seq: i64, etag: Option<&str>) -> Result<CardChange> {
+        let body = serde_json::to_vec(&RevertRequest { seq })?;
+        self.action(id, "revert", Some(body), etag)
     }
 
     /// Marks a card superseded by another.

@@ -228,6 +228,17 @@ enum Command {
         #[command(flatten)]
         version: Version,
     },
+    /// Revert a card to an earlier version's text (`history ID` numbers them), unless
+    /// someone changed it meanwhile.
+    Revert {
+        /// The card id.
+        id: String,
+        /// The history entry whose text to restore (the number `history` shows).
+        #[arg(long, value_name = "N")]
+        to: i64,
+        #[command(flatten)]
+        version: Version,
+    },
     /// Edit a card in $EDITOR and save it, unless someone changed it meanwhile (then your
     /// text is kept in a file and nothing is overwritten).
     Edit {
@@ -430,6 +441,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 "merged card {id} into {into} (revision {})",
                 change.revision
             );
+        }
+        Command::Revert { id, to, version } => {
+            let id = card_id(&id)?;
+            let tag = version_for(&c, &id, version)?;
+            let change = c.revert(&id, to, Some(&tag))?;
+            if change.changed {
+                println!(
+                    "card {id} reverted to version {to} (revision {})",
+                    change.revision
+                );
+            } else {
+                println!("card {id} already has the text of version {to}; nothing changed");
+            }
         }
         Command::Supersede { id, by, version } => {
             let (id, by) = (card_id(&id)?, card_id(&by)?);

@@ -417,6 +417,15 @@ pub struct MergeRequest {
     pub into: CardId,
 }
 
+/// `POST …/cards/{id}/revert`: the card's text becomes an earlier version's again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RevertRequest {
+    /// The history row (its `seq`) whose text to restore: the card's own, one that kept
+    /// text (a store, create, update, verify with edits, import or revert).
+    pub seq: i64,
+}
+
 /// `POST …/cards/{id}/supersede`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

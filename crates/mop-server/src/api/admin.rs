@@ -13,7 +13,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use mop_cards::CardId;
-use mop_proto::curation::{MergeRequest, RejectRequest, SupersedeRequest, card_etag};
+use mop_proto::curation::{
+    MergeRequest, RejectRequest, RevertRequest, SupersedeRequest, card_etag,
+};
 use serde::Deserialize;
 
 use super::{ApiError, Caller, blocking, json, read_body};
@@ -166,6 +168,8 @@ pub(crate) enum Action {
     Verify(Option<bytes::Bytes>, bool),
     Reject(String),
     Merge(CardId),
+    /// Restore the text of this history row (its `seq`).
+    Revert(i64),
 }
 
 pub(crate) async fn state(
@@ -188,9 +192,10 @@ pub(crate) async fn state(
         "supersede" => Action::State(CardState::Supersede(json::<SupersedeRequest>(&body)?.by)),
         "reject" => Action::Reject(json::<RejectRequest>(&body)?.reason),
         "merge" => Action::Merge(json::<MergeRequest>(&body)?.into),
+        "revert" => Action::Revert(json::<RevertRequest>(&body)?.seq),
         other => {
             return Err(ApiError::not_found(format!(
-                "no card action {other:?}; actions: verify, reject, merge, supersede, disable, enable, archive, unarchive"
+                "no card action {other:?}; actions: verify, reject, merge, revert, supersede, disable, enable, archive, unarchive"
             )));
         }
     };
@@ -220,6 +225,7 @@ pub(crate) async fn act(
             }
             Action::Reject(reason) => curation::reject(&store, &ws2, &id, &reason, &actor, expect),
             Action::Merge(into) => curation::merge(&store, &ws2, &id, &into, &actor, expect),
+            Action::Revert(seq) => curation::revert(&store, &ws2, &id, seq, &actor, expect),
         }
     })
     .await?;

@@ -307,6 +307,14 @@ fn history_page(ctx: &Ctx, ws: &str, id: CardId, d: &CardDetails, offset: usize)
     }
     let total = d.history.len();
     let rows: Vec<usize> = (0..total).rev().skip(offset).take(HISTORY_PAGE).collect();
+    // A version can be restored while the card is not archived, unless it is the text the
+    // card has now.
+    let current = d.text.as_str();
+    let revertible = |row: &HistoryRow| {
+        d.card.archived_at.is_none()
+            && !row.redacted
+            && row.content.as_deref().is_some_and(|c| c != current)
+    };
     let deadline = Instant::now() + DIFF_BUDGET;
     let base = format!("/console/w/{ws}/cards/{id}");
     let body = html! {
@@ -326,6 +334,11 @@ fn history_page(ctx: &Ctx, ws: &str, id: CardId, d: &CardDetails, offset: usize)
                             Some(prev) => (markdown::diff(prev, after, deadline)),
                             None => details { summary { "Text (first version)" } pre { (shown(after)) } },
                         }
+                    }
+                    @if revertible(row) {
+                        (action_form(ctx, &base, "revert", &d.card.etag, "Revert to this version", html! {
+                            input type="hidden" name="seq" value=(row.seq);
+                        }))
                     }
                 }
             }
@@ -528,6 +541,7 @@ pub(super) struct ActForm {
     allow_credentials: Option<String>,
     confirm: Option<String>,
     rejection: Option<String>,
+    seq: Option<String>,
 }
 
 /// `POST /console/w/{ws}/cards/{id}/do/{action}`.
@@ -589,6 +603,20 @@ pub(super) async fn act(
         "verify" => Action::Verify(None, form.allow_credentials.as_deref() == Some("yes")),
         "reject" => Action::Reject(form.reason.clone().unwrap_or_default()),
         "merge" => Action::Merge(other("merge into", form.into.as_deref())?),
+        "revert" => Action::Revert(
+            form.seq
+                .as_deref()
+                .and_then(|s| s.trim().parse().ok())
+                .ok_or_else(|| {
+                    error_page(
+                        Some(&ctx),
+                        Some(&ws),
+                        StatusCode::BAD_REQUEST,
+                        "Which version?",
+                        html! { "Use a version's button on the card's history page." },
+                    )
+                })?,
+        ),
         "supersede" => Action::State(CardState::Supersede(other(
             "superseded by",
             form.by.as_deref(),

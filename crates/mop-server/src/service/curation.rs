@@ -7,7 +7,8 @@
 //! - a card is superseded only by another card that is itself live;
 //! - a rejection says why, on one line, and leaves a tombstone of the lesson;
 //! - a merge moves counters once (never from a card already merged or archived) and never
-//!   takes what reached everyone to where fewer tasks see it.
+//!   takes what reached everyone to where fewer tasks see it;
+//! - a revert restores a text the card's own history kept, screened as a curator's write.
 //!
 //! Each action is one transaction (the store's), conditional on the card's version when the
 //! caller sends one ([`Expect`]), with its audit rows; the rows are the store's.
@@ -316,6 +317,40 @@ pub fn reject(
             store.keep_tombstone(tx, ws, id, &row.summary, reason, actor)?;
         }
         Ok(change)
+    })
+}
+
+/// Reverts card `id` to the text its history row `seq` kept: one conditional write (a
+/// concurrent edit answers 412 and changes nothing), audited as `revert` with the row.
+pub fn revert(
+    store: &Store,
+    ws: &str,
+    id: &CardId,
+    seq: i64,
+    actor: &str,
+    expect: Expect<'_>,
+) -> Result<CardChange> {
+    store.write(|tx| {
+        let text = store.version_text(tx, ws, id, seq)?.ok_or_else(|| {
+            StoreError::NotFound(format!(
+                "card {id} has no version {seq} in its history (mop-curate history {id} lists them)"
+            ))
+        })?;
+        let text = text.ok_or_else(|| {
+            invalid(
+                "seq",
+                &format!("{seq} kept no text of card {id} (an action without one, or purged); pick a version that shows text in its history"),
+            )
+        })?;
+        let raw = text.into_bytes();
+        let card = parse(&raw, "that version")?;
+        same_id(&card, id, "text of that version", "")?;
+        let detail = match screen_admin(&raw, id, &[])? {
+            Some(allowed) => format!("to version {seq}; {allowed}"),
+            None => format!("to version {seq}"),
+        };
+        let audit = ("revert", Some(detail.as_str()));
+        replace_text(store, tx, ws, &card, &raw, actor, expect, audit)
     })
 }
 

@@ -556,6 +556,28 @@ impl Store {
         Ok(change(*id, rev, Some(sha), archived_at.is_some(), true))
     }
 
+    /// The text history row `seq` of card `id` kept, if any (`None` inside when the row
+    /// kept none or a purge redacted it); `None` when card `id` has no row `seq`.
+    pub(crate) fn version_text(
+        &self,
+        tx: &Tx<'_>,
+        ws: &str,
+        id: &CardId,
+        seq: i64,
+    ) -> Result<Option<Option<String>>> {
+        tx.query_row(
+            "SELECT content, redacted FROM history WHERE workspace = ?1 AND card_id = ?2 AND seq = ?3",
+            params![ws, id.to_string(), seq],
+            |r| {
+                let content: Option<String> = r.get(0)?;
+                let redacted: bool = r.get(1)?;
+                Ok(content.filter(|_| !redacted))
+            },
+        )
+        .optional()
+        .map_err(self.err("read card history"))
+    }
+
     /// Keeps the tombstone of a rejected card's lesson ([`super::intake::bury`]).
     pub(crate) fn keep_tombstone(
         &self,

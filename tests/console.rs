@@ -1433,3 +1433,104 @@ fn a_curator_sees_all_an_agent_reads_before_a_one_key_verify() {
     let errors = b.console_errors();
     assert!(errors.is_empty(), "{errors:?}");
 }
+
+#[test]
+fn a_curator_reverts_in_the_browser_and_a_rejected_card_says_so() {
+    if !browser_available() {
+        return;
+    }
+    let server = Server::start();
+    assert!(server.import(&example_cards_dir(), WS).status.success());
+    let admin = server.token_named("admin", &[WS], Some(CURATOR));
+    let node = server.token("node", &[WS]);
+    let (_, page, _) = api(&server, &admin, reqwest::Method::GET, "/cards", None, None);
+    let page: Value = serde_json::from_str(&page).unwrap();
+    let id = page["cards"][0]["summary"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("/cards/{id}");
+    let (_, original, tag) = api(&server, &admin, reqwest::Method::GET, &path, None, None);
+    let edited = format!("{original}\nAn edit to take back.\n");
+    let (code, body, _) = api(
+        &server,
+        &admin,
+        reqwest::Method::PUT,
+        &path,
+        Some(edited.clone()),
+        tag.as_deref(),
+    );
+    assert_eq!(code, 200, "{body}");
+
+    let b = Browser::start(&server.url);
+    b.goto(&format!("/console/w/{WS}"));
+    b.wait_for("input#token");
+    b.fill("input#token", &admin);
+    b.click("section.login button[type=submit]");
+    b.wait_for("#queue");
+
+    // The history offers the first text back. Another curator edits the card while the
+    // page is open: the revert is refused with the changed-meanwhile page, nothing lost.
+    b.goto(&format!("/console/w/{WS}/cards/{id}/history"));
+    b.wait_for("form[action$='/do/revert'] button");
+    let (_, _, tag) = api(&server, &admin, reqwest::Method::GET, &path, None, None);
+    let theirs = format!("{edited}\nAnother curator's line.\n");
+    let (code, body, _) = api(
+        &server,
+        &admin,
+        reqwest::Method::PUT,
+        &path,
+        Some(theirs.clone()),
+        tag.as_deref(),
+    );
+    assert_eq!(code, 200, "{body}");
+    b.click("form[action$='/do/revert'] button");
+    b.wait_for("section.error");
+    assert!(
+        b.page_text()
+            .contains("changed while you were working on it"),
+        "{}",
+        b.page_text()
+    );
+    let (_, now, _) = api(&server, &admin, reqwest::Method::GET, &path, None, None);
+    assert_eq!(now, theirs, "the refused revert changed nothing");
+
+    // Control: from the fresh history page the same button restores the first text.
+    b.goto(&format!("/console/w/{WS}/cards/{id}/history"));
+    b.wait_for("form[action$='/do/revert'] button");
+    // The oldest version is the last form on the page (newest first).
+    b.js("const f = document.querySelectorAll(\"form[action$='/do/revert']\"); f[f.length - 1].querySelector('button').click(); return 0;");
+    b.wait_for("article.card");
+    let (_, now, _) = api(&server, &admin, reqwest::Method::GET, &path, None, None);
+    assert_eq!(now, original, "the first text, byte for byte");
+    let d = details(&server, &admin, &id);
+    let last = d["history"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["action"], "revert", "{last}");
+    assert_eq!(last["actor_name"], CURATOR);
+
+    // A rejected agent card reads as rejected, not as unverified.
+    let (_, stored) = agent_store(
+        &server,
+        &node,
+        "t-1",
+        json!({"type": "fact",
+        "title": "The staging proxy is sq-02", "body": "Use sq-02 in staging.\n"}),
+    );
+    let stored = stored["id"].as_str().unwrap().to_owned();
+    let (code, body, _) = api(
+        &server,
+        &admin,
+        reqwest::Method::POST,
+        &format!("/cards/{stored}/reject"),
+        Some(json!({"reason": "not ours"}).to_string()),
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    b.goto(&format!("/console/w/{WS}/cards/{stored}"));
+    b.wait_for("article.card");
+    let badges = b.text("article.card > p.meta");
+    assert!(
+        badges.contains("rejected") && !badges.contains("unverified"),
+        "{badges}"
+    );
+}

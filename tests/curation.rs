@@ -990,3 +990,130 @@ fn a_revert_restores_an_earlier_text_and_a_concurrent_edit_loses_nothing() {
         text(&out)
     );
 }
+
+#[test]
+fn a_curator_creates_a_card_from_fields_and_the_server_gives_its_id() {
+    let Some(env) = setup() else { return };
+    let count = |env: &Env| {
+        env.curate_as::<CardPage>(&["list", "--archived", "--json", "--limit", "500"])
+            .total
+    };
+    let before = count(&env);
+    let flags = |title: &'static str| {
+        vec![
+            "create",
+            "--type",
+            "fact",
+            "--title",
+            title,
+            "--label",
+            "deploy",
+            "--asset",
+            ASSET,
+            "--body-file",
+            "-",
+        ]
+    };
+
+    // From standard input: created verified, bound as asked, under the curator's name.
+    let out = run_with_stdin(
+        &mut env.curate(&flags("Deploys to db-prod-01 freeze on Fridays")),
+        b"No schema change reaches db-prod-01 on a Friday.\n",
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let said = text(&out);
+    let id = said
+        .split("created card ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no id in {said}"))
+        .to_owned();
+    let d: CardDetails = env.curate_as(&["show", &id, "--json"]);
+    assert_eq!(d.card.standing(), Standing::Verified);
+    assert_eq!(d.card.summary.scope.asset_id.as_deref(), Some(ASSET));
+    assert_eq!(d.card.summary.labels, vec!["deploy".to_owned()]);
+    assert!(
+        d.text
+            .contains("No schema change reaches db-prod-01 on a Friday."),
+        "{}",
+        d.text
+    );
+    assert_eq!(d.history[0].action, "create");
+    assert_eq!(d.history[0].actor_name.as_deref(), Some(CURATOR));
+    assert_eq!(count(&env), before + 1);
+
+    // From the editor.
+    let editors = tempfile::tempdir().unwrap();
+    let editor = editors.path().join("write.sh");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nprintf 'Written in the editor.\\n' > \"$1\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&editor, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = run(env
+        .curate(&[
+            "create",
+            "--type",
+            "playbook",
+            "--title",
+            "Rotate the TLS certificate",
+        ])
+        .env("EDITOR", &editor));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(count(&env), before + 2);
+
+    // Bad fields are refused by name and create nothing.
+    let out = run(&mut env.curate(&[
+        "create",
+        "--type",
+        "memo",
+        "--title",
+        "x",
+        "--body-file",
+        "-",
+    ]));
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("--type \"memo\" is not a card type"),
+        "{}",
+        text(&out)
+    );
+    let out = run_with_stdin(
+        &mut env.curate(&[
+            "create",
+            "--type",
+            "fact",
+            "--title",
+            "T",
+            "--label",
+            "Not A Slug",
+            "--body-file",
+            "-",
+        ]),
+        b"Body.\n",
+    );
+    assert!(!out.status.success());
+    assert!(text(&out).contains("label"), "{}", text(&out));
+    // A credential in the text is refused; the same with the curator's override goes in.
+    let sample = mop_testkit::credentials::credentials(20261206)
+        .into_iter()
+        .find(|c| !c.in_title)
+        .expect("a credential in a body");
+    let secret = format!("{}\n", sample.text);
+    let secret = secret.as_bytes();
+    let out = run_with_stdin(&mut env.curate(&flags("Deploy key")), secret);
+    assert!(
+        text(&out).contains(sample.kind.unwrap()),
+        "the kind is named: {}",
+        text(&out)
+    );
+    assert!(!text(&out).contains(&sample.secret), "never the value");
+    assert!(!out.status.success(), "{}", text(&out));
+    assert_eq!(count(&env), before + 2, "refused creates leave nothing");
+    let mut allowed = env.curate(&flags("Deploy key"));
+    allowed.arg("--allow-credentials");
+    let out = run_with_stdin(&mut allowed, secret);
+    assert!(out.status.success(), "the control: {}", text(&out));
+    assert_eq!(count(&env), before + 3);
+}

@@ -59,7 +59,12 @@ impl CardId {
         Ok(CardId(uuid))
     }
 
-    /// Wraps a UUID made elsewhere (the server creates ids for new cards).
+    /// A new random id (UUID v4): what the server gives a card it makes.
+    pub fn random() -> Self {
+        CardId::from_uuid(Uuid::new_v4())
+    }
+
+    /// Wraps a UUID made elsewhere.
     pub fn from_uuid(uuid: Uuid) -> Self {
         CardId(uuid)
     }

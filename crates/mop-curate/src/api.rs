@@ -216,6 +216,21 @@ impl Connection {
     }
 
     /// Replaces a card's text if it is still at version `etag`.
+    /// Creates a card from fields; the server gives it its id.
+    pub fn create(
+        &self,
+        fields: &mop_proto::sync::NewCard,
+        allow_credentials: bool,
+    ) -> Result<CardChange> {
+        self.json(
+            self.http
+                .post(self.url(server::CARDS, &[]))
+                .query(&[("allow_credentials", allow_credentials)])
+                .json(fields),
+            "creating a card",
+        )
+    }
+
     pub fn update(&self, id: &CardId, text: String, etag: &str) -> Result<CardChange> {
         self.json(
             self.http

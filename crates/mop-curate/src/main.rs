@@ -228,6 +228,42 @@ enum Command {
         #[command(flatten)]
         version: Version,
     },
+    /// Create a card: the server gives it its id; you give its fields, and its text from a
+    /// file (--body-file, `-` for standard input) or your $EDITOR. A card a curator writes
+    /// is verified.
+    Create {
+        /// The card type (fact, preference, human_correction, error_resolution, pitfall,
+        /// playbook, reference_doc).
+        #[arg(long = "type", value_name = "TYPE")]
+        card_type: String,
+        /// One line, up to 200 characters.
+        #[arg(long)]
+        title: String,
+        /// One line, up to 300 characters.
+        #[arg(long)]
+        description: Option<String>,
+        /// A label (lowercase slug); repeat for more.
+        #[arg(long = "label", value_name = "LABEL")]
+        labels: Vec<String>,
+        /// An error code the card resolves; repeat for more.
+        #[arg(long = "error-code", value_name = "CODE")]
+        error_codes: Vec<String>,
+        /// A technology stack; repeat for more.
+        #[arg(long = "stack", value_name = "STACK")]
+        stacks: Vec<String>,
+        /// Bind the card to this asset: only its tasks get it.
+        #[arg(long)]
+        asset: Option<String>,
+        /// Bind the card to this user: only their tasks get it.
+        #[arg(long)]
+        user: Option<String>,
+        /// The card's Markdown text from this file (`-`: standard input) instead of $EDITOR.
+        #[arg(long, value_name = "FILE")]
+        body_file: Option<PathBuf>,
+        /// Keep a credential the text carries (audited, kinds only); refused otherwise.
+        #[arg(long)]
+        allow_credentials: bool,
+    },
     /// Revert a card to an earlier version's text (`history ID` numbers them), unless
     /// someone changed it meanwhile.
     Revert {
@@ -441,6 +477,52 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 "merged card {id} into {into} (revision {})",
                 change.revision
             );
+        }
+        Command::Create {
+            card_type,
+            title,
+            description,
+            labels,
+            error_codes,
+            stacks,
+            asset,
+            user,
+            body_file,
+            allow_credentials,
+        } => {
+            let card_type = mop_cards::CardType::parse(&card_type).with_context(|| {
+                format!(
+                    "--type {card_type:?} is not a card type; use one of: {}",
+                    mop_cards::CardType::NAMES.join(", ")
+                )
+            })?;
+            let body = match body_file {
+                Some(p) if p.as_os_str() == "-" => std::io::read_to_string(std::io::stdin())
+                    .context("cannot read the text from standard input")?,
+                Some(p) => std::fs::read_to_string(&p)
+                    .with_context(|| format!("cannot read {}", p.display()))?,
+                None => review::in_editor("", "mop-new-card-")?.1,
+            };
+            if body.trim().is_empty() {
+                bail!(
+                    "the card has no text; nothing was created (write it in the editor or give --body-file)"
+                );
+            }
+            let fields = mop_proto::sync::NewCard {
+                card_type,
+                title,
+                description,
+                labels,
+                error_codes,
+                stacks,
+                scope: mop_cards::Scope {
+                    user_id: user,
+                    asset_id: asset,
+                },
+                body,
+            };
+            let change = c.create(&fields, allow_credentials)?;
+            println!("created card {} (revision {})", change.id, change.revision);
         }
         Command::Revert { id, to, version } => {
             let id = card_id(&id)?;

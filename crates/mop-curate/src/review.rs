@@ -172,14 +172,14 @@ fn one(c: &Connection, item: &ReviewItem, input: &mut impl BufRead, echo: bool) 
 /// Edits a card in `$VISUAL`/`$EDITOR` and saves it if it is still at `seen` (or, without
 /// one, at the version opened). Returns the new version tag, or `None` when nothing
 /// changed. Text that could not be saved stays in a file, named in the error.
-pub fn edit(c: &Connection, id: &CardId, seen: Option<&str>) -> Result<Option<String>> {
-    let (text, current) = c.text(id)?;
-    let etag = seen.unwrap_or(&current).to_owned();
+/// Opens `text` in `$VISUAL` or `$EDITOR` (else vi), in a temporary file named with
+/// `prefix`, and answers the file and what it holds when the editor exits successfully.
+pub fn in_editor(text: &str, prefix: &str) -> Result<(tempfile::NamedTempFile, String)> {
     let mut file = tempfile::Builder::new()
-        .prefix(&format!("mop-card-{id}-"))
+        .prefix(prefix)
         .suffix(".md")
         .tempfile()
-        .context("cannot make a file to edit the card in")?;
+        .context("cannot make a file to edit in")?;
     file.write_all(text.as_bytes())?;
     file.flush()?;
     let editor = std::env::var("VISUAL")
@@ -197,6 +197,13 @@ pub fn edit(c: &Connection, id: &CardId, seen: Option<&str>) -> Result<Option<St
     }
     let edited = std::fs::read_to_string(file.path())
         .with_context(|| format!("cannot read back {}", file.path().display()))?;
+    Ok((file, edited))
+}
+
+pub fn edit(c: &Connection, id: &CardId, seen: Option<&str>) -> Result<Option<String>> {
+    let (text, current) = c.text(id)?;
+    let etag = seen.unwrap_or(&current).to_owned();
+    let (file, edited) = in_editor(&text, &format!("mop-card-{id}-"))?;
     if edited == text {
         println!("no change to card {id}");
         return Ok(None);

@@ -107,6 +107,44 @@ pub struct NewCard {
 }
 
 impl NewCard {
+    /// The card these fields make: a new id, made `now`, seen once, at the default
+    /// importance, with `trust` and `provenance` as its writer gives them. The one place a
+    /// card is built from fields: an agent's store (unverified, the task's provenance) and
+    /// a curator's create (verified, none).
+    pub fn into_card(
+        self,
+        trust: mop_cards::Trust,
+        provenance: Option<mop_cards::Provenance>,
+        now: jiff::Timestamp,
+    ) -> mop_cards::Card {
+        let summary = mop_cards::CardSummary {
+            id: CardId::random(),
+            card_type: self.card_type,
+            title: self.title,
+            description: self.description,
+            labels: self.labels,
+            scope: self.scope,
+            error_codes: self.error_codes,
+            stacks: self.stacks,
+            importance: mop_cards::DEFAULT_IMPORTANCE,
+            created_at: Some(now),
+            updated_at: None,
+            enabled: true,
+            superseded_by: None,
+            trust,
+            provenance,
+        };
+        mop_cards::Card {
+            summary,
+            counters: mop_cards::Counters {
+                occurrence: 1,
+                last_seen: Some(now),
+            },
+            extra: mop_cards::Extra::default(),
+            body: self.body,
+        }
+    }
+
     /// Every field of the card as text, by name: what credential screening reads.
     pub fn text_fields(&self) -> [(&'static str, String); 6] {
         [

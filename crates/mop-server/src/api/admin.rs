@@ -83,11 +83,24 @@ pub(crate) async fn create(
     body: Body,
 ) -> Result<(StatusCode, Json<CardChange>), ApiError> {
     admin_on(&state, &caller, &ws, None)?;
+    // Fields as JSON (the server gives the id), or a card's OKF text (its own id).
+    let fields = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/json"));
     let raw = read_body(&state, &headers, body).await?;
+    let fields = if fields {
+        Some(json::<mop_proto::sync::NewCard>(&raw)?)
+    } else {
+        None
+    };
     let (store, actor, ws2) = (state.store.clone(), caller.actor(), ws.clone());
-    let change =
-        blocking(move || curation::create_card(&store, &ws2, &raw, &actor, q.allow_credentials))
-            .await?;
+    let allow = q.allow_credentials;
+    let change = blocking(move || match fields {
+        Some(f) => curation::create_from_fields(&store, &ws2, f, &actor, allow),
+        None => curation::create_card(&store, &ws2, &raw, &actor, allow),
+    })
+    .await?;
     changed(&state, &ws, &change, "create", &caller);
     Ok((StatusCode::CREATED, Json(change)))
 }

@@ -14,6 +14,7 @@
 //! caller sends one ([`Expect`]), with its audit rows; the rows are the store's.
 
 use mop_cards::{Card, CardId, Trust, parse_card, render_card};
+use mop_proto::sync::NewCard;
 
 use crate::store::cards::{Row, screen_admin};
 use crate::store::db::Tx;
@@ -108,6 +109,20 @@ pub fn create_card(
     let id = card.summary.id;
     let detail = screen_admin(raw, &id, allowed(&id, allow_credentials))?;
     store.write(|tx| store.insert_card(tx, ws, &card, raw, actor, detail.as_deref()))
+}
+
+/// Creates a card from fields (a curator's form or flags): the server gives it a new id;
+/// a person wrote it, so it is verified. The fields are checked as its OKF text would be.
+pub fn create_from_fields(
+    store: &Store,
+    ws: &str,
+    fields: NewCard,
+    actor: &str,
+    allow_credentials: bool,
+) -> Result<CardChange> {
+    let card = fields.into_card(Trust::Verified, None, jiff::Timestamp::now());
+    let raw = render_card(&card).into_bytes();
+    create_card(store, ws, &raw, actor, allow_credentials)
 }
 
 /// Replaces a card's text; server counters are kept. Text that carries a credential is

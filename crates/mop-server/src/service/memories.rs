@@ -25,7 +25,7 @@
 //! memory, are the API's, which sees every request first.
 
 use jiff::Timestamp;
-use mop_cards::{Card, CardId, CardSummary, Counters, Extra, Provenance, Trust, is_scope_id};
+use mop_cards::{Card, CardId, CardSummary, Provenance, Trust, is_scope_id};
 use mop_intake::lesson::Lesson;
 use mop_intake::secrets::Screen;
 use mop_proto::sync::{RejectionNote, StoreOutcome, StoreRequest, StoreResponse};
@@ -177,33 +177,10 @@ pub fn prepare(req: &StoreRequest, key: Option<&str>) -> Result<PreparedStore> {
 
 /// The card a store would create: a new id, unverified, with the task's provenance.
 fn new_card(req: &StoreRequest, now: Timestamp) -> Card {
-    let c = &req.card;
-    let summary = CardSummary {
-        id: CardId::from_uuid(uuid::Uuid::new_v4()),
-        card_type: c.card_type,
-        title: c.title.clone(),
-        description: c.description.clone(),
-        labels: c.labels.clone(),
-        scope: c.scope.clone(),
-        error_codes: c.error_codes.clone(),
-        stacks: c.stacks.clone(),
-        importance: mop_cards::DEFAULT_IMPORTANCE,
-        created_at: Some(now),
-        updated_at: None,
-        enabled: true,
-        superseded_by: None,
-        trust: Trust::Unverified,
-        provenance: Some(req.provenance.clone()),
-    };
-    Card {
-        summary,
-        counters: Counters {
-            occurrence: 1,
-            last_seen: Some(now),
-        },
-        extra: Extra::default(),
-        body: c.body.clone(),
-    }
+    let provenance = Some(req.provenance.clone());
+    req.card
+        .clone()
+        .into_card(Trust::Unverified, provenance, now)
 }
 
 /// Whether the store's lesson matches a rejection tombstone, and whose.

@@ -818,15 +818,31 @@ fn merged_away_and_rejected_cards_read_as_such_and_search_finds_archived_ones() 
         assert!(before.contains(id), "{id} waits for review: {before:?}");
     }
 
-    let out = run(&mut env.curate(&["merge", &merged, "--into", &kept]));
+    // Into another author's unverified card, a merge would hide alice's lesson from her
+    // tasks: refused, and nothing changes.
+    let bobs = &bobs[0];
+    let out = run(&mut env.curate(&["merge", &merged, "--into", bobs]));
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("names an unverified card"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        waiting(&env).contains(&merged),
+        "the refused merge changed nothing"
+    );
+    // Into her own first draft, verified in the same action: merged.
+    let out = run(&mut env.curate(&["merge", &merged, "--into", &kept, "--verify"]));
     assert!(out.status.success(), "{}", text(&out));
     let out = run(&mut env.curate(&["reject", &rejected, "--reason", "not about this team"]));
     assert!(out.status.success(), "{}", text(&out));
 
     // `list --unverified` holds what the queue holds: neither the merged-away card nor
-    // the rejected one, and they read as what they are.
+    // the rejected one (nor the one verified in the merge), and they read as what they are.
     let after = waiting(&env);
-    assert!(after.contains(&kept), "{after:?}");
+    assert!(after.contains(bobs), "{after:?}");
+    assert!(!after.contains(&kept), "verified in the merge");
     assert!(
         !after.contains(&merged),
         "a merged-away card no longer waits"
@@ -842,11 +858,11 @@ fn merged_away_and_rejected_cards_read_as_such_and_search_finds_archived_ones() 
         .map(|i| i.card.summary.id.to_string())
         .collect();
     assert!(!review_ids.contains(&merged) && !review_ids.contains(&rejected));
-    // The gauges follow: two cards fewer wait.
+    // The gauges follow: three cards fewer wait.
     let now = metrics(&env);
     assert_eq!(
         now["mop_server_review_queue_items"],
-        total_before - 2.0,
+        total_before - 3.0,
         "{now:?}"
     );
     assert_eq!(now["mop_server_review_queue_items"], queue.total as f64);
@@ -858,7 +874,8 @@ fn merged_away_and_rejected_cards_read_as_such_and_search_finds_archived_ones() 
             .unwrap_or_else(|| panic!("{id} listed with --archived"))
             .standing()
     };
-    assert_eq!(standing(&kept), Standing::Unverified);
+    assert_eq!(standing(&kept), Standing::Verified);
+    assert_eq!(standing(bobs), Standing::Unverified);
     assert_eq!(standing(&merged), Standing::Superseded);
     assert_eq!(standing(&rejected), Standing::Rejected);
     let listed = text(&run(&mut env.curate(&[

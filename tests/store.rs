@@ -771,7 +771,7 @@ fn a_merge_carries_counters_and_chains_are_reported(engine: Engine) {
     let (_db, store) = open(engine);
     let (a, b) = (CardId::parse(A).unwrap(), CardId::parse(B).unwrap());
     let before = store.card_info(WS, &b).unwrap().occurrence;
-    let merged = curation::merge(&store, WS, &a, &b, "token:tokc", Expect::Any).unwrap();
+    let merged = curation::merge(&store, WS, &a, &b, false, "token:tokc", Expect::Any).unwrap();
     assert!(merged.changed);
     assert_eq!(store.card_info(WS, &b).unwrap().occurrence, before + 1);
     assert_eq!(
@@ -779,7 +779,7 @@ fn a_merge_carries_counters_and_chains_are_reported(engine: Engine) {
         Some(b)
     );
     assert!(
-        curation::merge(&store, WS, &b, &b, "t", Expect::Any).is_err(),
+        curation::merge(&store, WS, &b, &b, false, "t", Expect::Any).is_err(),
         "not into itself"
     );
     let actions: Vec<String> = store
@@ -826,7 +826,7 @@ fn a_verified_card_is_not_merged_where_fewer_tasks_see_it(engine: Engine) {
         .unwrap()
         .replace("title: Beta\n", "title: Beta\nscope:\n  asset_id: db-1\n");
     curation::update_card(&store, WS, &b, bound.as_bytes(), "t", Expect::Any, false).unwrap();
-    let err = curation::merge(&store, WS, &a, &b, "t", Expect::Any).unwrap_err();
+    let err = curation::merge(&store, WS, &a, &b, false, "t", Expect::Any).unwrap_err();
     assert!(err.to_string().contains("narrower scope"), "{err}");
     assert!(
         store
@@ -837,7 +837,7 @@ fn a_verified_card_is_not_merged_where_fewer_tasks_see_it(engine: Engine) {
             .is_none()
     );
     // Control: the other way round, into the wider card, is a merge.
-    assert!(curation::merge(&store, WS, &b, &a, "t", Expect::Any).is_ok());
+    assert!(curation::merge(&store, WS, &b, &a, false, "t", Expect::Any).is_ok());
 }
 
 /// An unverified card of `id`, as an agent's store leaves it.
@@ -875,14 +875,14 @@ fn the_queue_counts_come_from_the_per_row_flag_and_an_upgrade_fills_it(engine: E
         CardId::parse(D).unwrap(),
         CardId::parse(E).unwrap(),
     );
-    curation::merge(&store, WS, &d, &c, "t", Expect::Any).unwrap();
     curation::reject(&store, WS, &e, "not a lesson", "t", Expect::Any).unwrap();
     assert_eq!(
         waiting(&store),
-        (1, true),
-        "merged away and rejected no longer wait"
+        (2, true),
+        "a rejected card no longer waits"
     );
-    curation::verify(&store, WS, &c, None, "t", Expect::Any, false).unwrap();
+    // Merged into the other draft, verified in the same action: neither waits.
+    curation::merge(&store, WS, &d, &c, true, "t", Expect::Any).unwrap();
     assert_eq!(waiting(&store), (0, false));
 
     // A database from before the flag: the upgrade fills it from each card's trust.

@@ -321,8 +321,18 @@ impl Connection {
     }
 
     /// Merges a card into another, which takes over its counters.
-    pub fn merge(&self, id: &CardId, into: &CardId, etag: Option<&str>) -> Result<CardChange> {
-        let body = serde_json::to_vec(&MergeRequest { into: *into })?;
+    /// With `verify`, an unverified `into` is verified in the same action.
+    pub fn merge(
+        &self,
+        id: &CardId,
+        into: &CardId,
+        verify: bool,
+        etag: Option<&str>,
+    ) -> Result<CardChange> {
+        let body = serde_json::to_vec(&MergeRequest {
+            into: *into,
+            verify,
+        })?;
         self.action(id, "merge", Some(body), etag)
     }
 

@@ -215,6 +215,10 @@ enum Command {
         /// The card that stays.
         #[arg(long)]
         into: String,
+        /// Verify the card that stays in the same action: a merge into an unverified card
+        /// needs it (only its author's tasks would see the lesson otherwise).
+        #[arg(long)]
+        verify: bool,
         #[command(flatten)]
         version: Version,
     },
@@ -469,10 +473,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 change.revision
             );
         }
-        Command::Merge { id, into, version } => {
+        Command::Merge {
+            id,
+            into,
+            verify,
+            version,
+        } => {
             let (id, into) = (card_id(&id)?, card_id(&into)?);
             let tag = version_for(&c, &id, version)?;
-            let change = c.merge(&id, &into, Some(&tag))?;
+            let change = c.merge(&id, &into, verify, Some(&tag))?;
             println!(
                 "merged card {id} into {into} (revision {})",
                 change.revision

@@ -415,6 +415,10 @@ pub struct RejectRequest {
 pub struct MergeRequest {
     /// The card that stays; it takes over the merged card's counters.
     pub into: CardId,
+    /// Verify `into` in the same action: a merge into an unverified card needs it (only
+    /// its author's tasks would see the lesson otherwise).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub verify: bool,
 }
 
 /// `POST …/cards/{id}/revert`: the card's text becomes an earlier version's again.

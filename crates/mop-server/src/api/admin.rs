@@ -180,7 +180,8 @@ pub(crate) enum Action {
     /// curator allows credentials in it.
     Verify(Option<bytes::Bytes>, bool),
     Reject(String),
-    Merge(CardId),
+    /// Merge into this card, verifying it in the same action when true.
+    Merge(CardId, bool),
     /// Restore the text of this history row (its `seq`).
     Revert(i64),
 }
@@ -204,7 +205,10 @@ pub(crate) async fn state(
         "verify" => Action::Verify((!body.is_empty()).then_some(body), q.allow_credentials),
         "supersede" => Action::State(CardState::Supersede(json::<SupersedeRequest>(&body)?.by)),
         "reject" => Action::Reject(json::<RejectRequest>(&body)?.reason),
-        "merge" => Action::Merge(json::<MergeRequest>(&body)?.into),
+        "merge" => {
+            let m = json::<MergeRequest>(&body)?;
+            Action::Merge(m.into, m.verify)
+        }
         "revert" => Action::Revert(json::<RevertRequest>(&body)?.seq),
         other => {
             return Err(ApiError::not_found(format!(
@@ -237,7 +241,9 @@ pub(crate) async fn act(
                 curation::verify(&store, &ws2, &id, edited.as_deref(), &actor, expect, allow)
             }
             Action::Reject(reason) => curation::reject(&store, &ws2, &id, &reason, &actor, expect),
-            Action::Merge(into) => curation::merge(&store, &ws2, &id, &into, &actor, expect),
+            Action::Merge(into, verify) => {
+                curation::merge(&store, &ws2, &id, &into, verify, &actor, expect)
+            }
             Action::Revert(seq) => curation::revert(&store, &ws2, &id, seq, &actor, expect),
         }
     })

@@ -6,8 +6,9 @@
 //! - an archived card is unarchived before its text changes;
 //! - a card is superseded only by another card that is itself live;
 //! - a rejection says why, on one line, and leaves a tombstone of the lesson;
-//! - a merge moves counters once (never from a card already merged or archived) and never
-//!   takes what reached everyone to where fewer tasks see it;
+//! - a merge moves counters once (never from a card already merged or archived), the card
+//!   that stays keeps the lesson with the tasks that had it, and a merge into an unverified
+//!   card (which only its author's tasks see) verifies it in the same action or is refused;
 //! - a revert restores a text the card's own history kept, screened as a curator's write.
 //!
 //! Each action is one transaction (the store's), conditional on the card's version when the
@@ -369,8 +370,33 @@ pub fn revert(
     })
 }
 
-/// Whether card `id` (its row `from`) may be merged into `into` (its row `target`).
-fn check_merge(id: &CardId, from: &Row, into: &CardId, target: &Row) -> Result<()> {
+/// Whether merging card `f` into `t` keeps the lesson with the tasks that had it. A
+/// verified card reached every task its scope binds, so `t` may bind no other user or
+/// asset. An unverified draft reached only its author's tasks, so `t` must still reach the
+/// author (another user's card would hide it from them); which asset the lesson belongs to
+/// is the curator's call, as a verify with edits may bind a draft to one.
+fn keeps_reach(t: &mop_cards::CardSummary, f: &mop_cards::CardSummary) -> bool {
+    let author = f.provenance.as_ref().and_then(|p| p.user_id.as_ref());
+    let draft = f.trust == Trust::Unverified;
+    let f_user = f.scope.user_id.as_ref().or(author.filter(|_| draft));
+    let user = t.scope.user_id.as_ref().is_none_or(|u| Some(u) == f_user);
+    let asset = draft
+        || t.scope
+            .asset_id
+            .as_ref()
+            .is_none_or(|a| Some(a) == f.scope.asset_id.as_ref());
+    user && asset
+}
+
+/// Whether card `id` (its row `from`) may be merged into `into` (its row `target`);
+/// `verifying`: the curator verifies `into` in the same action.
+fn check_merge(
+    id: &CardId,
+    from: &Row,
+    into: &CardId,
+    target: &Row,
+    verifying: bool,
+) -> Result<()> {
     // Counters move once: a card merged (or superseded, or archived) already has nothing
     // left to give, and a retry must not count it twice.
     if let Some(by) = from.summary.superseded_by {
@@ -383,23 +409,19 @@ fn check_merge(id: &CardId, from: &Row, into: &CardId, target: &Row) -> Result<(
             "card {id} is archived; unarchive it to merge it"
         )));
     }
-    // What reached everyone must not end up where fewer tasks see it. (An unverified card
-    // reached only its author's tasks: folding it into a curated card is what merging is
-    // for.)
+    // An unverified card reaches only its author's tasks: folding a lesson into it would
+    // hide the lesson from every other task that had it.
     let (f, t) = (&from.summary, &target.summary);
-    if f.trust == Trust::Verified && t.trust == Trust::Unverified {
+    if t.trust == Trust::Unverified && !verifying {
         return Err(invalid(
             "into",
             &format!(
-                "names an unverified card; verify {into} first, then merge the verified card {id} into it"
+                "names an unverified card, which only its author's tasks see; verify {into} in the same action (mop-curate merge --verify, or the console's \"and verify it\") or merge into a verified card"
             ),
         ));
     }
-    let narrower = |a: &Option<String>, b: &Option<String>| b.is_some() && a != b;
-    if f.trust == Trust::Verified
-        && (narrower(&f.scope.user_id, &t.scope.user_id)
-            || narrower(&f.scope.asset_id, &t.scope.asset_id))
-    {
+    // The card that stays must keep the lesson with the tasks that had it.
+    if !keeps_reach(t, f) {
         return Err(invalid(
             "into",
             &format!(
@@ -412,11 +434,14 @@ fn check_merge(id: &CardId, from: &Row, into: &CardId, target: &Row) -> Result<(
 
 /// Merges card `id` into `into`: `id` is superseded by `into`, and `into` takes over its
 /// counters (occurrence added, the later last-seen kept). Both cards' histories record it.
+/// `verify`: an unverified `into` is verified in the same action (its text screened as a
+/// verify's), which a merge into an unverified card needs.
 pub fn merge(
     store: &Store,
     ws: &str,
     id: &CardId,
     into: &CardId,
+    verify: bool,
     actor: &str,
     expect: Expect<'_>,
 ) -> Result<CardChange> {
@@ -428,10 +453,31 @@ pub fn merge(
     }
     store.write(|tx| {
         let from = store.card_row(tx, ws, id)?;
-        let target = store.find_row(tx, ws, into)?.ok_or_else(|| {
+        let mut target = store.find_row(tx, ws, into)?.ok_or_else(|| {
             StoreError::Invalid(format!("into: card {into} not found in workspace {ws}"))
         })?;
-        check_merge(id, &from, into, &target)?;
+        let verifying = verify && target.summary.trust == Trust::Unverified;
+        check_merge(id, &from, into, &target, verifying)?;
+        if verifying {
+            // Verified as `verify` would: the text screened is the text verified.
+            let text = store.card_object(tx, ws, &target)?;
+            let detail = match screen_admin(&text, into, &[])? {
+                Some(allowed) => format!("in the merge of {id}; {allowed}"),
+                None => format!("in the merge of {id}"),
+            };
+            let state = CardState::Verify;
+            set_state_in(
+                store,
+                tx,
+                ws,
+                into,
+                state,
+                actor,
+                Expect::Any,
+                Some(&detail),
+            )?;
+            target = store.card_row(tx, ws, into)?;
+        }
         let detail = format!("merged into {into}");
         let state = CardState::Supersede(*into);
         let result = set_state_in(store, tx, ws, id, state, actor, expect, Some(&detail))?;
@@ -467,20 +513,40 @@ mod tests {
     }
 
     #[test]
-    fn a_verified_card_merges_only_where_as_many_tasks_see_it() {
+    fn the_card_that_stays_keeps_the_lesson_with_the_tasks_that_had_it() {
         let verified = row(A, "trust: verified\n");
         let curated = row(B, "trust: verified\n");
-        let mine = row(B, "trust: unverified\nscope:\n  user_id: alice\n");
         // Control: verified into verified, same (workspace) scope.
-        assert!(check_merge(&id(A), &verified, &id(B), &curated).is_ok());
-        // Verified into an unverified card, or into one bound to a user: refused.
-        let err = check_merge(&id(A), &verified, &id(B), &mine).unwrap_err();
-        assert!(matches!(err, StoreError::Invalid(m) if m.starts_with("into ")));
+        assert!(check_merge(&id(A), &verified, &id(B), &curated, false).is_ok());
+        // Into a card bound to one user: the rest of the workspace would lose it.
         let bound = row(B, "trust: verified\nscope:\n  user_id: alice\n");
-        assert!(check_merge(&id(A), &verified, &id(B), &bound).is_err());
-        // An unverified card folds into a curated one: what merging is for.
-        let draft = row(A, "trust: unverified\nscope:\n  user_id: alice\n");
-        assert!(check_merge(&id(A), &draft, &id(B), &curated).is_ok());
+        let err = check_merge(&id(A), &verified, &id(B), &bound, false).unwrap_err();
+        assert!(matches!(err, StoreError::Invalid(m) if m.contains("narrower scope")));
+        // An agent's draft reached its author's tasks: a card bound to that author still
+        // reaches them, one bound to another user does not.
+        let alices = row(A, "trust: unverified\nprovenance:\n  user_id: alice\n");
+        assert!(check_merge(&id(A), &alices, &id(B), &curated, false).is_ok());
+        assert!(check_merge(&id(A), &alices, &id(B), &bound, false).is_ok());
+        let bobs = row(B, "trust: verified\nscope:\n  user_id: bob\n");
+        assert!(check_merge(&id(A), &alices, &id(B), &bobs, false).is_err());
+        // A verified workspace card does not shrink to one asset's tasks; an agent's draft
+        // may be placed on the asset it is about (the curator's call).
+        let on_db1 = row(B, "trust: verified\nscope:\n  asset_id: db-1\n");
+        assert!(check_merge(&id(A), &verified, &id(B), &on_db1, false).is_err());
+        assert!(check_merge(&id(A), &alices, &id(B), &on_db1, false).is_ok());
+    }
+
+    #[test]
+    fn a_merge_into_an_unverified_card_verifies_it_or_is_refused() {
+        let alices = row(A, "trust: unverified\nprovenance:\n  user_id: alice\n");
+        let bobs_draft = row(B, "trust: unverified\nprovenance:\n  user_id: bob\n");
+        let err = check_merge(&id(A), &alices, &id(B), &bobs_draft, false).unwrap_err();
+        assert!(matches!(err, StoreError::Invalid(m) if m.contains("verify")));
+        // The curator verifies it in the same action: the merge goes through.
+        assert!(check_merge(&id(A), &alices, &id(B), &bobs_draft, true).is_ok());
+        let verified = row(A, "trust: verified\n");
+        assert!(check_merge(&id(A), &verified, &id(B), &bobs_draft, false).is_err());
+        assert!(check_merge(&id(A), &verified, &id(B), &bobs_draft, true).is_ok());
     }
 
     #[test]
@@ -488,11 +554,11 @@ mod tests {
         let target = row(B, "trust: verified\n");
         let mut archived = row(A, "");
         archived.archived_at = Some("2026-01-01T00:00:00.000000Z".into());
-        let err = check_merge(&id(A), &archived, &id(B), &target).unwrap_err();
+        let err = check_merge(&id(A), &archived, &id(B), &target, false).unwrap_err();
         assert!(matches!(err, StoreError::Conflict(_)));
         let mut merged = row(A, "");
         merged.summary.superseded_by = Some(id(B));
-        let err = check_merge(&id(A), &merged, &id(B), &target).unwrap_err();
+        let err = check_merge(&id(A), &merged, &id(B), &target, false).unwrap_err();
         assert!(matches!(err, StoreError::Conflict(_)));
     }
 

@@ -1134,3 +1134,89 @@ fn a_curator_creates_a_card_from_fields_and_the_server_gives_its_id() {
     assert!(out.status.success(), "the control: {}", text(&out));
     assert_eq!(count(&env), before + 3);
 }
+
+#[test]
+fn bulk_reject_shows_its_preview_and_count_then_acts_once_per_card() {
+    let Some(env) = setup() else { return };
+    let script = "for n in 1 2 3; do printf 'Scratch note %s: try again later.\\n' $n | mop memory store --type fact --title \"Scratch note $n about retries\" --label scratch --content-stdin; done\n\
+                  mop memory store --type fact --title 'Keep this one about the ledger' --content-stdin <<'EOF'\nThe ledger export runs at 02:00.\nEOF";
+    let out = env.mop_run("alice-bulk-1", "alice", "Scratch", script);
+    assert!(out.status.success(), "{}", text(&out));
+    let ids = created_ids(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(ids.len(), 4, "{}", text(&out));
+    let (scratch, keep) = (&ids[..3], &ids[3]);
+    let args = [
+        "bulk",
+        "reject",
+        "--reason",
+        "scratch notes",
+        "--label",
+        "scratch",
+        "--unverified",
+    ];
+    let waiting = |env: &Env| {
+        ids_of_cards(&env.curate_as(&["list", "--unverified", "--json", "--limit", "500"]))
+    };
+
+    // The preview lists the three and their count; answering no changes nothing.
+    let out = run_with_stdin(&mut env.curate(&args), b"n\n");
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    for id in scratch {
+        assert!(said.contains(id.as_str()), "{id} previewed: {said}");
+    }
+    assert!(!said.contains(keep.as_str()), "{said}");
+    assert!(said.contains("reject these 3 card(s)?"), "{said}");
+    assert!(said.contains("nothing was changed"), "{said}");
+    assert!(scratch.iter().all(|id| waiting(&env).contains(id)));
+
+    // A count that no longer matches what the preview showed is refused whole.
+    let stale = mop_proto::curation::BulkRequest {
+        filter: mop_proto::curation::ListQuery {
+            label: Some("scratch".into()),
+            unverified: Some(true),
+            ..Default::default()
+        },
+        action: mop_proto::curation::BulkAction::Reject,
+        reason: Some("scratch notes".into()),
+        label: None,
+        confirm: Some(2),
+    };
+    let r = http()
+        .post(format!("{}/v1/workspaces/{WS}/bulk", env.server.url))
+        .bearer_auth(&env.admin)
+        .json(&stale)
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 409, "{}", r.text().unwrap());
+    assert!(
+        scratch.iter().all(|id| waiting(&env).contains(id)),
+        "a refused bulk changes nothing"
+    );
+
+    // Yes: each of the three is rejected, with its own history row under the curator.
+    let out = run_with_stdin(&mut env.curate(&args), b"y\n");
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("reject: 3 card(s) done"),
+        "{}",
+        text(&out)
+    );
+    let now = waiting(&env);
+    assert!(now.contains(keep), "the unmatched card still waits");
+    let all: CardPage = env.curate_as(&["list", "--archived", "--json", "--limit", "500"]);
+    for id in scratch {
+        assert!(!now.contains(id));
+        let c = all
+            .cards
+            .iter()
+            .find(|c| &c.summary.id.to_string() == id)
+            .unwrap();
+        assert_eq!(c.standing(), Standing::Rejected);
+        let history: Vec<HistoryRow> = env.curate_as(&["history", id, "--json"]);
+        let last = history.last().unwrap();
+        assert_eq!(last.action, "reject");
+        assert_eq!(last.actor_name.as_deref(), Some(CURATOR));
+        assert_eq!(last.detail.as_deref(), Some("reason=scratch notes"));
+    }
+}

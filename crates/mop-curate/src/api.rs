@@ -216,6 +216,17 @@ impl Connection {
     }
 
     /// Replaces a card's text if it is still at version `etag`.
+    /// A bulk action's preview (`confirm: None`) or the action itself.
+    pub fn bulk(
+        &self,
+        req: &mop_proto::curation::BulkRequest,
+    ) -> Result<mop_proto::curation::BulkAnswer> {
+        self.json(
+            self.http.post(self.url(server::BULK, &[])).json(req),
+            "bulk action",
+        )
+    }
+
     /// Creates a card from fields; the server gives it its id.
     pub fn create(
         &self,

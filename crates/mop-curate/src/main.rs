@@ -268,6 +268,25 @@ enum Command {
         #[arg(long)]
         allow_credentials: bool,
     },
+    /// One action on every card the filters match: lists them with their count, asks, then
+    /// acts in one transaction (each card's history names you). Refused, changing nothing,
+    /// if the cards matching changed in between.
+    Bulk {
+        /// What to do to each: verify, reject (needs --reason) or label (needs --add-label).
+        #[arg(value_enum)]
+        action: BulkArg,
+        /// Why they are rejected (kept in each card's history and tombstone).
+        #[arg(long)]
+        reason: Option<String>,
+        /// The label to add to each.
+        #[arg(long, value_name = "LABEL")]
+        add_label: Option<String>,
+        #[command(flatten)]
+        filters: Filters,
+        /// Act without asking (the count shown is still checked).
+        #[arg(long)]
+        yes: bool,
+    },
     /// Revert a card to an earlier version's text (`history ID` numbers them), unless
     /// someone changed it meanwhile.
     Revert {
@@ -392,6 +411,75 @@ fn connect(args: &ConnArgs) -> Result<Connection> {
 
 /// The version a one-shot change is sent with: the one given, else the card's version read
 /// now (the change then applies to what the curator sees printed next to it).
+/// What `bulk` does to each card.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum BulkArg {
+    Verify,
+    Reject,
+    Label,
+}
+
+fn bulk(
+    c: &Connection,
+    action: BulkArg,
+    reason: Option<String>,
+    label: Option<String>,
+    filters: &Filters,
+    yes: bool,
+) -> Result<()> {
+    use mop_proto::curation::{BulkAction, BulkRequest};
+    let (action, verb) = match action {
+        BulkArg::Verify => (BulkAction::Verify, "verify"),
+        BulkArg::Reject => (BulkAction::Reject, "reject"),
+        BulkArg::Label => (BulkAction::Label, "label"),
+    };
+    if matches!(action, BulkAction::Reject) && reason.is_none() {
+        bail!("bulk reject needs --reason (kept in each card's history)");
+    }
+    if matches!(action, BulkAction::Label) && label.is_none() {
+        bail!("bulk label needs --add-label LABEL");
+    }
+    let mut req = BulkRequest {
+        filter: filters.query(),
+        action,
+        reason,
+        label,
+        confirm: None,
+    };
+    let preview = c.bulk(&req)?;
+    for card in &preview.cards {
+        println!(
+            "{}  {:<16} {}",
+            card.id,
+            card.card_type.as_str(),
+            render::safe(&card.title)
+        );
+    }
+    let n = preview.cards.len();
+    if n == 0 {
+        println!("no card matches; nothing to do");
+        return Ok(());
+    }
+    if !yes {
+        print!("{verb} these {n} card(s)? [y/N] ");
+        std::io::Write::flush(&mut std::io::stdout())?;
+        let mut answer = String::new();
+        std::io::stdin().read_line(&mut answer)?;
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            println!("nothing was changed");
+            return Ok(());
+        }
+    }
+    req.confirm = Some(n);
+    let done = c.bulk(&req)?;
+    println!(
+        "{verb}: {} card(s) done (revision {})",
+        done.cards.len(),
+        done.revision.unwrap_or_default()
+    );
+    Ok(())
+}
+
 fn version_for(c: &Connection, id: &CardId, given: Version) -> Result<String> {
     match given.version {
         Some(tag) => Ok(tag),
@@ -533,6 +621,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let change = c.create(&fields, allow_credentials)?;
             println!("created card {} (revision {})", change.id, change.revision);
         }
+        Command::Bulk {
+            action,
+            reason,
+            add_label,
+            filters,
+            yes,
+        } => bulk(&c, action, reason, add_label, &filters, yes)?,
         Command::Revert { id, to, version } => {
             let id = card_id(&id)?;
             let tag = version_for(&c, &id, version)?;

@@ -421,6 +421,63 @@ pub struct MergeRequest {
     pub verify: bool,
 }
 
+/// What a bulk action does to each card it matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BulkAction {
+    /// Verify each (a card whose text carries a credential stops the whole action).
+    Verify,
+    /// Reject each, with one reason.
+    Reject,
+    /// Add one label to each.
+    Label,
+}
+
+/// `POST /v1/workspaces/{ws}/bulk`: without `confirm`, a preview of the cards `filter`
+/// matches; with it, the action on each, if exactly `confirm` cards still match (else 409
+/// and nothing changes). All of it is one transaction, one audit row per card.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkRequest {
+    /// Which cards (the listing's filters; paging is ignored: every match counts).
+    pub filter: ListQuery,
+    /// What to do to each.
+    pub action: BulkAction,
+    /// Why (a rejection's reason).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The label to add.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// The count the preview showed: act on the cards only if as many match now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm: Option<usize>,
+}
+
+/// A card a bulk action matched.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkItem {
+    /// The card.
+    pub id: CardId,
+    /// Its type.
+    #[serde(rename = "type")]
+    pub card_type: CardType,
+    /// Its title.
+    pub title: String,
+}
+
+/// What a bulk request matched, and whether it acted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkAnswer {
+    /// Every card matched, by id.
+    pub cards: Vec<BulkItem>,
+    /// True once the action was applied to each (false: a preview).
+    pub done: bool,
+    /// The workspace revision after the action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<u64>,
+}
+
 /// `POST …/cards/{id}/revert`: the card's text becomes an earlier version's again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

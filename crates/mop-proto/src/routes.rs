@@ -86,6 +86,8 @@ pub mod server {
     pub const CARD_HISTORY: Route = Route("/v1/workspaces/{ws}/cards/{id}/history");
     /// A state change of one card (`verify`, `reject`, `archive`, `merge`, …).
     pub const CARD_ACTION: Route = Route("/v1/workspaces/{ws}/cards/{id}/{action}");
+    /// One action on every card a filter matches: a preview, then the action.
+    pub const BULK: Route = Route("/v1/workspaces/{ws}/bulk");
     /// A workspace's history.
     pub const WORKSPACE_HISTORY: Route = Route("/v1/workspaces/{ws}/history");
     /// Publishing the usage counters as a revision.

@@ -173,6 +173,27 @@ pub(crate) async fn update_text(
     Ok(change)
 }
 
+/// `POST /v1/workspaces/{ws}/bulk`: a preview of what a filter matches, or one action on
+/// each (see `mop_proto::curation::BulkRequest`).
+pub(crate) async fn bulk(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(ws): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<mop_proto::curation::BulkAnswer>, ApiError> {
+    admin_on(&state, &caller, &ws, None)?;
+    let req = json::<mop_proto::curation::BulkRequest>(&read_body(&state, &headers, body).await?)?;
+    let (store, actor, ws2) = (state.store.clone(), caller.actor(), ws.clone());
+    let answer = blocking(move || curation::bulk(&store, &ws2, &req, &actor)).await?;
+    if let Some(revision) = answer.revision {
+        state.note_revision(&ws, revision);
+        tracing::info!(workspace = %ws, cards = answer.cards.len(), revision,
+            token = %caller.0.id, "bulk action");
+    }
+    Ok(Json(answer))
+}
+
 /// What a `POST …/cards/{id}/{action}` does.
 pub(crate) enum Action {
     State(CardState),

@@ -58,6 +58,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route(server::CARD_HISTORY.template(), get(admin::history))
         .route(server::CARD_ACTION.template(), post(admin::state))
+        .route(server::BULK.template(), post(admin::bulk))
         .route(
             server::WORKSPACE_HISTORY.template(),
             get(admin::workspace_history),

@@ -15,6 +15,7 @@
 //! caller sends one ([`Expect`]), with its audit rows; the rows are the store's.
 
 use mop_cards::{Card, CardId, Trust, parse_card, render_card};
+use mop_proto::curation::{BulkAction, BulkAnswer, BulkItem, BulkRequest};
 use mop_proto::sync::NewCard;
 
 use crate::store::cards::{Row, screen_admin};
@@ -367,6 +368,115 @@ pub fn revert(
         };
         let audit = ("revert", Some(detail.as_str()));
         replace_text(store, tx, ws, &card, &raw, actor, expect, audit)
+    })
+}
+
+/// A bulk action (see [`BulkRequest`]): the preview, or the action on every match in one
+/// transaction, one audit row per card.
+pub fn bulk(store: &Store, ws: &str, req: &BulkRequest, actor: &str) -> Result<BulkAnswer> {
+    let reason = match req.action {
+        BulkAction::Reject => Some(check_reason(req.reason.as_deref().unwrap_or(""))?),
+        _ => None,
+    };
+    let label = match req.action {
+        BulkAction::Label => Some(req.label.as_deref().map(str::trim).unwrap_or("")),
+        _ => None,
+    };
+    if label.is_some_and(|l| !mop_cards::is_scope_id(l) || l.contains(char::is_whitespace)) {
+        return Err(invalid(
+            "label",
+            "must be one word of 1 to 128 characters (what a card's labels hold)",
+        ));
+    }
+    let mut matched: Vec<_> = store
+        .matching_cards(ws, &req.filter)?
+        .into_values()
+        .collect();
+    matched.sort_by_key(|c| c.summary.id);
+    let cards: Vec<BulkItem> = matched
+        .iter()
+        .map(|c| BulkItem {
+            id: c.summary.id,
+            card_type: c.summary.card_type,
+            title: c.summary.title.clone(),
+        })
+        .collect();
+    let Some(confirm) = req.confirm else {
+        return Ok(BulkAnswer {
+            cards,
+            done: false,
+            revision: None,
+        });
+    };
+    if confirm != cards.len() {
+        return Err(StoreError::Conflict(format!(
+            "{} card(s) match now, not the {confirm} the preview showed; nothing was changed: preview again",
+            cards.len()
+        )));
+    }
+    let detail = reason.map(|r| format!("reason={r}"));
+    let revision = store.write(|tx| {
+        let mut revision = None;
+        for c in &cards {
+            let id = &c.id;
+            let change = match req.action {
+                BulkAction::Verify => {
+                    let row = store.card_row(tx, ws, id)?;
+                    let text = store.card_object(tx, ws, &row)?;
+                    let allowed = screen_admin(&text, id, &[])?;
+                    let state = CardState::Verify;
+                    set_state_in(
+                        store,
+                        tx,
+                        ws,
+                        id,
+                        state,
+                        actor,
+                        Expect::Any,
+                        allowed.as_deref(),
+                    )?
+                }
+                BulkAction::Reject => {
+                    let row = store.card_row(tx, ws, id)?;
+                    let state = CardState::Reject;
+                    let change = set_state_in(
+                        store,
+                        tx,
+                        ws,
+                        id,
+                        state,
+                        actor,
+                        Expect::Any,
+                        detail.as_deref(),
+                    )?;
+                    if change.changed {
+                        let why = reason.unwrap_or_default();
+                        store.keep_tombstone(tx, ws, id, &row.summary, why, actor)?;
+                    }
+                    change
+                }
+                BulkAction::Label => {
+                    let row = store.card_row(tx, ws, id)?;
+                    let mut card = parse(&store.card_object(tx, ws, &row)?, "the stored card")?;
+                    let label = label.unwrap_or_default().to_owned();
+                    if !card.summary.labels.contains(&label) {
+                        card.summary.labels.push(label);
+                    }
+                    let raw = render_card(&card).into_bytes();
+                    // Checked as the card's OKF text would be.
+                    let card = parse(&raw, "the labelled card")?;
+                    let audit = ("update", Some("label added in bulk"));
+                    replace_text(store, tx, ws, &card, &raw, actor, Expect::Any, audit)?
+                }
+            };
+            revision = Some(change.revision);
+        }
+        Ok(revision)
+    })?;
+    Ok(BulkAnswer {
+        cards,
+        done: true,
+        revision,
     })
 }
 

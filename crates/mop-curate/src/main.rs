@@ -235,58 +235,11 @@ enum Command {
     /// Create a card: the server gives it its id; you give its fields, and its text from a
     /// file (--body-file, `-` for standard input) or your $EDITOR. A card a curator writes
     /// is verified.
-    Create {
-        /// The card type (fact, preference, human_correction, error_resolution, pitfall,
-        /// playbook, reference_doc).
-        #[arg(long = "type", value_name = "TYPE")]
-        card_type: String,
-        /// One line, up to 200 characters.
-        #[arg(long)]
-        title: String,
-        /// One line, up to 300 characters.
-        #[arg(long)]
-        description: Option<String>,
-        /// A label (lowercase slug); repeat for more.
-        #[arg(long = "label", value_name = "LABEL")]
-        labels: Vec<String>,
-        /// An error code the card resolves; repeat for more.
-        #[arg(long = "error-code", value_name = "CODE")]
-        error_codes: Vec<String>,
-        /// A technology stack; repeat for more.
-        #[arg(long = "stack", value_name = "STACK")]
-        stacks: Vec<String>,
-        /// Bind the card to this asset: only its tasks get it.
-        #[arg(long)]
-        asset: Option<String>,
-        /// Bind the card to this user: only their tasks get it.
-        #[arg(long)]
-        user: Option<String>,
-        /// The card's Markdown text from this file (`-`: standard input) instead of $EDITOR.
-        #[arg(long, value_name = "FILE")]
-        body_file: Option<PathBuf>,
-        /// Keep a credential the text carries (audited, kinds only); refused otherwise.
-        #[arg(long)]
-        allow_credentials: bool,
-    },
+    Create(CreateArgs),
     /// One action on every card the filters match: lists them with their count, asks, then
     /// acts in one transaction (each card's history names you). Refused, changing nothing,
     /// if the cards matching changed in between.
-    Bulk {
-        /// What to do to each: verify, reject (needs --reason) or label (needs --add-label).
-        #[arg(value_enum)]
-        action: BulkArg,
-        /// Why they are rejected (kept in each card's history and tombstone).
-        #[arg(long)]
-        reason: Option<String>,
-        /// The label to add to each.
-        #[arg(long, value_name = "LABEL")]
-        add_label: Option<String>,
-        #[command(flatten)]
-        filters: Filters,
-        /// Act without asking (the count shown is still checked).
-        #[arg(long)]
-        yes: bool,
-    },
+    Bulk(BulkArgs),
     /// Revert a card to an earlier version's text (`history ID` numbers them), unless
     /// someone changed it meanwhile.
     Revert {
@@ -409,8 +362,109 @@ fn connect(args: &ConnArgs) -> Result<Connection> {
     Connection::new(&url, token, workspace, args.allow_http)
 }
 
-/// The version a one-shot change is sent with: the one given, else the card's version read
-/// now (the change then applies to what the curator sees printed next to it).
+/// `create`'s fields.
+#[derive(Args)]
+struct CreateArgs {
+    /// The card type (fact, preference, human_correction, error_resolution, pitfall,
+    /// playbook, reference_doc).
+    #[arg(long = "type", value_name = "TYPE")]
+    card_type: String,
+    /// One line, up to 200 characters.
+    #[arg(long)]
+    title: String,
+    /// One line, up to 300 characters.
+    #[arg(long)]
+    description: Option<String>,
+    /// A label (lowercase slug); repeat for more.
+    #[arg(long = "label", value_name = "LABEL")]
+    labels: Vec<String>,
+    /// An error code the card resolves; repeat for more.
+    #[arg(long = "error-code", value_name = "CODE")]
+    error_codes: Vec<String>,
+    /// A technology stack; repeat for more.
+    #[arg(long = "stack", value_name = "STACK")]
+    stacks: Vec<String>,
+    /// Bind the card to this asset: only its tasks get it.
+    #[arg(long)]
+    asset: Option<String>,
+    /// Bind the card to this user: only their tasks get it.
+    #[arg(long)]
+    user: Option<String>,
+    /// The card's Markdown text from this file (`-`: standard input) instead of $EDITOR.
+    #[arg(long, value_name = "FILE")]
+    body_file: Option<PathBuf>,
+    /// Keep a credential the text carries (audited, kinds only); refused otherwise.
+    #[arg(long)]
+    allow_credentials: bool,
+}
+
+/// `create`: the card from its fields, the text from a file, stdin or $EDITOR.
+fn create(c: &Connection, args: CreateArgs) -> Result<()> {
+    let CreateArgs {
+        card_type,
+        title,
+        description,
+        labels,
+        error_codes,
+        stacks,
+        asset,
+        user,
+        body_file,
+        allow_credentials,
+    } = args;
+    let card_type = mop_cards::CardType::parse(&card_type).with_context(|| {
+        format!(
+            "--type {card_type:?} is not a card type; use one of: {}",
+            mop_cards::CardType::NAMES.join(", ")
+        )
+    })?;
+    let body = match body_file {
+        Some(p) if p.as_os_str() == "-" => std::io::read_to_string(std::io::stdin())
+            .context("cannot read the text from standard input")?,
+        Some(p) => {
+            std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?
+        }
+        None => review::in_editor("", "mop-new-card-")?.1,
+    };
+    if body.trim().is_empty() {
+        bail!(
+            "the card has no text; nothing was created (write it in the editor or give --body-file)"
+        );
+    }
+    let fields = mop_proto::sync::NewCard {
+        card_type,
+        title,
+        description,
+        labels,
+        error_codes,
+        stacks,
+        scope: mop_cards::Scope {
+            user_id: user,
+            asset_id: asset,
+        },
+        body,
+    };
+    let change = c.create(&fields, allow_credentials)?;
+    println!("created card {} (revision {})", change.id, change.revision);
+    Ok(())
+}
+
+/// `revert`: the text of history entry `to` again, on the version read or given.
+fn revert(c: &Connection, id: &str, to: i64, version: Version) -> Result<()> {
+    let id = card_id(id)?;
+    let tag = version_for(c, &id, version)?;
+    let change = c.revert(&id, to, Some(&tag))?;
+    if change.changed {
+        println!(
+            "card {id} reverted to version {to} (revision {})",
+            change.revision
+        );
+    } else {
+        println!("card {id} already has the text of version {to}; nothing changed");
+    }
+    Ok(())
+}
+
 /// What `bulk` does to each card.
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum BulkArg {
@@ -419,15 +473,34 @@ enum BulkArg {
     Label,
 }
 
-fn bulk(
-    c: &Connection,
+/// `bulk`'s arguments.
+#[derive(Args)]
+struct BulkArgs {
+    /// What to do to each: verify, reject (needs --reason) or label (needs --add-label).
+    #[arg(value_enum)]
     action: BulkArg,
+    /// Why they are rejected (kept in each card's history and tombstone).
+    #[arg(long)]
     reason: Option<String>,
-    label: Option<String>,
-    filters: &Filters,
+    /// The label to add to each.
+    #[arg(long, value_name = "LABEL")]
+    add_label: Option<String>,
+    #[command(flatten)]
+    filters: Filters,
+    /// Act without asking (the count shown is still checked).
+    #[arg(long)]
     yes: bool,
-) -> Result<()> {
+}
+
+fn bulk(c: &Connection, args: BulkArgs) -> Result<()> {
     use mop_proto::curation::{BulkAction, BulkRequest};
+    let BulkArgs {
+        action,
+        reason,
+        add_label: label,
+        filters,
+        yes,
+    } = args;
     let (action, verb) = match action {
         BulkArg::Verify => (BulkAction::Verify, "verify"),
         BulkArg::Reject => (BulkAction::Reject, "reject"),
@@ -480,6 +553,8 @@ fn bulk(
     Ok(())
 }
 
+/// The version a one-shot change is sent with: the one given, else the card's version read
+/// now (the change then applies to what the curator sees printed next to it).
 fn version_for(c: &Connection, id: &CardId, given: Version) -> Result<String> {
     match given.version {
         Some(tag) => Ok(tag),
@@ -575,72 +650,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 change.revision
             );
         }
-        Command::Create {
-            card_type,
-            title,
-            description,
-            labels,
-            error_codes,
-            stacks,
-            asset,
-            user,
-            body_file,
-            allow_credentials,
-        } => {
-            let card_type = mop_cards::CardType::parse(&card_type).with_context(|| {
-                format!(
-                    "--type {card_type:?} is not a card type; use one of: {}",
-                    mop_cards::CardType::NAMES.join(", ")
-                )
-            })?;
-            let body = match body_file {
-                Some(p) if p.as_os_str() == "-" => std::io::read_to_string(std::io::stdin())
-                    .context("cannot read the text from standard input")?,
-                Some(p) => std::fs::read_to_string(&p)
-                    .with_context(|| format!("cannot read {}", p.display()))?,
-                None => review::in_editor("", "mop-new-card-")?.1,
-            };
-            if body.trim().is_empty() {
-                bail!(
-                    "the card has no text; nothing was created (write it in the editor or give --body-file)"
-                );
-            }
-            let fields = mop_proto::sync::NewCard {
-                card_type,
-                title,
-                description,
-                labels,
-                error_codes,
-                stacks,
-                scope: mop_cards::Scope {
-                    user_id: user,
-                    asset_id: asset,
-                },
-                body,
-            };
-            let change = c.create(&fields, allow_credentials)?;
-            println!("created card {} (revision {})", change.id, change.revision);
-        }
-        Command::Bulk {
-            action,
-            reason,
-            add_label,
-            filters,
-            yes,
-        } => bulk(&c, action, reason, add_label, &filters, yes)?,
-        Command::Revert { id, to, version } => {
-            let id = card_id(&id)?;
-            let tag = version_for(&c, &id, version)?;
-            let change = c.revert(&id, to, Some(&tag))?;
-            if change.changed {
-                println!(
-                    "card {id} reverted to version {to} (revision {})",
-                    change.revision
-                );
-            } else {
-                println!("card {id} already has the text of version {to}; nothing changed");
-            }
-        }
+        Command::Create(args) => create(&c, args)?,
+        Command::Bulk(args) => bulk(&c, args)?,
+        Command::Revert { id, to, version } => revert(&c, &id, to, version)?,
         Command::Supersede { id, by, version } => {
             let (id, by) = (card_id(&id)?, card_id(&by)?);
             let tag = version_for(&c, &id, version)?;

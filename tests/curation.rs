@@ -1170,7 +1170,7 @@ fn bulk_reject_shows_its_preview_and_count_then_acts_once_per_card() {
     assert!(said.contains("nothing was changed"), "{said}");
     assert!(scratch.iter().all(|id| waiting(&env).contains(id)));
 
-    // A count that no longer matches what the preview showed is refused whole.
+    // Cards that are not the ones the preview showed are refused whole.
     let stale = mop_proto::curation::BulkRequest {
         filter: mop_proto::curation::ListQuery {
             label: Some("scratch".into()),
@@ -1180,7 +1180,13 @@ fn bulk_reject_shows_its_preview_and_count_then_acts_once_per_card() {
         action: mop_proto::curation::BulkAction::Reject,
         reason: Some("scratch notes".into()),
         label: None,
-        confirm: Some(2),
+        // Two of the three the preview showed: the third must not be acted on unseen.
+        confirm: Some(
+            scratch[..2]
+                .iter()
+                .map(|id| mop_cards::CardId::parse(id).unwrap())
+                .collect(),
+        ),
     };
     let r = http()
         .post(format!("{}/v1/workspaces/{WS}/bulk", env.server.url))

@@ -73,6 +73,7 @@ fn probes_answer_and_metrics_parse_with_counts_and_no_names() {
     let first = get(&manifest, Some(&node), None);
     assert_eq!(first.status().as_u16(), 200);
     let etag = first.headers()["etag"].to_str().unwrap().to_owned();
+    let epoch = first.json::<mop_cards::Manifest>().unwrap().epoch;
     for _ in 0..3 {
         assert_eq!(
             get(&manifest, Some(&node), Some(&etag)).status().as_u16(),
@@ -145,8 +146,9 @@ fn probes_answer_and_metrics_parse_with_counts_and_no_names() {
             .any(|s| s.metric == "mop_server_db_idle_readers")
     );
     // The review queue is counted per workspace, which the label names by a hash of its
-    // name unless metrics.workspace_names is on (the name itself is checked absent below).
-    let label = mop_server::metrics::workspace_label(WS);
+    // name keyed with the database's epoch unless metrics.workspace_names is on (the name
+    // itself is checked absent below).
+    let label = mop_server::metrics::workspace_label(&epoch, WS);
     assert!(
         find("mop_server_review_queue_items", &[("workspace", &label)]) >= 1.0,
         "the stored card waits for review: {text}"

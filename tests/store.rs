@@ -179,6 +179,7 @@ conformance!(
     rejecting_needs_a_reason_and_archives,
     a_verified_card_is_not_merged_where_fewer_tasks_see_it,
     the_queue_counts_come_from_the_per_row_flag_and_an_upgrade_fills_it,
+    a_revert_restores_the_words_and_keeps_where_the_card_stands,
 );
 
 fn two_servers_on_one_database_give_the_same_revisions_and_etags(engine: Engine) {
@@ -771,7 +772,7 @@ fn a_merge_carries_counters_and_chains_are_reported(engine: Engine) {
     let (_db, store) = open(engine);
     let (a, b) = (CardId::parse(A).unwrap(), CardId::parse(B).unwrap());
     let before = store.card_info(WS, &b).unwrap().occurrence;
-    let merged = curation::merge(&store, WS, &a, &b, false, "token:tokc", Expect::Any).unwrap();
+    let merged = curation::merge(&store, WS, &a, &b, None, "token:tokc", Expect::Any).unwrap();
     assert!(merged.changed);
     assert_eq!(store.card_info(WS, &b).unwrap().occurrence, before + 1);
     assert_eq!(
@@ -779,7 +780,7 @@ fn a_merge_carries_counters_and_chains_are_reported(engine: Engine) {
         Some(b)
     );
     assert!(
-        curation::merge(&store, WS, &b, &b, false, "t", Expect::Any).is_err(),
+        curation::merge(&store, WS, &b, &b, None, "t", Expect::Any).is_err(),
         "not into itself"
     );
     let actions: Vec<String> = store
@@ -826,7 +827,7 @@ fn a_verified_card_is_not_merged_where_fewer_tasks_see_it(engine: Engine) {
         .unwrap()
         .replace("title: Beta\n", "title: Beta\nscope:\n  asset_id: db-1\n");
     curation::update_card(&store, WS, &b, bound.as_bytes(), "t", Expect::Any, false).unwrap();
-    let err = curation::merge(&store, WS, &a, &b, false, "t", Expect::Any).unwrap_err();
+    let err = curation::merge(&store, WS, &a, &b, None, "t", Expect::Any).unwrap_err();
     assert!(err.to_string().contains("narrower scope"), "{err}");
     assert!(
         store
@@ -837,7 +838,7 @@ fn a_verified_card_is_not_merged_where_fewer_tasks_see_it(engine: Engine) {
             .is_none()
     );
     // Control: the other way round, into the wider card, is a merge.
-    assert!(curation::merge(&store, WS, &b, &a, false, "t", Expect::Any).is_ok());
+    assert!(curation::merge(&store, WS, &b, &a, None, "t", Expect::Any).is_ok());
 }
 
 /// An unverified card of `id`, as an agent's store leaves it.
@@ -882,7 +883,15 @@ fn the_queue_counts_come_from_the_per_row_flag_and_an_upgrade_fills_it(engine: E
         "a rejected card no longer waits"
     );
     // Merged into the other draft, verified in the same action: neither waits.
-    curation::merge(&store, WS, &d, &c, true, "t", Expect::Any).unwrap();
+    // Verifying needs the version read: a stale one is refused and changes nothing.
+    let stale = curation::merge(&store, WS, &d, &c, Some("\"0000\""), "t", Expect::Any);
+    assert!(
+        matches!(stale, Err(StoreError::Precondition { .. })),
+        "{stale:?}"
+    );
+    assert_eq!(waiting(&store), (2, true));
+    let seen = store.card_info(WS, &c).unwrap().etag;
+    curation::merge(&store, WS, &d, &c, Some(&seen), "t", Expect::Any).unwrap();
     assert_eq!(waiting(&store), (0, false));
 
     // A database from before the flag: the upgrade fills it from each card's trust.
@@ -901,5 +910,33 @@ fn the_queue_counts_come_from_the_per_row_flag_and_an_upgrade_fills_it(engine: E
         waiting(&upgraded),
         (1, true),
         "only the live unverified card waits"
+    );
+}
+
+fn a_revert_restores_the_words_and_keeps_where_the_card_stands(engine: Engine) {
+    const C: &str = "00000000-0000-4000-8000-00000000000c";
+    const D: &str = "00000000-0000-4000-8000-00000000000d";
+    let (_db, store) = open(engine);
+    let cards = vec![unverified(C, "Gamma"), unverified(D, "Delta")];
+    store.import(WS, cards, "test", &[]).unwrap();
+    let (c, d) = (CardId::parse(C).unwrap(), CardId::parse(D).unwrap());
+    let draft_seq = store.history(WS, &c).unwrap()[0].seq;
+    // D is merged into C, which is verified in the same action.
+    let seen = store.card_info(WS, &c).unwrap().etag;
+    curation::merge(&store, WS, &d, &c, Some(&seen), "t", Expect::Any).unwrap();
+    // Reverting C to its draft text brings back its words, not its unverified standing:
+    // D's lesson stays with every task.
+    curation::revert(&store, WS, &c, draft_seq, "t", Expect::Any).unwrap();
+    let info = store.card_info(WS, &c).unwrap();
+    assert_eq!(info.summary.trust, mop_cards::Trust::Verified);
+    let (text, _) = store.card_text(WS, &c).unwrap();
+    assert!(String::from_utf8(text).unwrap().contains("Body of Gamma."));
+    // Reverting the merged-away D to its draft does not bring it back to life (its
+    // counters moved once).
+    let d_seq = store.history(WS, &d).unwrap()[0].seq;
+    curation::revert(&store, WS, &d, d_seq, "t", Expect::Any).unwrap();
+    assert_eq!(
+        store.card_info(WS, &d).unwrap().summary.superseded_by,
+        Some(c)
     );
 }

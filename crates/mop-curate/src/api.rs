@@ -215,7 +215,6 @@ impl Connection {
         Ok((r.text()?, etag))
     }
 
-    /// Replaces a card's text if it is still at version `etag`.
     /// A bulk action's preview (`confirm: None`) or the action itself.
     pub fn bulk(
         &self,
@@ -242,6 +241,7 @@ impl Connection {
         )
     }
 
+    /// Replaces a card's text if it is still at version `etag`.
     pub fn update(&self, id: &CardId, text: String, etag: &str) -> Result<CardChange> {
         self.json(
             self.http
@@ -332,17 +332,19 @@ impl Connection {
     }
 
     /// Merges a card into another, which takes over its counters.
-    /// With `verify`, an unverified `into` is verified in the same action.
+    /// With `verify` (the version of `into` read), an unverified `into` is verified in
+    /// the same action.
     pub fn merge(
         &self,
         id: &CardId,
         into: &CardId,
-        verify: bool,
+        verify: Option<String>,
         etag: Option<&str>,
     ) -> Result<CardChange> {
         let body = serde_json::to_vec(&MergeRequest {
             into: *into,
-            verify,
+            verify: verify.is_some(),
+            into_version: verify,
         })?;
         self.action(id, "merge", Some(body), etag)
     }

@@ -58,7 +58,7 @@ struct ConnArgs {
 }
 
 /// The version a change is meant for.
-#[derive(Args)]
+#[derive(Args, Default)]
 struct Version {
     /// The card's version as `show` printed it: the change is refused (412) if the card
     /// changed since [default: the version read just before the change].
@@ -513,7 +513,12 @@ fn bulk(c: &Connection, args: BulkArgs) -> Result<()> {
         bail!("bulk label needs --add-label LABEL");
     }
     let mut req = BulkRequest {
-        filter: filters.query(),
+        // Every match counts: no paging.
+        filter: ListQuery {
+            offset: None,
+            limit: None,
+            ..filters.query()
+        },
         action,
         reason,
         label,
@@ -543,7 +548,7 @@ fn bulk(c: &Connection, args: BulkArgs) -> Result<()> {
             return Ok(());
         }
     }
-    req.confirm = Some(n);
+    req.confirm = Some(preview.cards.iter().map(|c| c.id).collect());
     let done = c.bulk(&req)?;
     println!(
         "{verb}: {} card(s) done (revision {})",
@@ -644,6 +649,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
         } => {
             let (id, into) = (card_id(&id)?, card_id(&into)?);
             let tag = version_for(&c, &id, version)?;
+            // The card verified is shown (title and version) before it is.
+            let verify = if verify {
+                Some(version_for(&c, &into, Version::default())?)
+            } else {
+                None
+            };
             let change = c.merge(&id, &into, verify, Some(&tag))?;
             println!(
                 "merged card {id} into {into} (revision {})",

@@ -135,7 +135,7 @@ fn one(c: &Connection, item: &ReviewItem, input: &mut impl BufRead, echo: bool) 
                     );
                     continue;
                 };
-                c.merge(&id, &target, false, Some(&etag))
+                c.merge(&id, &target, None, Some(&etag))
                     .map(|_| format!("merged {id} into {target}"))
             }
             "e" | "edit" => {

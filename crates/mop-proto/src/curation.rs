@@ -98,7 +98,8 @@ pub struct CardInfo {
     /// curator decides: the review queue and a card's details.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previously_rejected: Option<RejectionNote>,
-    /// A curator rejected this card (it is archived, and its lesson has a tombstone).
+    /// A curator rejected this card: it is archived, and a rejection is the last archive
+    /// action in its history (an unarchive clears it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rejected: bool,
 }
@@ -416,9 +417,13 @@ pub struct MergeRequest {
     /// The card that stays; it takes over the merged card's counters.
     pub into: CardId,
     /// Verify `into` in the same action: a merge into an unverified card needs it (only
-    /// its author's tasks would see the lesson otherwise).
+    /// its author's tasks would see the lesson otherwise). Needs `into_version`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub verify: bool,
+    /// The version of `into` the curator read (its ETag): what `verify` makes workspace
+    /// memory, refused (412) if `into` changed since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub into_version: Option<String>,
 }
 
 /// What a bulk action does to each card it matches.
@@ -434,12 +439,14 @@ pub enum BulkAction {
 }
 
 /// `POST /v1/workspaces/{ws}/bulk`: without `confirm`, a preview of the cards `filter`
-/// matches; with it, the action on each, if exactly `confirm` cards still match (else 409
-/// and nothing changes). All of it is one transaction, one audit row per card.
+/// matches; with it, the action on each, if exactly the cards the preview showed still
+/// match (else 409 and nothing changes). All of it is one transaction, one audit row per
+/// card.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BulkRequest {
-    /// Which cards (the listing's filters; paging is ignored: every match counts).
+    /// Which cards: the listing's filters (no search text and no paging: every match
+    /// counts).
     pub filter: ListQuery,
     /// What to do to each.
     pub action: BulkAction,
@@ -449,9 +456,9 @@ pub struct BulkRequest {
     /// The label to add.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
-    /// The count the preview showed: act on the cards only if as many match now.
+    /// The cards the preview showed: act only if exactly these match now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub confirm: Option<usize>,
+    pub confirm: Option<Vec<CardId>>,
 }
 
 /// A card a bulk action matched.

@@ -45,12 +45,12 @@ struct KindLabels {
 }
 
 /// A workspace as the metrics name it unless `metrics.workspace_names` is on: `sha256:`
-/// and the first 12 hex digits of its name's SHA-256.
-pub fn workspace_label(workspace: &str) -> String {
-    format!(
-        "sha256:{}",
-        &mop_cards::sha256_hex(workspace.as_bytes())[..12]
-    )
+/// and the first 12 hex digits of the SHA-256 of the database's epoch, a newline and the
+/// name. The epoch (random per database, shown by `mopd status`) keys it, so a reader of
+/// the port cannot test guessed names against it.
+pub fn workspace_label(epoch: &str, workspace: &str) -> String {
+    let keyed = format!("{epoch}\n{workspace}");
+    format!("sha256:{}", &mop_cards::sha256_hex(keyed.as_bytes())[..12])
 }
 
 fn latency_buckets() -> Histogram {
@@ -196,12 +196,13 @@ impl Metrics {
     }
 
     /// The text exposition, with the idle readers and the review queues read now; the
-    /// queues' workspaces named, or by [`workspace_label`] (`metrics.workspace_names`).
+    /// queues' workspaces named (`names`), or by [`workspace_label`] under `epoch`.
     pub fn encode(
         &self,
         idle_readers: usize,
         queues: &[crate::store::QueueStats],
         names: bool,
+        epoch: &str,
     ) -> String {
         self.db_idle_readers.set(idle_readers as i64);
         // A workspace gone since the last scrape leaves no stale series behind.
@@ -214,7 +215,7 @@ impl Metrics {
                 workspace: if names {
                     q.workspace.clone()
                 } else {
-                    workspace_label(&q.workspace)
+                    workspace_label(epoch, &q.workspace)
                 },
             };
             self.queue_items.get_or_create(&labels).set(q.items as i64);

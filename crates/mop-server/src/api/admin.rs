@@ -87,7 +87,7 @@ pub(crate) async fn create(
     let fields = headers
         .get(axum::http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| t.starts_with("application/json"));
+        .is_some_and(|t| t.to_ascii_lowercase().starts_with("application/json"));
     let raw = read_body(&state, &headers, body).await?;
     let fields = if fields {
         Some(json::<mop_proto::sync::NewCard>(&raw)?)
@@ -201,8 +201,8 @@ pub(crate) enum Action {
     /// curator allows credentials in it.
     Verify(Option<bytes::Bytes>, bool),
     Reject(String),
-    /// Merge into this card, verifying it in the same action when true.
-    Merge(CardId, bool),
+    /// Merge into this card, verifying it in the same action at this version of it.
+    Merge(CardId, Option<String>),
     /// Restore the text of this history row (its `seq`).
     Revert(i64),
 }
@@ -228,7 +228,13 @@ pub(crate) async fn state(
         "reject" => Action::Reject(json::<RejectRequest>(&body)?.reason),
         "merge" => {
             let m = json::<MergeRequest>(&body)?;
-            Action::Merge(m.into, m.verify)
+            if m.verify && m.into_version.is_none() {
+                return Err(ApiError::bad_request(format!(
+                    "verify needs into_version: the version (ETag) of card {} you read",
+                    m.into
+                )));
+            }
+            Action::Merge(m.into, m.into_version.filter(|_| m.verify))
         }
         "revert" => Action::Revert(json::<RevertRequest>(&body)?.seq),
         other => {
@@ -263,6 +269,7 @@ pub(crate) async fn act(
             }
             Action::Reject(reason) => curation::reject(&store, &ws2, &id, &reason, &actor, expect),
             Action::Merge(into, verify) => {
+                let verify = verify.as_deref();
                 curation::merge(&store, &ws2, &id, &into, verify, &actor, expect)
             }
             Action::Revert(seq) => curation::revert(&store, &ws2, &id, seq, &actor, expect),

@@ -128,9 +128,10 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         }
     };
     let names = state.config.metrics.workspace_names;
+    let epoch = state.store.epoch();
     let text = state
         .metrics
-        .encode(state.store.idle_readers(), &queues, names);
+        .encode(state.store.idle_readers(), &queues, names, epoch);
     (
         [(
             header::CONTENT_TYPE,

@@ -185,7 +185,6 @@ fn actions(ctx: &Ctx, base: &str, card: &CardInfo) -> Markup {
             @if card.archived_at.is_none() {
                 (action_form(ctx, base, "merge", e, "Merge into", html! {
                     input type="text" name="into" required placeholder="card id" aria-label="Merge into card id" size="36";
-                    label { input type="checkbox" name="verify_into" value="yes"; " and verify it (needed when it is unverified)" }
                 }))
                 (action_form(ctx, base, "supersede", e, "Superseded by", html! {
                     input type="text" name="by" required placeholder="card id" aria-label="Superseding card id" size="36";
@@ -543,7 +542,6 @@ pub(super) struct ActForm {
     confirm: Option<String>,
     rejection: Option<String>,
     seq: Option<String>,
-    verify_into: Option<String>,
 }
 
 /// `POST /console/w/{ws}/cards/{id}/do/{action}`.
@@ -604,10 +602,8 @@ pub(super) async fn act(
     let what = match action.as_str() {
         "verify" => Action::Verify(None, form.allow_credentials.as_deref() == Some("yes")),
         "reject" => Action::Reject(form.reason.clone().unwrap_or_default()),
-        "merge" => Action::Merge(
-            other("merge into", form.into.as_deref())?,
-            form.verify_into.as_deref() == Some("yes"),
-        ),
+        // Verifying the card merged into needs its text read first: its own page does it.
+        "merge" => Action::Merge(other("merge into", form.into.as_deref())?, None),
         "revert" => Action::Revert(
             form.seq
                 .as_deref()

@@ -62,6 +62,7 @@ pub(super) fn flash(console: &Console, ctx: &Ctx, ws: &str) -> Option<Markup> {
         "save" => "saved",
         "delete" => "deleted for good (its text, objects and history text are gone)",
         "lift" => "no longer refused as previously rejected (the rejection is lifted)",
+        "revert" => "reverted to the version you chose",
         _ => return None,
     };
     let id = CardId::parse(&card).ok()?;

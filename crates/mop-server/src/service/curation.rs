@@ -9,13 +9,14 @@
 //! - a merge moves counters once (never from a card already merged or archived), the card
 //!   that stays keeps the lesson with the tasks that had it, and a merge into an unverified
 //!   card (which only its author's tasks see) verifies it in the same action or is refused;
-//! - a revert restores a text the card's own history kept, screened as a curator's write.
+//! - a revert restores a text the card's own history kept, screened as a curator's write,
+//!   and leaves where the card stands (trust, enabled, superseded, provenance) as it is.
 //!
 //! Each action is one transaction (the store's), conditional on the card's version when the
 //! caller sends one ([`Expect`]), with its audit rows; the rows are the store's.
 
 use mop_cards::{Card, CardId, Trust, parse_card, render_card};
-use mop_proto::curation::{BulkAction, BulkAnswer, BulkItem, BulkRequest};
+use mop_proto::curation::{BulkAction, BulkAnswer, BulkItem, BulkRequest, CardInfo};
 use mop_proto::sync::NewCard;
 
 use crate::store::cards::{Row, screen_admin};
@@ -360,8 +361,34 @@ pub fn revert(
             )
         })?;
         let raw = text.into_bytes();
-        let card = parse(&raw, "that version")?;
+        let mut card = parse(&raw, "that version")?;
         same_id(&card, id, "text of that version", "")?;
+        // A revert restores what the card says, not where it stands: its trust, whether it
+        // is enabled or superseded and its provenance stay as they are (the state actions
+        // and their rules decide those), and it may not take the card from tasks that
+        // have it now.
+        let row = store.card_row(tx, ws, id)?;
+        let now = parse(&store.card_object(tx, ws, &row)?, "the stored card")?.summary;
+        if !keeps_reach(&card.summary, &now) {
+            return Err(invalid(
+                "seq",
+                &format!("{seq} binds card {id} to another user or asset than it has now, so tasks that have it would lose it; change its scope with an edit instead"),
+            ));
+        }
+        let s = &card.summary;
+        let same_standing = s.trust == now.trust
+            && s.enabled == now.enabled
+            && s.superseded_by == now.superseded_by
+            && s.provenance == now.provenance;
+        let raw = if same_standing {
+            raw
+        } else {
+            card.summary.trust = now.trust;
+            card.summary.enabled = now.enabled;
+            card.summary.superseded_by = now.superseded_by;
+            card.summary.provenance = now.provenance;
+            render_card(&card).into_bytes()
+        };
         let detail = match screen_admin(&raw, id, &[])? {
             Some(allowed) => format!("to version {seq}; {allowed}"),
             None => format!("to version {seq}"),
@@ -388,34 +415,46 @@ pub fn bulk(store: &Store, ws: &str, req: &BulkRequest, actor: &str) -> Result<B
             "must be one word of 1 to 128 characters (what a card's labels hold)",
         ));
     }
-    let mut matched: Vec<_> = store
-        .matching_cards(ws, &req.filter)?
-        .into_values()
-        .collect();
-    matched.sort_by_key(|c| c.summary.id);
-    let cards: Vec<BulkItem> = matched
-        .iter()
-        .map(|c| BulkItem {
-            id: c.summary.id,
-            card_type: c.summary.card_type,
-            title: c.summary.title.clone(),
-        })
-        .collect();
-    let Some(confirm) = req.confirm else {
+    let f = &req.filter;
+    if f.q.is_some() || f.offset.is_some() || f.limit.is_some() {
+        return Err(invalid(
+            "filter",
+            "takes no search text (q) and no paging (offset, limit): a bulk action acts on every card the filters match",
+        ));
+    }
+    let items = |matched: &[CardInfo]| -> Vec<BulkItem> {
+        matched
+            .iter()
+            .map(|c| BulkItem {
+                id: c.summary.id,
+                card_type: c.summary.card_type,
+                title: c.summary.title.clone(),
+            })
+            .collect()
+    };
+    let Some(confirm) = &req.confirm else {
+        let cards = items(&store.read(|tx| store.matching_in(tx, ws, f))?);
         return Ok(BulkAnswer {
             cards,
             done: false,
             revision: None,
         });
     };
-    if confirm != cards.len() {
-        return Err(StoreError::Conflict(format!(
-            "{} card(s) match now, not the {confirm} the preview showed; nothing was changed: preview again",
-            cards.len()
-        )));
-    }
     let detail = reason.map(|r| format!("reason={r}"));
-    let revision = store.write(|tx| {
+    let (cards, revision) = store.write(|tx| {
+        // Matched again inside the transaction that acts: exactly the cards the curator
+        // saw, or nothing.
+        let cards = items(&store.matching_in(tx, ws, f)?);
+        let now: Vec<CardId> = cards.iter().map(|c| c.id).collect();
+        let mut seen = confirm.clone();
+        seen.sort();
+        if now != seen {
+            return Err(StoreError::Conflict(format!(
+                "{} card(s) match now, not the {} the preview showed; nothing was changed: preview again",
+                now.len(),
+                seen.len()
+            )));
+        }
         let mut revision = None;
         for c in &cards {
             let id = &c.id;
@@ -471,7 +510,7 @@ pub fn bulk(store: &Store, ws: &str, req: &BulkRequest, actor: &str) -> Result<B
             };
             revision = Some(change.revision);
         }
-        Ok(revision)
+        Ok((cards, revision))
     })?;
     Ok(BulkAnswer {
         cards,
@@ -526,7 +565,7 @@ fn check_merge(
         return Err(invalid(
             "into",
             &format!(
-                "names an unverified card, which only its author's tasks see; verify {into} in the same action (mop-curate merge --verify, or the console's \"and verify it\") or merge into a verified card"
+                "names an unverified card, which only its author's tasks see; read and verify {into} first, or in the same action (mop-curate merge --verify), or merge into a verified card"
             ),
         ));
     }
@@ -544,14 +583,15 @@ fn check_merge(
 
 /// Merges card `id` into `into`: `id` is superseded by `into`, and `into` takes over its
 /// counters (occurrence added, the later last-seen kept). Both cards' histories record it.
-/// `verify`: an unverified `into` is verified in the same action (its text screened as a
-/// verify's), which a merge into an unverified card needs.
+/// `verify`: an unverified `into` is verified in the same action, if it is still at the
+/// version the curator read (`Some(tag)`; its text screened as a verify's), which a merge
+/// into an unverified card needs.
 pub fn merge(
     store: &Store,
     ws: &str,
     id: &CardId,
     into: &CardId,
-    verify: bool,
+    verify: Option<&str>,
     actor: &str,
     expect: Expect<'_>,
 ) -> Result<CardChange> {
@@ -566,9 +606,11 @@ pub fn merge(
         let mut target = store.find_row(tx, ws, into)?.ok_or_else(|| {
             StoreError::Invalid(format!("into: card {into} not found in workspace {ws}"))
         })?;
-        let verifying = verify && target.summary.trust == Trust::Unverified;
-        check_merge(id, &from, into, &target, verifying)?;
-        if verifying {
+        let verify = verify.filter(|_| target.summary.trust == Trust::Unverified);
+        check_merge(id, &from, into, &target, verify.is_some())?;
+        if let Some(tag) = verify {
+            // What the curator read is what becomes workspace memory.
+            Expect::IfMatch(tag).check(into, &target)?;
             // Verified as `verify` would: the text screened is the text verified.
             let text = store.card_object(tx, ws, &target)?;
             let detail = match screen_admin(&text, into, &[])? {

@@ -135,14 +135,17 @@ impl Store {
         let mut usage = self.usage_map(tx, ws)?;
         let mut credentials = super::intake::credentials_by_card(tx, ws).map_err(&e)?;
         let mut groups = super::intake::groups_by_card(tx, ws).map_err(&e)?;
-        let rejected = self.rejected_cards(tx, ws)?;
         let mut reinforced: HashMap<String, u64> = HashMap::new();
+        // Whether the card's last archive action was a rejection (an unarchive clears it).
+        let mut rejected: HashMap<String, bool> = HashMap::new();
         let mut origins: HashMap<String, (String, Stamp)> = HashMap::new();
         {
             let mut stmt = tx
                 .prepare_cached(
                     "SELECT card_id, action, actor, at FROM history
-                     WHERE workspace = ?1 AND action IN ('reinforce', 'store') ORDER BY seq",
+                     WHERE workspace = ?1
+                       AND action IN ('reinforce', 'store', 'reject', 'archive', 'unarchive')
+                     ORDER BY seq",
                 )
                 .map_err(&e)?;
             let rows = stmt
@@ -159,10 +162,14 @@ impl Store {
                 let (Some(id), action, actor, at) = row.map_err(&e)? else {
                     continue;
                 };
-                if action == "reinforce" {
-                    *reinforced.entry(id).or_default() += 1;
-                } else {
-                    origins.entry(id).or_insert((actor, at));
+                match action.as_str() {
+                    "reinforce" => *reinforced.entry(id).or_default() += 1,
+                    "store" => {
+                        origins.entry(id).or_insert((actor, at));
+                    }
+                    _ => {
+                        rejected.insert(id, action == "reject");
+                    }
                 }
             }
         }
@@ -207,6 +214,7 @@ impl Store {
                 }
             });
             let created_at = summary.created_at.map(Stamp).unwrap_or(created_at);
+            let was_rejected = archived_at.is_some() && rejected.remove(&id).unwrap_or(false);
             out.push(Full {
                 info: CardInfo {
                     etag: card_etag(&sha, archived_at.is_some()),
@@ -219,7 +227,7 @@ impl Store {
                     credentials: credentials.remove(&id).unwrap_or_default(),
                     duplicate_group: groups.remove(&id),
                     previously_rejected: None,
-                    rejected: rejected.contains(&id),
+                    rejected: was_rejected,
                     summary,
                 },
                 created_at,
@@ -271,22 +279,6 @@ impl Store {
         })
     }
 
-    /// The cards of `ws` a curator rejected (their tombstones name them).
-    fn rejected_cards(&self, tx: &Tx<'_>, ws: &str) -> Result<std::collections::HashSet<String>> {
-        let e = self.err("read rejections");
-        let mut stmt = tx
-            .prepare_cached("SELECT DISTINCT card_id FROM rejections WHERE workspace = ?1")
-            .map_err(&e)?;
-        let rows = stmt
-            .query_map(params![ws], |r| r.get::<String>(0))
-            .map_err(&e)?;
-        let mut ids = std::collections::HashSet::new();
-        for row in rows {
-            ids.insert(row.map_err(&e)?);
-        }
-        Ok(ids)
-    }
-
     /// One card as curators see it.
     pub fn card_info(&self, ws: &str, id: &CardId) -> Result<CardInfo> {
         self.read(|tx| {
@@ -336,6 +328,24 @@ impl Store {
                 .map(|f| (f.info.summary.id, f.info))
                 .collect())
         })
+    }
+
+    /// The cards matching `q`, inside the caller's transaction, by id.
+    pub(crate) fn matching_in(
+        &self,
+        tx: &Tx<'_>,
+        ws: &str,
+        q: &ListQuery,
+    ) -> Result<Vec<CardInfo>> {
+        let filter = Filter::new(q)?;
+        let mut out: Vec<CardInfo> = self
+            .full_cards(tx, ws)?
+            .into_iter()
+            .filter(|f| filter.keeps(f))
+            .map(|f| f.info)
+            .collect();
+        out.sort_by_key(|c| c.summary.id);
+        Ok(out)
     }
 
     /// Unverified live cards, oldest first, each with its text: the review queue (without

@@ -449,6 +449,24 @@ fn create(c: &Connection, args: CreateArgs) -> Result<()> {
     Ok(())
 }
 
+/// `merge`: `id` into `into`, verifying `into` (at the version shown) when asked.
+fn merge(c: &Connection, id: &str, into: &str, verify: bool, version: Version) -> Result<()> {
+    let (id, into) = (card_id(id)?, card_id(into)?);
+    let tag = version_for(c, &id, version)?;
+    // The card verified is shown (title and version) before it is.
+    let verify = if verify {
+        Some(version_for(c, &into, Version::default())?)
+    } else {
+        None
+    };
+    let change = c.merge(&id, &into, verify, Some(&tag))?;
+    println!(
+        "merged card {id} into {into} (revision {})",
+        change.revision
+    );
+    Ok(())
+}
+
 /// `revert`: the text of history entry `to` again, on the version read or given.
 fn revert(c: &Connection, id: &str, to: i64, version: Version) -> Result<()> {
     let id = card_id(id)?;
@@ -646,21 +664,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             into,
             verify,
             version,
-        } => {
-            let (id, into) = (card_id(&id)?, card_id(&into)?);
-            let tag = version_for(&c, &id, version)?;
-            // The card verified is shown (title and version) before it is.
-            let verify = if verify {
-                Some(version_for(&c, &into, Version::default())?)
-            } else {
-                None
-            };
-            let change = c.merge(&id, &into, verify, Some(&tag))?;
-            println!(
-                "merged card {id} into {into} (revision {})",
-                change.revision
-            );
-        }
+        } => merge(&c, &id, &into, verify, version)?,
         Command::Create(args) => create(&c, args)?,
         Command::Bulk(args) => bulk(&c, args)?,
         Command::Revert { id, to, version } => revert(&c, &id, to, version)?,

@@ -273,14 +273,7 @@ pub fn verify(
 ) -> Result<CardChange> {
     let allow = allowed(id, allow_credentials);
     let Some(raw) = edited else {
-        // The text screened is the text verified: one transaction.
-        return store.write(|tx| {
-            let row = store.card_row(tx, ws, id)?;
-            let current = store.card_object(tx, ws, &row)?;
-            let detail = screen_admin(&current, id, allow)?;
-            let state = CardState::Verify;
-            set_state_in(store, tx, ws, id, state, actor, expect, detail.as_deref())
-        });
+        return store.write(|tx| verify_in(store, tx, ws, id, allow, actor, expect, None));
     };
     let mut card = parse(raw, "edited card")?;
     same_id(&card, id, "edited text", "; keep the id")?;
@@ -294,6 +287,51 @@ pub fn verify(
         let audit = ("verify", Some(detail.as_str()));
         replace_text(store, tx, ws, &card, &new_raw, actor, expect, audit)
     })
+}
+
+/// Verifies card `id` as it stands, inside a transaction: the text screened (credentials
+/// only where `allow` names the card) is the text verified; `why` starts the audit detail.
+#[allow(clippy::too_many_arguments)]
+fn verify_in(
+    store: &Store,
+    tx: &Tx<'_>,
+    ws: &str,
+    id: &CardId,
+    allow: &[CardId],
+    actor: &str,
+    expect: Expect<'_>,
+    why: Option<&str>,
+) -> Result<CardChange> {
+    let row = store.card_row(tx, ws, id)?;
+    let current = store.card_object(tx, ws, &row)?;
+    let allowed = screen_admin(&current, id, allow)?;
+    let detail = match (why, allowed) {
+        (Some(w), Some(a)) => Some(format!("{w}; {a}")),
+        (w, a) => a.or(w.map(str::to_owned)),
+    };
+    let state = CardState::Verify;
+    set_state_in(store, tx, ws, id, state, actor, expect, detail.as_deref())
+}
+
+/// Rejects card `id` inside a transaction with a checked `reason`: archived, the reason in
+/// its history, and a tombstone of its lesson.
+fn reject_in(
+    store: &Store,
+    tx: &Tx<'_>,
+    ws: &str,
+    id: &CardId,
+    reason: &str,
+    actor: &str,
+    expect: Expect<'_>,
+) -> Result<CardChange> {
+    let row = store.card_row(tx, ws, id)?;
+    let detail = format!("reason={reason}");
+    let state = CardState::Reject;
+    let change = set_state_in(store, tx, ws, id, state, actor, expect, Some(&detail))?;
+    if change.changed {
+        store.keep_tombstone(tx, ws, id, &row.summary, reason, actor)?;
+    }
+    Ok(change)
 }
 
 /// A rejection's reason, trimmed: 1 to [`MAX_REASON`] characters on one line.
@@ -326,16 +364,7 @@ pub fn reject(
     expect: Expect<'_>,
 ) -> Result<CardChange> {
     let reason = check_reason(reason)?;
-    let detail = format!("reason={reason}");
-    store.write(|tx| {
-        let row = store.card_row(tx, ws, id)?;
-        let state = CardState::Reject;
-        let change = set_state_in(store, tx, ws, id, state, actor, expect, Some(&detail))?;
-        if change.changed {
-            store.keep_tombstone(tx, ws, id, &row.summary, reason, actor)?;
-        }
-        Ok(change)
-    })
+    store.write(|tx| reject_in(store, tx, ws, id, reason, actor, expect))
 }
 
 /// Reverts card `id` to the text its history row `seq` kept: one conditional write (a
@@ -440,7 +469,6 @@ pub fn bulk(store: &Store, ws: &str, req: &BulkRequest, actor: &str) -> Result<B
             revision: None,
         });
     };
-    let detail = reason.map(|r| format!("reason={r}"));
     let (cards, revision) = store.write(|tx| {
         // Matched again inside the transaction that acts: exactly the cards the curator
         // saw, or nothing.
@@ -459,40 +487,10 @@ pub fn bulk(store: &Store, ws: &str, req: &BulkRequest, actor: &str) -> Result<B
         for c in &cards {
             let id = &c.id;
             let change = match req.action {
-                BulkAction::Verify => {
-                    let row = store.card_row(tx, ws, id)?;
-                    let text = store.card_object(tx, ws, &row)?;
-                    let allowed = screen_admin(&text, id, &[])?;
-                    let state = CardState::Verify;
-                    set_state_in(
-                        store,
-                        tx,
-                        ws,
-                        id,
-                        state,
-                        actor,
-                        Expect::Any,
-                        allowed.as_deref(),
-                    )?
-                }
+                BulkAction::Verify => verify_in(store, tx, ws, id, &[], actor, Expect::Any, None)?,
                 BulkAction::Reject => {
-                    let row = store.card_row(tx, ws, id)?;
-                    let state = CardState::Reject;
-                    let change = set_state_in(
-                        store,
-                        tx,
-                        ws,
-                        id,
-                        state,
-                        actor,
-                        Expect::Any,
-                        detail.as_deref(),
-                    )?;
-                    if change.changed {
-                        let why = reason.unwrap_or_default();
-                        store.keep_tombstone(tx, ws, id, &row.summary, why, actor)?;
-                    }
-                    change
+                    let why = reason.unwrap_or_default();
+                    reject_in(store, tx, ws, id, why, actor, Expect::Any)?
                 }
                 BulkAction::Label => {
                     let row = store.card_row(tx, ws, id)?;
@@ -611,23 +609,8 @@ pub fn merge(
         if let Some(tag) = verify {
             // What the curator read is what becomes workspace memory.
             Expect::IfMatch(tag).check(into, &target)?;
-            // Verified as `verify` would: the text screened is the text verified.
-            let text = store.card_object(tx, ws, &target)?;
-            let detail = match screen_admin(&text, into, &[])? {
-                Some(allowed) => format!("in the merge of {id}; {allowed}"),
-                None => format!("in the merge of {id}"),
-            };
-            let state = CardState::Verify;
-            set_state_in(
-                store,
-                tx,
-                ws,
-                into,
-                state,
-                actor,
-                Expect::Any,
-                Some(&detail),
-            )?;
+            let why = format!("in the merge of {id}");
+            verify_in(store, tx, ws, into, &[], actor, Expect::Any, Some(&why))?;
             target = store.card_row(tx, ws, into)?;
         }
         let detail = format!("merged into {into}");

@@ -226,6 +226,28 @@ impl Connection {
         )
     }
 
+    /// A duplicate group's waiting cards, as one review entry.
+    pub fn group(&self, group: &str) -> Result<mop_proto::curation::ReviewItem> {
+        self.json(
+            self.http.get(self.url(server::GROUP, &[group])),
+            "read group",
+        )
+    }
+
+    /// Makes a duplicate group one card.
+    pub fn combine(
+        &self,
+        group: &str,
+        req: &mop_proto::curation::CombineRequest,
+    ) -> Result<CardChange> {
+        self.json(
+            self.http
+                .post(self.url(server::GROUP_COMBINE, &[group]))
+                .json(req),
+            "combine group",
+        )
+    }
+
     /// Creates a card from fields; the server gives it its id.
     pub fn create(
         &self,

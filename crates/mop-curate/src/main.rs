@@ -6,6 +6,7 @@
 //! refused (412) instead of overwritten.
 
 mod api;
+mod combine;
 mod render;
 mod review;
 
@@ -222,6 +223,19 @@ enum Command {
         #[command(flatten)]
         version: Version,
     },
+    /// Show a duplicate group: its waiting cards side by side, numbered for `combine`.
+    Group {
+        /// The group (as `review` and `show` name it).
+        group: String,
+        /// Print it as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make a duplicate group one card: keep one of its cards (--base N) or another card
+    /// (--into ID), verified, with the text you edit in $EDITOR (every variant's text below
+    /// a cut line, to copy from) or give (--text-file), and merge the rest of the group
+    /// into it, in one step the server refuses if the group changed since it was shown.
+    Combine(CombineArgs),
     /// Mark a card superseded by a newer one.
     Supersede {
         /// The older card.
@@ -360,6 +374,46 @@ fn connect(args: &ConnArgs) -> Result<Connection> {
         }
     };
     Connection::new(&url, token, workspace, args.allow_http)
+}
+
+/// `combine`'s choices.
+#[derive(Args)]
+struct CombineArgs {
+    /// The group (as `review` and `show` name it).
+    group: String,
+    /// Keep the group's card of this number (as `group` lists them; 1 is the oldest).
+    #[arg(long, default_value_t = 1, conflicts_with = "into")]
+    base: usize,
+    /// Keep this card instead (any live card, found with `search`).
+    #[arg(long, value_name = "ID")]
+    into: Option<String>,
+    /// The text of the card that stays from this file (`-`: standard input): a whole
+    /// card, or a body that replaces its body. Default: edit it in $EDITOR.
+    #[arg(long, value_name = "FILE", conflicts_with = "keep_text")]
+    text_file: Option<PathBuf>,
+    /// Keep the text of the card that stays as it is.
+    #[arg(long)]
+    keep_text: bool,
+    /// Do not ask before acting.
+    #[arg(long)]
+    yes: bool,
+}
+
+/// `combine`: shows the group, then makes it one card.
+fn combine_group(c: &Connection, args: CombineArgs) -> Result<()> {
+    let item = c.group(&args.group)?;
+    print!("{}", render::review_item(1, 1, &item));
+    let keep = match &args.into {
+        Some(id) => combine::Keep::Card(card_id(id)?, None),
+        None => combine::Keep::Base(args.base),
+    };
+    let text = match (&args.text_file, args.keep_text) {
+        (Some(p), _) => combine::Text::File(p),
+        (None, true) => combine::Text::Unchanged,
+        (None, false) => combine::Text::Editor,
+    };
+    combine::run(c, &item, keep, text, args.yes, &mut std::io::stdin().lock())?;
+    Ok(())
 }
 
 /// `create`'s fields.
@@ -666,6 +720,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
             version,
         } => merge(&c, &id, &into, verify, version)?,
         Command::Create(args) => create(&c, args)?,
+        Command::Combine(args) => combine_group(&c, args)?,
+        Command::Group { group, json } => {
+            let item = c.group(&group)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&item)?);
+            } else {
+                print!("{}", render::review_item(1, 1, &item));
+            }
+        }
         Command::Bulk(args) => bulk(&c, args)?,
         Command::Revert { id, to, version } => revert(&c, &id, to, version)?,
         Command::Supersede { id, by, version } => {

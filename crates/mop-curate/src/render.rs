@@ -202,7 +202,60 @@ pub fn card(c: &CardInfo) -> String {
             others.join(", ")
         );
     }
+    for m in &c.merged {
+        let p = m.provenance.as_ref();
+        let field = |v: Option<&String>| v.map_or_else(|| "-".to_owned(), |s| safe(s));
+        let _ = writeln!(
+            out,
+            "  replaced     {}  (task {}, user {}, asset {})",
+            m.id,
+            field(p.and_then(|p| p.task_id.as_ref())),
+            field(p.and_then(|p| p.user_id.as_ref())),
+            field(p.and_then(|p| p.asset_id.as_ref())),
+        );
+    }
     let _ = writeln!(out, "  version      {}", c.etag);
+    out
+}
+
+/// A duplicate group's other waiting cards, numbered after the first (`1.`), each with
+/// where it came from, its usage and how its text differs from the first's.
+pub fn variants(item: &ReviewItem) -> String {
+    let mut out = String::new();
+    let Some(group) = item.group.as_ref().filter(|_| !item.variants.is_empty()) else {
+        return out;
+    };
+    let _ = writeln!(
+        out,
+        "  group {group}: {} cards of one lesson wait together; 1. is the card above",
+        item.variants.len() + 1
+    );
+    for (i, v) in item.variants.iter().enumerate() {
+        let c = &v.card;
+        let p = c.provenance.as_ref().map(|p| &p.source);
+        let field = |v: Option<&String>| v.map_or_else(|| "-".to_owned(), |s| safe(s));
+        let _ = writeln!(
+            out,
+            "  {}. {}  {}  user {}, task {}, asset {}; {}",
+            i + 2,
+            c.summary.id,
+            safe(&c.summary.title),
+            field(p.and_then(|p| p.user_id.as_ref())),
+            field(p.and_then(|p| p.task_id.as_ref())),
+            field(p.and_then(|p| p.asset_id.as_ref())),
+            usage(&c.usage)
+        );
+        let d = mop_proto::curation::Differences::between(&item.text, &v.text);
+        if d.is_empty() {
+            let _ = writeln!(out, "       same text as 1.");
+        }
+        for l in &d.added {
+            let _ = writeln!(out, "       + {}", safe(l));
+        }
+        for l in &d.missing {
+            let _ = writeln!(out, "       - {}", safe(l));
+        }
+    }
     out
 }
 
@@ -374,6 +427,7 @@ pub fn review_item(n: usize, total: usize, item: &ReviewItem) -> String {
     }
     out.push_str("  text:\n");
     out.push_str(&text(&item.text, REVIEW_LINES));
+    out.push_str(&variants(item));
     if item.nearest.is_empty() {
         out.push_str("  nearest      none\n");
     } else {

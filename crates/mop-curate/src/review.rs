@@ -9,7 +9,7 @@ use mop_cards::CardId;
 use mop_proto::curation::{PageQuery, ReviewItem};
 
 use crate::api::{Connection, refusal};
-use crate::render;
+use crate::{combine, render};
 
 /// Reads one answer; `None` at the end of the input.
 fn ask(input: &mut impl BufRead, prompt: &str, echo: bool) -> Result<Option<String>> {
@@ -85,12 +85,17 @@ fn one(c: &Connection, item: &ReviewItem, input: &mut impl BufRead, echo: bool) 
     // A verify makes the whole file workspace memory: it waits until all of it was shown.
     let mut seen_all = render::shows_all(item);
     loop {
-        let prompt = if seen_all {
-            "v(erify) r(eject) m(erge) e(dit) s(kip) q(uit)? "
+        let group = if item.variants.is_empty() {
+            ""
         } else {
-            "t(ext: read all to verify) r(eject) m(erge) e(dit) s(kip) q(uit)? "
+            "c(ombine the group) "
         };
-        let Some(answer) = ask(input, prompt, echo)? else {
+        let prompt = if seen_all {
+            format!("v(erify) {group}r(eject) m(erge) e(dit) s(kip) q(uit)? ")
+        } else {
+            format!("t(ext: read all to verify) {group}r(eject) m(erge) e(dit) s(kip) q(uit)? ")
+        };
+        let Some(answer) = ask(input, &prompt, echo)? else {
             return Ok(Outcome::Quit);
         };
         let result = match answer.as_str() {
@@ -120,24 +125,39 @@ fn one(c: &Connection, item: &ReviewItem, input: &mut impl BufRead, echo: bool) 
                 c.reject(&id, &reason, Some(&etag))
                     .map(|_| format!("rejected {id}"))
             }
-            "m" | "merge" => {
-                let Some(into) = ask(input, "merge into (a number above, or a card id)? ", echo)?
+            "c" | "combine" if !item.variants.is_empty() => {
+                let Some(base) = ask(
+                    input,
+                    &format!("keep which card (1 to {}) as the base to edit? ", item.variants.len() + 1),
+                    echo,
+                )?
                 else {
                     return Ok(Outcome::Quit);
                 };
-                let target = match into.parse::<usize>() {
-                    Ok(n) if (1..=item.nearest.len()).contains(&n) => Some(item.nearest[n - 1].id),
-                    _ => CardId::parse(&into).ok(),
-                };
-                let Some(target) = target else {
-                    println!(
-                        "{into:?} is neither a number from the nearest list nor a card id; nothing was changed"
-                    );
+                let Ok(n) = base.parse::<usize>() else {
+                    println!("{base:?} is not a number from the group; nothing was changed");
                     continue;
                 };
-                c.merge(&id, &target, None, Some(&etag))
-                    .map(|_| format!("merged {id} into {target}"))
+                let keep = combine::Keep::Base(n);
+                match combine::run(c, item, keep, combine::Text::Editor, false, input) {
+                    Ok(true) => return Ok(Outcome::Done),
+                    Ok(false) => continue,
+                    Err(e) => Err(e),
+                }
             }
+            "m" | "merge" => match merge_target(c, item, input, echo)? {
+                Target::Quit => return Ok(Outcome::Quit),
+                Target::None => continue,
+                // A group goes into the target as one: none of its cards is left behind.
+                Target::Card(target, verify) if !item.variants.is_empty() => {
+                    let keep = combine::Keep::Card(target, verify);
+                    combine::run(c, item, keep, combine::Text::Unchanged, true, input)
+                        .map(|_| String::new())
+                }
+                Target::Card(target, verify) => c
+                    .merge(&id, &target, verify, Some(&etag))
+                    .map(|_| format!("merged {id} into {target}")),
+            },
             "e" | "edit" => {
                 match edit(c, &id, Some(&etag)) {
                     Ok(Some(new_tag)) => etag = new_tag,
@@ -155,7 +175,9 @@ fn one(c: &Connection, item: &ReviewItem, input: &mut impl BufRead, echo: bool) 
         };
         match result {
             Ok(message) => {
-                println!("{message}");
+                if !message.is_empty() {
+                    println!("{message}");
+                }
                 return Ok(Outcome::Done);
             }
             Err(e) if refusal(&e).is_some_and(|r| r.status.as_u16() == 412) => {
@@ -166,6 +188,54 @@ fn one(c: &Connection, item: &ReviewItem, input: &mut impl BufRead, echo: bool) 
             }
             Err(e) => return Err(e),
         }
+    }
+}
+
+/// The card a merge goes into.
+enum Target {
+    /// This card; an unverified one with the version the curator read, to verify it in
+    /// the same action.
+    Card(CardId, Option<String>),
+    /// No target: nothing to do.
+    None,
+    /// The input ended.
+    Quit,
+}
+
+/// Asks for a merge target (a number of the nearest list, or a card id). An unverified
+/// target is shown whole and verified in the same action only if the curator says so
+/// (only its author's tasks see it otherwise, and the server refuses the merge).
+fn merge_target(
+    c: &Connection,
+    item: &ReviewItem,
+    input: &mut impl BufRead,
+    echo: bool,
+) -> Result<Target> {
+    let Some(into) = ask(input, "merge into (a number above, or a card id)? ", echo)? else {
+        return Ok(Target::Quit);
+    };
+    let target = match into.parse::<usize>() {
+        Ok(n) if (1..=item.nearest.len()).contains(&n) => Some(item.nearest[n - 1].id),
+        _ => CardId::parse(&into).ok(),
+    };
+    let Some(target) = target else {
+        println!("{into:?} is neither a number from the nearest list nor a card id; nothing was changed");
+        return Ok(Target::None);
+    };
+    let details = c.details(&target)?;
+    if !details.card.awaits_review() {
+        return Ok(Target::Card(target, None));
+    }
+    println!("card {target} is unverified; its whole text:");
+    print!("{}", render::text(&details.text, usize::MAX));
+    let Some(answer) = ask(input, "verify it and merge into it? [y/N] ", echo)? else {
+        return Ok(Target::Quit);
+    };
+    if matches!(answer.as_str(), "y" | "yes") {
+        Ok(Target::Card(target, Some(details.card.etag)))
+    } else {
+        println!("nothing was changed");
+        Ok(Target::None)
     }
 }
 

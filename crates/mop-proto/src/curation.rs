@@ -102,6 +102,20 @@ pub struct CardInfo {
     /// action in its history (an unarchive clears it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rejected: bool,
+    /// The cards merged into this one, oldest merge first, each with its own provenance:
+    /// the authors and tasks whose lesson this card now carries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged: Vec<MergedCard>,
+}
+
+/// A card merged into another, as the card that stayed lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MergedCard {
+    /// The merged card (superseded by the one that stayed).
+    pub id: CardId,
+    /// Its task, author and asset, when an agent stored it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Provenance>,
 }
 
 /// Where a card stands, in one word, as curators' listings show it. A card merged away or
@@ -277,10 +291,12 @@ pub struct Nearest {
     pub score: f32,
 }
 
-/// One entry of the review queue.
+/// One entry of the review queue: one lesson. A card stored once is an entry of its own;
+/// the cards of a duplicate group waiting together are one entry, the oldest as `card` and
+/// the others as `variants`, so a curator decides the lesson once.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReviewItem {
-    /// The unverified card.
+    /// The unverified card (a group's oldest waiting card).
     pub card: CardInfo,
     /// Its whole text (frontmatter and body) at the version `card.etag` names: what a
     /// verify would make workspace memory.
@@ -293,13 +309,86 @@ pub struct ReviewItem {
     /// whole raw text.
     #[serde(default)]
     pub unshown: Vec<String>,
+    /// The duplicate group this entry stands for, when `card` is in one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// The group's other waiting cards, oldest first, each with its whole text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<Variant>,
 }
 
-/// `GET /v1/workspaces/{ws}/review`: unverified live cards, oldest first.
+impl ReviewItem {
+    /// Every waiting card of the entry, `card` first.
+    pub fn cards(&self) -> impl Iterator<Item = (&CardInfo, &str)> {
+        std::iter::once((&self.card, self.text.as_str()))
+            .chain(self.variants.iter().map(|v| (&v.card, v.text.as_str())))
+    }
+}
+
+/// How a variant's text differs from the base's, line by line (blank lines and leading or
+/// trailing spaces ignored): what a curator reads before picking a base, and the lines a
+/// combination may take over from another variant.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Differences {
+    /// Lines of the variant's body the base's body lacks, in the variant's order.
+    pub added: Vec<String>,
+    /// Lines of the base's body the variant's body lacks, in the base's order.
+    pub missing: Vec<String>,
+}
+
+impl Differences {
+    /// The differences of the card text `variant` from the card text `base` (their bodies;
+    /// a text that is not a card is taken whole).
+    pub fn between(base: &str, variant: &str) -> Differences {
+        fn lines(text: &str) -> Vec<&str> {
+            let body = mop_cards::card_body(text.as_bytes()).unwrap_or(text);
+            body.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect()
+        }
+        let (b, v) = (lines(base), lines(variant));
+        let only = |of: &[&str], not_in: &[&str]| {
+            let mut out: Vec<String> = Vec::new();
+            for l in of {
+                if !not_in.contains(l) && !out.iter().any(|o| o == l) {
+                    out.push((*l).to_owned());
+                }
+            }
+            out
+        };
+        Differences {
+            added: only(&v, &b),
+            missing: only(&b, &v),
+        }
+    }
+
+    /// True when the bodies hold the same lines.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.missing.is_empty()
+    }
+}
+
+/// Another waiting card of a duplicate group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Variant {
+    /// The card.
+    pub card: CardInfo,
+    /// Its whole text at the version `card.etag` names.
+    pub text: String,
+    /// What a rendering of `text` leaves out (as [`ReviewItem::unshown`]).
+    #[serde(default)]
+    pub unshown: Vec<String>,
+}
+
+/// `GET /v1/workspaces/{ws}/review`: the lessons waiting, oldest first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReviewQueue {
-    /// Unverified live cards in all.
+    /// Entries in all (a duplicate group counts once).
     pub total: usize,
+    /// Unverified live cards in all (every variant counts).
+    #[serde(default)]
+    pub cards: usize,
     /// Where this page starts.
     pub offset: usize,
     /// This page.
@@ -316,7 +405,8 @@ impl ReviewCounts {
     }
 }
 
-/// The review queue counted: what a curator has ahead of them.
+/// The review queue counted, an entry (a lone card or a group) once, its age the age of
+/// its oldest card: what a curator has ahead of them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReviewCounts {
     /// Entries per card type (types with none are left out).
@@ -424,6 +514,27 @@ pub struct MergeRequest {
     /// memory, refused (412) if `into` changed since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub into_version: Option<String>,
+}
+
+/// `POST /v1/workspaces/{ws}/groups/{group}/combine`: a duplicate group becomes one card.
+/// `into` stays, verified, with `text` when given; every card of `variants` other than
+/// `into` is merged into it (counters summed, each author's provenance listed). It is one
+/// transaction, and it is refused (409) when the group's waiting cards are no longer
+/// exactly `variants`, so a variant stored meanwhile is never merged unread.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CombineRequest {
+    /// The card that stays: one of the group (its base text), or any live card of the
+    /// workspace (found by search).
+    pub into: CardId,
+    /// The version of `into` the curator read (its ETag); 412 if it changed since.
+    pub into_version: String,
+    /// The group's waiting cards as the curator saw them.
+    pub variants: Vec<CardId>,
+    /// The whole text `into` gets (frontmatter and body, its own id): the base text as
+    /// the curator edited it. Absent: `into` keeps its text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
 }
 
 /// What a bulk action does to each card it matches.
@@ -615,6 +726,17 @@ pub struct TokenRow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn differences_name_the_lines_only_one_side_has() {
+        let base = "---\nid: 1528fa6d-2786-4c33-9e4e-a2e4e84ca7d7\ntype: fact\ntitle: T\n---\nRestart the pool.\n\nThen check the lag.\n";
+        let variant = "---\nid: 2528fa6d-2786-4c33-9e4e-a2e4e84ca7d7\ntype: fact\ntitle: T2\n---\n  Restart the pool.\nUse --force on db-1.\n";
+        let d = Differences::between(base, variant);
+        assert_eq!(d.added, vec!["Use --force on db-1."]);
+        assert_eq!(d.missing, vec!["Then check the lag."]);
+        // Frontmatter differences are not body lines; the same body is no difference.
+        assert!(Differences::between(base, base).is_empty());
+    }
 
     #[test]
     fn provenance_travels_flat_with_the_servers_own_facts() {

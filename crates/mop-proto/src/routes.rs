@@ -86,6 +86,10 @@ pub mod server {
     pub const CARD_HISTORY: Route = Route("/v1/workspaces/{ws}/cards/{id}/history");
     /// A state change of one card (`verify`, `reject`, `archive`, `merge`, …).
     pub const CARD_ACTION: Route = Route("/v1/workspaces/{ws}/cards/{id}/{action}");
+    /// A duplicate group's waiting cards, as one review entry.
+    pub const GROUP: Route = Route("/v1/workspaces/{ws}/groups/{group}");
+    /// A duplicate group made one card.
+    pub const GROUP_COMBINE: Route = Route("/v1/workspaces/{ws}/groups/{group}/combine");
     /// One action on every card a filter matches: a preview, then the action.
     pub const BULK: Route = Route("/v1/workspaces/{ws}/bulk");
     /// A workspace's history.

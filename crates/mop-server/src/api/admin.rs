@@ -194,6 +194,36 @@ pub(crate) async fn bulk(
     Ok(Json(answer))
 }
 
+/// `POST /v1/workspaces/{ws}/groups/{group}/combine`: a duplicate group becomes one card.
+pub(crate) async fn combine(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path((ws, group)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<CardChange>, ApiError> {
+    admin_on(&state, &caller, &ws, None)?;
+    let req = json::<mop_proto::curation::CombineRequest>(&read_body(&state, &headers, body).await?)?;
+    Ok(Json(combine_group(&state, &caller, &ws, group, req).await?))
+}
+
+/// Combines a group (the caller checked role and scope): the API's and the console's.
+pub(crate) async fn combine_group(
+    state: &AppState,
+    caller: &Caller,
+    ws: &str,
+    group: String,
+    req: mop_proto::curation::CombineRequest,
+) -> Result<CardChange, ApiError> {
+    let (store, actor, ws2, g) = (state.store.clone(), caller.actor(), ws.to_owned(), group.clone());
+    let merged = req.variants.iter().filter(|v| **v != req.into).count();
+    let change = blocking(move || curation::combine(&store, &ws2, &g, &req, &actor)).await?;
+    state.note_revision(ws, change.revision);
+    tracing::info!(workspace = %ws, group = %group, card = %change.id, merged,
+        revision = change.revision, token = %caller.0.id, "group combined");
+    Ok(change)
+}
+
 /// What a `POST …/cards/{id}/{action}` does.
 pub(crate) enum Action {
     State(CardState),

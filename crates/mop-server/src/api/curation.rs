@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use mop_cards::Trust;
+use mop_cards::{CardId, Trust};
 use mop_proto::curation::{
-    CardDetails, CardPage, CredentialCard, DEFAULT_PAGE, ListQuery, MAX_PAGE, Nearest, PageQuery,
-    Rejection, ReviewItem, ReviewQueue, SearchHit, SearchResults, StaleQuery, StaleReport,
+    CardDetails, CardInfo, CardPage, CredentialCard, DEFAULT_PAGE, ListQuery, MAX_PAGE, Nearest,
+    PageQuery, Rejection, ReviewItem, ReviewQueue, SearchHit, SearchResults, StaleQuery,
+    StaleReport, Variant,
 };
 
 use super::admin::admin_on;
@@ -74,57 +75,123 @@ pub(crate) async fn review_page(
     page: &PageQuery,
 ) -> Result<ReviewQueue, ApiError> {
     let (store, ws2, offset, limit) = (state.store.clone(), ws.clone(), page.offset, page.limit);
-    let (counts, cards) = blocking(move || store.review_queue(&ws2, offset, limit)).await?;
+    let queue = blocking(move || store.review_queue(&ws2, offset, limit)).await?;
     let index = index(state, &ws).await?;
-    let mut items = Vec::with_capacity(cards.len());
-    for (card, text) in cards {
-        let s = &card.summary;
-        // What the card is about: its summary, not its body (a long body would drown
-        // the title's words).
-        let mut about = format!(
-            "{}\n{}\n{}",
-            s.title,
-            s.description.as_deref().unwrap_or(""),
-            s.labels.join(" ")
-        );
-        for code in &s.error_codes {
-            about.push(' ');
-            about.push_str(code);
-        }
-        let id = s.id;
-        let hits = index.search(&about, NEAREST, |c, archived| {
-            c.id != id && c.is_live() && !archived
-        })?;
-        let nearest = hits
-            .into_iter()
-            .map(|(ord, score)| {
-                let c = &index.cards[ord];
-                Nearest {
-                    id: c.id,
-                    card_type: c.card_type,
-                    title: c.title.clone(),
-                    unverified: c.trust == Trust::Unverified,
-                    score,
-                }
-            })
-            .collect();
-        let unshown = mop_cards::unshown(&text)
-            .iter()
-            .map(ToString::to_string)
-            .collect();
-        items.push(ReviewItem {
-            card,
-            text,
-            nearest,
-            unshown,
-        });
+    let mut items = Vec::with_capacity(queue.page.len());
+    for (group, cards) in queue.page {
+        items.extend(item(&index, group, cards)?);
     }
     Ok(ReviewQueue {
-        total: counts.total(),
+        total: queue.entries,
+        cards: queue.cards,
         offset: page.offset.unwrap_or(0),
         items,
-        counts,
+        counts: queue.counts,
     })
+}
+
+/// One review entry: the cards of a lone card or a group (oldest first), with the live
+/// cards nearest the first; `None` when no card is left.
+fn item(
+    index: &WorkspaceIndex,
+    group: Option<String>,
+    cards: Vec<(CardInfo, String)>,
+) -> Result<Option<ReviewItem>, ApiError> {
+    let mut cards = cards.into_iter();
+    let Some((card, text)) = cards.next() else {
+        return Ok(None);
+    };
+    let variants: Vec<Variant> = cards
+        .map(|(card, text)| Variant {
+            unshown: unshown(&text),
+            card,
+            text,
+        })
+        .collect();
+    let mut skip: Vec<CardId> = variants.iter().map(|v| v.card.summary.id).collect();
+    skip.push(card.summary.id);
+    let nearest = nearest(index, &card, &skip)?;
+    Ok(Some(ReviewItem {
+        unshown: unshown(&text),
+        card,
+        text,
+        nearest,
+        group,
+        variants,
+    }))
+}
+
+/// `GET /v1/workspaces/{ws}/groups/{group}`: a duplicate group's waiting cards as one
+/// review entry (404 when none waits).
+pub(crate) async fn group(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path((ws, group)): Path<(String, String)>,
+) -> Result<Json<ReviewItem>, ApiError> {
+    admin_on(&state, &caller, &ws, None)?;
+    Ok(Json(group_item(&state, ws, group).await?))
+}
+
+/// A duplicate group as one review entry (the caller checked scope).
+pub(crate) async fn group_item(
+    state: &Arc<AppState>,
+    ws: String,
+    group: String,
+) -> Result<ReviewItem, ApiError> {
+    let (store, ws2, g) = (state.store.clone(), ws.clone(), group.clone());
+    let cards = blocking(move || store.group_entry(&ws2, &g)).await?;
+    let index = index(state, &ws).await?;
+    item(&index, Some(group.clone()), cards)?.ok_or_else(|| {
+        ApiError::not_found(format!(
+            "no card of group {group} waits for review in workspace {ws}"
+        ))
+    })
+}
+
+/// What a rendering of `text` leaves out, in words.
+fn unshown(text: &str) -> Vec<String> {
+    mop_cards::unshown(text)
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+/// The live cards closest to `card` by what it is about, leaving out `skip` (the entry's
+/// own cards).
+fn nearest(
+    index: &WorkspaceIndex,
+    card: &CardInfo,
+    skip: &[CardId],
+) -> Result<Vec<Nearest>, ApiError> {
+    let s = &card.summary;
+    // What the card is about: its summary, not its body (a long body would drown the
+    // title's words).
+    let mut about = format!(
+        "{}\n{}\n{}",
+        s.title,
+        s.description.as_deref().unwrap_or(""),
+        s.labels.join(" ")
+    );
+    for code in &s.error_codes {
+        about.push(' ');
+        about.push_str(code);
+    }
+    let hits = index.search(&about, NEAREST, |c, archived| {
+        !skip.contains(&c.id) && c.is_live() && !archived
+    })?;
+    Ok(hits
+        .into_iter()
+        .map(|(ord, score)| {
+            let c = &index.cards[ord];
+            Nearest {
+                id: c.id,
+                card_type: c.card_type,
+                title: c.title.clone(),
+                unverified: c.trust == Trust::Unverified,
+                score,
+            }
+        })
+        .collect())
 }
 
 pub(crate) async fn search(
@@ -149,15 +216,25 @@ pub(crate) async fn search_cards(
     }
     let limit = filters.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
     let (store, ws2) = (state.store.clone(), ws.clone());
-    let mut matching = blocking(move || store.matching_cards(&ws2, &filters)).await?;
+    let matching = blocking(move || store.matching_cards(&ws2, &filters)).await?;
     let index = index(state, &ws).await?;
     // The filters chose the cards (archived ones only with `archived`).
-    let hits = index.search(&text, limit, |c, _| matching.contains_key(&c.id))?;
+    let hits = index.search(&text, limit, |c, _| matching.contains(&c.id))?;
     let searched = matching.len();
+    // Only the hits are read in full.
+    let ids: Vec<CardId> = hits.iter().map(|(ord, _)| index.cards[*ord].id).collect();
+    let store = state.store.clone();
+    let mut cards: std::collections::HashMap<CardId, CardInfo> =
+        blocking(move || store.cards_info(&ws, &ids))
+            .await?
+            .into_iter()
+            .map(|c| (c.summary.id, c))
+            .collect();
+    // A card removed since the index was read is left out.
     let hits = hits
         .into_iter()
         .filter_map(|(ord, score)| {
-            let card = matching.remove(&index.cards[ord].id)?;
+            let card = cards.remove(&index.cards[ord].id)?;
             Some(SearchHit { card, score })
         })
         .collect();

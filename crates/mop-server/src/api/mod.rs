@@ -59,6 +59,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(server::CARD_HISTORY.template(), get(admin::history))
         .route(server::CARD_ACTION.template(), post(admin::state))
         .route(server::BULK.template(), post(admin::bulk))
+        .route(server::GROUP.template(), get(curation::group))
+        .route(server::GROUP_COMBINE.template(), post(admin::combine))
         .route(
             server::WORKSPACE_HISTORY.template(),
             get(admin::workspace_history),
@@ -219,7 +221,7 @@ impl ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
 
-    fn not_found(message: impl Into<String>) -> Self {
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 

@@ -9,6 +9,8 @@
 //! - a merge moves counters once (never from a card already merged or archived), the card
 //!   that stays keeps the lesson with the tasks that had it, and a merge into an unverified
 //!   card (which only its author's tasks see) verifies it in the same action or is refused;
+//! - a duplicate group becomes one card only as the curator read it: the same waiting
+//!   cards, the card that stays at the version read, verified, every merge checked as one;
 //! - a revert restores a text the card's own history kept, screened as a curator's write,
 //!   and leaves where the card stands (trust, enabled, superseded, provenance) as it is.
 //!
@@ -16,7 +18,9 @@
 //! caller sends one ([`Expect`]), with its audit rows; the rows are the store's.
 
 use mop_cards::{Card, CardId, Trust, parse_card, render_card};
-use mop_proto::curation::{BulkAction, BulkAnswer, BulkItem, BulkRequest, CardInfo};
+use mop_proto::curation::{
+    BulkAction, BulkAnswer, BulkItem, BulkRequest, CardInfo, CombineRequest,
+};
 use mop_proto::sync::NewCard;
 
 use crate::store::cards::{Row, screen_admin};
@@ -618,6 +622,93 @@ pub fn merge(
         let result = set_state_in(store, tx, ws, id, state, actor, expect, Some(&detail))?;
         store.move_counters(tx, ws, (id, &from), (into, &target), result.revision, actor)?;
         Ok(result)
+    })
+}
+
+/// Makes duplicate group `group` one card (see [`CombineRequest`]): `into` stays,
+/// verified, with the curator's text when given, and every other waiting card of the group
+/// is merged into it (counters moved once, each merged card's provenance kept on its row).
+/// One transaction: a group whose waiting cards are no longer those the curator read, an
+/// `into` at another version, or any merge that would narrow a card's reach changes
+/// nothing.
+pub fn combine(
+    store: &Store,
+    ws: &str,
+    group: &str,
+    req: &CombineRequest,
+    actor: &str,
+) -> Result<CardChange> {
+    let into = &req.into;
+    let why = format!("in the combination of group {group}");
+    let edited = match &req.text {
+        None => None,
+        Some(text) => {
+            let mut card = parse(text.as_bytes(), "the combined text")?;
+            same_id(&card, into, "combined text", "; keep the id of the card that stays")?;
+            card.summary.trust = Trust::Verified;
+            Some(card)
+        }
+    };
+    store.write(|tx| {
+        let mut waiting = store
+            .group_waiting(tx, ws, group)?
+            .ok_or_else(|| StoreError::NotFound(format!("group {group} not found in workspace {ws}")))?;
+        let mut seen = req.variants.clone();
+        seen.sort();
+        seen.dedup();
+        let mut sorted = waiting.clone();
+        sorted.sort();
+        if sorted != seen {
+            return Err(StoreError::Conflict(format!(
+                "group {group} changed since you read it: {} of its cards wait for review now, you saw {}; nothing changed: reload the group and decide again",
+                sorted.len(),
+                seen.len()
+            )));
+        }
+        if waiting.is_empty() {
+            return Err(StoreError::Conflict(format!(
+                "group {group} has no card waiting for review; nothing to combine"
+            )));
+        }
+        let target = store.find_row(tx, ws, into)?.ok_or_else(|| {
+            StoreError::Invalid(format!("into: card {into} not found in workspace {ws}"))
+        })?;
+        Expect::IfMatch(&req.into_version).check(into, &target)?;
+        if !target.summary.is_live() || target.archived_at.is_some() {
+            return Err(invalid(
+                "into",
+                &format!("names card {into}, which is disabled, superseded or archived; pick a live card"),
+            ));
+        }
+        let mut revision = match &edited {
+            Some(card) => {
+                let raw = render_card(card).into_bytes();
+                let detail = match screen_admin(&raw, into, &[])? {
+                    Some(allowed) => format!("with edits {why}; {allowed}"),
+                    None => format!("with edits {why}"),
+                };
+                let action = if target.summary.trust == Trust::Unverified { "verify" } else { "update" };
+                replace_text(store, tx, ws, card, &raw, actor, Expect::Any, (action, Some(&detail)))?
+                    .revision
+            }
+            None if target.summary.trust == Trust::Unverified => {
+                verify_in(store, tx, ws, into, &[], actor, Expect::Any, Some(&why))?.revision
+            }
+            None => 0,
+        };
+        waiting.retain(|id| id != into);
+        for id in &waiting {
+            let from = store.card_row(tx, ws, id)?;
+            let target = store.card_row(tx, ws, into)?;
+            check_merge(id, &from, into, &target, false)?;
+            let detail = format!("merged into {into} {why}");
+            let state = CardState::Supersede(*into);
+            revision = set_state_in(store, tx, ws, id, state, actor, Expect::Any, Some(&detail))?
+                .revision;
+            store.move_counters(tx, ws, (id, &from), (into, &target), revision, actor)?;
+        }
+        let kept = store.card_row(tx, ws, into)?;
+        Ok(crate::store::cards::change(*into, revision, Some(kept.sha256), false, true))
     })
 }
 

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use super::db::{OptionalExtension, Tx, params};
 use mop_cards::{Card, CardId, CardSummary, CardType, parse_card, sha256_hex};
 use mop_proto::curation::card_etag;
+use mop_proto::time::Stamp;
 pub use mop_proto::curation::{CardChange, HistoryRow};
 use serde::Serialize;
 
@@ -129,14 +130,16 @@ pub(crate) fn write_card(
     let awaiting = live && card.summary.trust == mop_cards::Trust::Unverified;
     tx.execute(
         "INSERT INTO cards (workspace, id, card_type, title_key, summary, sha256, size, occurrence,
-                            last_seen, live, archived_at, rev, created_at, awaiting)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+                            last_seen, live, archived_at, rev, created_at, awaiting, superseded_by,
+                            made_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, COALESCE(?16, ?13))
          ON CONFLICT (workspace, id) DO UPDATE SET
             card_type = excluded.card_type, title_key = excluded.title_key,
             summary = excluded.summary, sha256 = excluded.sha256, size = excluded.size,
             occurrence = excluded.occurrence, last_seen = excluded.last_seen,
             live = excluded.live, archived_at = excluded.archived_at, rev = excluded.rev,
-            awaiting = excluded.awaiting",
+            awaiting = excluded.awaiting, superseded_by = excluded.superseded_by,
+            made_at = COALESCE(?16, cards.made_at)",
         params![
             ws,
             id,
@@ -152,6 +155,8 @@ pub(crate) fn write_card(
             rev as i64,
             now(),
             awaiting,
+            card.summary.superseded_by.map(|b| b.to_string()),
+            card.summary.created_at.map(|t| Stamp(t).to_string()),
         ],
     )?;
     if let Some(prev) = previous

@@ -1,14 +1,14 @@
 //! What curators read: cards with their provenance, reinforcements and usage; the review
 //! queue; the staleness report. (What curators do is decided in `service::curation`.)
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::db::{Tx, params};
 use jiff::{Timestamp, ToSpan};
 use mop_cards::{CardId, CardSummary, CardType, Trust};
 use mop_proto::curation::{
     CardDetails, CardInfo, CardPage, CardProvenance, Chain, DEFAULT_PAGE, ListQuery, MAX_PAGE,
-    ReviewCounts, StaleCard, StaleReport, card_etag,
+    MergedCard, ReviewCounts, StaleCard, StaleReport, card_etag,
 };
 use mop_proto::time::Stamp;
 
@@ -31,11 +31,83 @@ pub struct QueueStats {
     pub oldest: Option<Stamp>,
 }
 
-/// A card row with what curators see of it.
-struct Full {
-    info: CardInfo,
+/// A card row with the facts its own columns hold: what listings filter and sort on
+/// before anything else about the card is read.
+struct Row {
+    summary: CardSummary,
+    sha: String,
+    occurrence: i64,
+    last_seen: Option<Stamp>,
+    archived_at: Option<Stamp>,
     /// When the card was made: its `created_at`, else when the server first had it.
-    created_at: Stamp,
+    made: Stamp,
+    last_delivered_at: Option<Timestamp>,
+}
+
+impl Row {
+    /// When the card was made.
+    fn made(&self) -> Stamp {
+        self.made
+    }
+
+    /// Live and unverified: what the review queue holds (`CardInfo::awaits_review`).
+    fn awaits_review(&self) -> bool {
+        self.archived_at.is_none()
+            && self.summary.is_live()
+            && self.summary.trust == Trust::Unverified
+    }
+}
+
+/// The columns [`read_rows`] reads, from `cards c` with its usage row `u`.
+const ROW_SQL: &str = "SELECT c.summary, c.sha256, c.occurrence, c.last_seen, c.archived_at,
+            COALESCE(c.made_at, c.created_at), u.last_delivered_at
+     FROM cards c LEFT JOIN card_usage u ON u.workspace = c.workspace AND u.card_id = c.id
+     WHERE c.workspace = ?1";
+
+/// The card rows of `ws` that `and` (an SQL condition on `c`, with `?2`… for `extra`)
+/// keeps, in the order `order` names.
+fn read_rows(
+    store: &Store,
+    tx: &Tx<'_>,
+    ws: &str,
+    and: &str,
+    extra: &[&dyn super::db::ToValue],
+    order: &str,
+) -> Result<Vec<Row>> {
+    let e = store.err("read cards");
+    let sql = format!("{ROW_SQL} {and} {order}");
+    let mut values: Vec<&dyn super::db::ToValue> = vec![&ws];
+    values.extend_from_slice(extra);
+    let rows = tx
+        .query_map(&sql, &values, |r| {
+            Ok((
+                r.get::<String>(0)?,
+                r.get::<String>(1)?,
+                r.get::<i64>(2)?,
+                r.get::<Option<Stamp>>(3)?,
+                r.get::<Option<Stamp>>(4)?,
+                r.get::<Stamp>(5)?,
+                r.get::<Option<String>>(6)?,
+            ))
+        })
+        .map_err(&e)?;
+    rows.into_iter()
+        .map(
+            |(summary, sha, occurrence, last_seen, archived_at, made, delivered)| {
+                Ok(Row {
+                    summary: serde_json::from_str(&summary).map_err(|err| {
+                        StoreError::Invalid(format!("stored summary unreadable: {err}"))
+                    })?,
+                    sha,
+                    occurrence,
+                    last_seen,
+                    archived_at,
+                    made,
+                    last_delivered_at: delivered.and_then(|t| t.parse().ok()),
+                })
+            },
+        )
+        .collect()
 }
 
 fn invalid(field: &str, rule: &str) -> StoreError {
@@ -69,18 +141,37 @@ impl<'a> Filter<'a> {
         })
     }
 
-    fn keeps(&self, f: &Full) -> bool {
-        let s = &f.info.summary;
+    /// The rows the filters keep, read with what the indexed columns can say in SQL
+    /// (type, archived, waiting for review) and the rest checked on each row's summary.
+    fn rows(&self, store: &Store, tx: &Tx<'_>, ws: &str) -> Result<Vec<Row>> {
+        let mut and = String::new();
+        let type_name = self.card_type.map(|t| t.as_str());
+        if type_name.is_some() {
+            and.push_str(" AND c.card_type = ?2");
+        }
+        if self.q.archived != Some(true) {
+            and.push_str(" AND c.archived_at IS NULL");
+        }
+        if self.q.unverified == Some(true) {
+            and.push_str(" AND c.awaiting = 1");
+        }
+        let extra: Vec<&dyn super::db::ToValue> = match &type_name {
+            Some(t) => vec![t],
+            None => vec![],
+        };
+        let order = "ORDER BY c.card_type, c.title_key, c.id";
+        let mut rows = read_rows(store, tx, ws, &and, &extra, order)?;
+        rows.retain(|r| self.keeps(r));
+        Ok(rows)
+    }
+
+    fn keeps(&self, f: &Row) -> bool {
+        let s = &f.summary;
         let q = self.q;
         let unverified = s.trust == Trust::Unverified;
-        (q.archived == Some(true) || f.info.archived_at.is_none())
-            && q.unverified.is_none_or(|u| {
-                if u {
-                    f.info.awaits_review()
-                } else {
-                    !unverified
-                }
-            })
+        (q.archived == Some(true) || f.archived_at.is_none())
+            && q.unverified
+                .is_none_or(|u| if u { f.awaits_review() } else { !unverified })
             && self.card_type.is_none_or(|t| t == s.card_type)
             && q.label.as_ref().is_none_or(|l| s.labels.contains(l))
             && q.asset
@@ -92,22 +183,30 @@ impl<'a> Filter<'a> {
                         && s.provenance.as_ref().and_then(|p| p.user_id.as_ref()) == Some(u))
             })
             && self.stale_before.is_none_or(|cut| {
-                f.info.usage.last_delivered_at.is_none_or(|t| t < cut) && f.created_at < Stamp(cut)
+                f.last_delivered_at.is_none_or(|t| t < cut) && f.made() < Stamp(cut)
             })
     }
 }
 
-/// Counts queue entries by type and by age (from when each card was made).
-fn count_queue(queue: &[Full], now: Timestamp) -> ReviewCounts {
+/// One entry of the queue: a lone card, or a duplicate group's waiting cards.
+struct Entry {
+    /// The group, when the cards are one.
+    group: Option<String>,
+    /// Its cards, oldest first.
+    cards: Vec<CardId>,
+    /// Its oldest card's type and when it was made.
+    card_type: String,
+    since: Stamp,
+}
+
+/// Counts queue entries by type and by age (from when each entry's oldest card was made).
+fn count_queue(queue: &[Entry], now: Timestamp) -> ReviewCounts {
     let cut = |days: i64| Stamp(now - (days * 24).hours());
     let (d1, d7, d30) = (cut(1), cut(7), cut(30));
     let mut counts = ReviewCounts::default();
-    for f in queue {
-        *counts
-            .by_type
-            .entry(f.info.summary.card_type.as_str().to_owned())
-            .or_default() += 1;
-        let made = &f.created_at;
+    for entry in queue {
+        *counts.by_type.entry(entry.card_type.clone()).or_default() += 1;
+        let made = &entry.since;
         if *made >= d1 {
             counts.under_1d += 1;
         } else if *made >= d7 {
@@ -128,112 +227,135 @@ fn page_of(offset: Option<usize>, limit: Option<usize>) -> (usize, usize) {
     )
 }
 
+/// A page of the review queue: the whole queue counted, and this page's entries, each its
+/// cards with their text.
+pub struct QueuePage {
+    /// Entries in all.
+    pub entries: usize,
+    /// Waiting cards in all.
+    pub cards: usize,
+    /// The entries counted by type and age.
+    pub counts: ReviewCounts,
+    /// This page: each entry's group and its cards (oldest first), with their text.
+    pub page: Vec<(Option<String>, Vec<(CardInfo, String)>)>,
+}
+
 impl Store {
-    /// Every card of `ws` with its server facts, usage and provenance.
-    fn full_cards(&self, tx: &Tx<'_>, ws: &str) -> Result<Vec<Full>> {
-        let e = self.err("read cards");
-        let mut usage = self.usage_map(tx, ws)?;
-        let mut credentials = super::intake::credentials_by_card(tx, ws).map_err(&e)?;
-        let mut groups = super::intake::groups_by_card(tx, ws).map_err(&e)?;
-        let mut reinforced: HashMap<String, u64> = HashMap::new();
-        // Whether the card's last archive action was a rejection (an unarchive clears it).
-        let mut rejected: HashMap<String, bool> = HashMap::new();
-        let mut origins: HashMap<String, (String, Stamp)> = HashMap::new();
-        {
-            let mut stmt = tx
-                .prepare_cached(
-                    "SELECT card_id, action, actor, at FROM history
-                     WHERE workspace = ?1
-                       AND action IN ('reinforce', 'store', 'reject', 'archive', 'unarchive')
-                     ORDER BY seq",
-                )
-                .map_err(&e)?;
-            let rows = stmt
-                .query_map(params![ws], |r| {
-                    Ok((
-                        r.get::<Option<String>>(0)?,
-                        r.get::<String>(1)?,
-                        r.get::<String>(2)?,
-                        r.get::<Stamp>(3)?,
-                    ))
-                })
-                .map_err(&e)?;
-            for row in rows {
-                let (Some(id), action, actor, at) = row.map_err(&e)? else {
-                    continue;
-                };
-                match action.as_str() {
-                    "reinforce" => *reinforced.entry(id).or_default() += 1,
-                    "store" => {
-                        origins.entry(id).or_insert((actor, at));
-                    }
-                    _ => {
-                        rejected.insert(id, action == "reject");
-                    }
-                }
-            }
-        }
-        let mut stmt = tx
-            .prepare_cached(
-                "SELECT summary, sha256, occurrence, last_seen, archived_at, created_at
-                 FROM cards WHERE workspace = ?1",
+    /// What curators see of one card row: its own facts, and what its keys find in the
+    /// history, usage, intake and group tables (per card, never a scan).
+    fn info_of(&self, tx: &Tx<'_>, ws: &str, row: Row) -> Result<CardInfo> {
+        let e = self.err("read card facts");
+        let id = row.summary.id.to_string();
+        let events = tx
+            .query_map(
+                "SELECT action, actor, at FROM history
+                 WHERE workspace = ?1 AND card_id = ?2
+                   AND action IN ('reinforce', 'store', 'reject', 'archive', 'unarchive')
+                 ORDER BY seq",
+                params![ws, id],
+                |r| Ok((r.get::<String>(0)?, r.get::<String>(1)?, r.get::<Stamp>(2)?)),
             )
             .map_err(&e)?;
-        let rows = stmt
-            .query_map(params![ws], |r| {
-                Ok((
-                    r.get::<String>(0)?,
-                    r.get::<String>(1)?,
-                    r.get::<i64>(2)?,
-                    r.get::<Option<Stamp>>(3)?,
-                    r.get::<Option<Stamp>>(4)?,
-                    r.get::<Stamp>(5)?,
-                ))
-            })
-            .map_err(&e)?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (summary, sha, occurrence, last_seen, archived_at, created_at) = row.map_err(&e)?;
-            let summary: CardSummary = serde_json::from_str(&summary)
-                .map_err(|err| StoreError::Invalid(format!("stored summary unreadable: {err}")))?;
-            let id = summary.id.to_string();
-            let origin = origins.remove(&id);
-            let provenance = (summary.provenance.is_some() || origin.is_some()).then(|| {
-                let p = summary.provenance.clone().unwrap_or_default();
-                let (node_token, stored_at) = match origin {
-                    Some((actor, at)) => (
-                        Some(actor.strip_prefix("token:").unwrap_or(&actor).to_owned()),
-                        Some(at),
-                    ),
-                    None => (None, None),
-                };
-                CardProvenance {
-                    source: p,
-                    node_token,
-                    stored_at,
+        let mut reinforcements = 0;
+        let mut origin: Option<(String, Stamp)> = None;
+        // Whether its last archive action was a rejection (an unarchive clears it).
+        let mut rejected = false;
+        for (action, actor, at) in events {
+            match action.as_str() {
+                "reinforce" => reinforcements += 1,
+                "store" => {
+                    origin.get_or_insert((actor, at));
                 }
-            });
-            let created_at = summary.created_at.map(Stamp).unwrap_or(created_at);
-            let was_rejected = archived_at.is_some() && rejected.remove(&id).unwrap_or(false);
-            out.push(Full {
-                info: CardInfo {
-                    etag: card_etag(&sha, archived_at.is_some()),
-                    archived_at,
-                    occurrence: occurrence as u64,
-                    last_seen,
-                    reinforcements: reinforced.remove(&id).unwrap_or(0),
-                    provenance,
-                    usage: usage.remove(&id).unwrap_or_default(),
-                    credentials: credentials.remove(&id).unwrap_or_default(),
-                    duplicate_group: groups.remove(&id),
-                    previously_rejected: None,
-                    rejected: was_rejected,
-                    summary,
-                },
-                created_at,
-            });
+                _ => rejected = action == "reject",
+            }
+        }
+        let summary = row.summary;
+        let provenance = (summary.provenance.is_some() || origin.is_some()).then(|| {
+            let (node_token, stored_at) = match origin {
+                Some((actor, at)) => (
+                    Some(actor.strip_prefix("token:").unwrap_or(&actor).to_owned()),
+                    Some(at),
+                ),
+                None => (None, None),
+            };
+            CardProvenance {
+                source: summary.provenance.clone().unwrap_or_default(),
+                node_token,
+                stored_at,
+            }
+        });
+        let replaced = tx
+            .query_map(
+                "SELECT summary FROM cards WHERE workspace = ?1 AND superseded_by = ?2 ORDER BY created_at, id",
+                params![ws, id],
+                |r| r.get::<String>(0),
+            )
+            .map_err(&e)?;
+        let merged = replaced
+            .iter()
+            .filter_map(|json| serde_json::from_str::<CardSummary>(json).ok())
+            .map(|s| MergedCard {
+                id: s.id,
+                provenance: s.provenance,
+            })
+            .collect();
+        Ok(CardInfo {
+            etag: card_etag(&row.sha, row.archived_at.is_some()),
+            rejected: row.archived_at.is_some() && rejected,
+            archived_at: row.archived_at,
+            occurrence: row.occurrence as u64,
+            last_seen: row.last_seen,
+            reinforcements,
+            provenance,
+            usage: self.usage_of(tx, ws, &id)?,
+            credentials: super::intake::credentials_of(tx, ws, &id).map_err(&e)?,
+            duplicate_group: super::intake::duplicate_group(tx, ws, &summary.id).map_err(&e)?,
+            previously_rejected: None,
+            merged,
+            summary,
+        })
+    }
+
+    /// The rows of the cards `ids` that exist, in that order.
+    fn rows_of(&self, tx: &Tx<'_>, ws: &str, ids: &[CardId]) -> Result<Vec<Row>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let id = id.to_string();
+            out.extend(read_rows(self, tx, ws, "AND c.id = ?2", &[&id], "")?);
         }
         Ok(out)
+    }
+
+    /// The waiting cards (live, unverified) of duplicate group `group`, oldest first;
+    /// `None` when `ws` has no such group.
+    pub(crate) fn group_waiting(
+        &self,
+        tx: &Tx<'_>,
+        ws: &str,
+        group: &str,
+    ) -> Result<Option<Vec<CardId>>> {
+        let e = self.err("read duplicate group");
+        let members = super::intake::group_members(tx, ws, group).map_err(&e)?;
+        if members.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(
+            self.rows_of(tx, ws, &members)?
+                .into_iter()
+                .filter(Row::awaits_review)
+                .map(|r| r.summary.id)
+                .collect(),
+        ))
+    }
+
+    /// The cards `ids` as curators see them (ids not in `ws` are left out), in that order.
+    pub fn cards_info(&self, ws: &str, ids: &[CardId]) -> Result<Vec<CardInfo>> {
+        self.read(|tx| {
+            self.rows_of(tx, ws, ids)?
+                .into_iter()
+                .map(|r| self.info_of(tx, ws, r))
+                .collect()
+        })
     }
 
     /// Every workspace's review queue in numbers, read from the per-row flag's index (no
@@ -282,50 +404,43 @@ impl Store {
     /// One card as curators see it.
     pub fn card_info(&self, ws: &str, id: &CardId) -> Result<CardInfo> {
         self.read(|tx| {
-            self.full_cards(tx, ws)?
-                .into_iter()
-                .find(|f| f.info.summary.id == *id)
-                .map(|f| f.info)
-                .ok_or_else(|| not_found(ws, id))
+            let row = self
+                .rows_of(tx, ws, std::slice::from_ref(id))?
+                .pop()
+                .ok_or_else(|| not_found(ws, id))?;
+            self.info_of(tx, ws, row)
         })
     }
 
-    /// A page of the cards matching `q`, ordered by type, title and id.
+    /// A page of the cards matching `q`, ordered by type, folded title and id.
     pub fn list_cards(&self, ws: &str, q: &ListQuery) -> Result<CardPage> {
         let filter = Filter::new(q)?;
         let (offset, limit) = page_of(q.offset, q.limit);
         self.read(|tx| {
-            let mut cards: Vec<CardInfo> = self
-                .full_cards(tx, ws)?
+            let rows = filter.rows(self, tx, ws)?;
+            let total = rows.len();
+            let cards = rows
                 .into_iter()
-                .filter(|f| filter.keeps(f))
-                .map(|f| f.info)
-                .collect();
-            cards.sort_by(|a, b| {
-                (a.summary.card_type.as_str(), &a.summary.title, a.summary.id).cmp(&(
-                    b.summary.card_type.as_str(),
-                    &b.summary.title,
-                    b.summary.id,
-                ))
-            });
-            let total = cards.len();
+                .skip(offset)
+                .take(limit)
+                .map(|r| self.info_of(tx, ws, r))
+                .collect::<Result<Vec<_>>>()?;
             Ok(CardPage {
                 total,
                 offset,
-                cards: cards.into_iter().skip(offset).take(limit).collect(),
+                cards,
             })
         })
     }
 
     /// Every card matching `q` (no paging), by id: what a search filters its hits with.
-    pub fn matching_cards(&self, ws: &str, q: &ListQuery) -> Result<HashMap<CardId, CardInfo>> {
+    pub fn matching_cards(&self, ws: &str, q: &ListQuery) -> Result<HashSet<CardId>> {
         let filter = Filter::new(q)?;
         self.read(|tx| {
-            Ok(self
-                .full_cards(tx, ws)?
+            Ok(filter
+                .rows(self, tx, ws)?
                 .into_iter()
-                .filter(|f| filter.keeps(f))
-                .map(|f| (f.info.summary.id, f.info))
+                .map(|r| r.summary.id)
                 .collect())
         })
     }
@@ -338,55 +453,113 @@ impl Store {
         q: &ListQuery,
     ) -> Result<Vec<CardInfo>> {
         let filter = Filter::new(q)?;
-        let mut out: Vec<CardInfo> = self
-            .full_cards(tx, ws)?
+        let mut out = filter
+            .rows(self, tx, ws)?
             .into_iter()
-            .filter(|f| filter.keeps(f))
-            .map(|f| f.info)
-            .collect();
+            .map(|r| self.info_of(tx, ws, r))
+            .collect::<Result<Vec<_>>>()?;
         out.sort_by_key(|c| c.summary.id);
         Ok(out)
     }
 
-    /// Unverified live cards, oldest first, each with its text: the review queue (without
-    /// the nearest cards, which need the workspace's search index), and the whole queue
-    /// counted by type and age.
+    /// The review queue: unverified live cards, a duplicate group's waiting cards as one
+    /// entry, oldest entry first, read from the per-row flag's index; the whole queue
+    /// counted, and one page of entries with each card's text (without the nearest cards,
+    /// which need the workspace's search index).
     pub fn review_queue(
         &self,
         ws: &str,
         offset: Option<usize>,
         limit: Option<usize>,
-    ) -> Result<(ReviewCounts, Vec<(CardInfo, String)>)> {
+    ) -> Result<QueuePage> {
         let (offset, limit) = page_of(offset, limit);
         self.read(|tx| {
-            let mut queue: Vec<Full> = self
-                .full_cards(tx, ws)?
-                .into_iter()
-                .filter(|f| {
-                    f.info.summary.trust == Trust::Unverified
-                        && f.info.summary.is_live()
-                        && f.info.archived_at.is_none()
-                })
-                .collect();
-            queue.sort_by(|a, b| {
-                (&a.created_at, a.info.summary.id).cmp(&(&b.created_at, b.info.summary.id))
-            });
+            let e = self.err("read the review queue");
+            let waiting = tx
+                .query_map(
+                    "SELECT c.id, c.card_type, COALESCE(c.made_at, c.created_at) AS made, g.group_id
+                     FROM cards c
+                     LEFT JOIN duplicate_groups g ON g.workspace = c.workspace AND g.card_id = c.id
+                     WHERE c.workspace = ?1 AND c.awaiting = 1
+                     ORDER BY made, c.id",
+                    params![ws],
+                    |r| {
+                        Ok((
+                            r.get::<String>(0)?,
+                            r.get::<String>(1)?,
+                            r.get::<Stamp>(2)?,
+                            r.get::<Option<String>>(3)?,
+                        ))
+                    },
+                )
+                .map_err(&e)?;
+            let cards = waiting.len();
+            let mut queue: Vec<Entry> = Vec::new();
+            let mut of_group: HashMap<String, usize> = HashMap::new();
+            for (id, card_type, since, group) in waiting {
+                let Ok(id) = CardId::parse(&id) else { continue };
+                if let Some(g) = &group
+                    && let Some(&at) = of_group.get(g)
+                {
+                    queue[at].cards.push(id);
+                    continue;
+                }
+                if let Some(g) = &group {
+                    of_group.insert(g.clone(), queue.len());
+                }
+                queue.push(Entry {
+                    group,
+                    cards: vec![id],
+                    card_type,
+                    since,
+                });
+            }
             let counts = count_queue(&queue, Timestamp::now());
-            let mut page = queue
-                .into_iter()
-                .skip(offset)
-                .take(limit)
-                .map(|f| {
-                    let text = self.text_of(tx, ws, &f.info.summary.id)?;
-                    Ok((f.info, text))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            self.mark_rejected(
-                tx,
-                ws,
-                &mut page.iter_mut().map(|(c, _)| c).collect::<Vec<_>>(),
-            )?;
-            Ok((counts, page))
+            let entries = queue.len();
+            let mut page = Vec::new();
+            for entry in queue.into_iter().skip(offset).take(limit) {
+                page.push((entry.group, self.with_text(tx, ws, &entry.cards)?));
+            }
+            Ok(QueuePage {
+                entries,
+                cards,
+                counts,
+                page,
+            })
+        })
+    }
+
+    /// The cards `ids` as a curator decides on them: their facts (a rejected lesson marked)
+    /// and each one's whole text.
+    fn with_text(
+        &self,
+        tx: &Tx<'_>,
+        ws: &str,
+        ids: &[CardId],
+    ) -> Result<Vec<(CardInfo, String)>> {
+        let mut infos = self
+            .rows_of(tx, ws, ids)?
+            .into_iter()
+            .map(|r| self.info_of(tx, ws, r))
+            .collect::<Result<Vec<_>>>()?;
+        self.mark_rejected(tx, ws, &mut infos.iter_mut().collect::<Vec<_>>())?;
+        infos
+            .into_iter()
+            .map(|c| {
+                let text = self.text_of(tx, ws, &c.summary.id)?;
+                Ok((c, text))
+            })
+            .collect()
+    }
+
+    /// A duplicate group's waiting cards (oldest first) with their text: the group as one
+    /// review entry, empty when none waits.
+    pub fn group_entry(&self, ws: &str, group: &str) -> Result<Vec<(CardInfo, String)>> {
+        self.read(|tx| {
+            let waiting = self.group_waiting(tx, ws, group)?.ok_or_else(|| {
+                StoreError::NotFound(format!("group {group} not found in workspace {ws}"))
+            })?;
+            self.with_text(tx, ws, &waiting)
         })
     }
 
@@ -394,12 +567,11 @@ impl Store {
     /// (so the text is the version the tag names).
     pub fn card_details(&self, ws: &str, id: &CardId) -> Result<CardDetails> {
         self.read(|tx| {
-            let mut card = self
-                .full_cards(tx, ws)?
-                .into_iter()
-                .find(|f| f.info.summary.id == *id)
-                .map(|f| f.info)
+            let row = self
+                .rows_of(tx, ws, std::slice::from_ref(id))?
+                .pop()
                 .ok_or_else(|| not_found(ws, id))?;
+            let mut card = self.info_of(tx, ws, row)?;
             self.mark_rejected(tx, ws, &mut [&mut card])?;
             let text = self.text_of(tx, ws, id)?;
             let history = self.history_in(tx, ws, id)?;
@@ -455,47 +627,49 @@ impl Store {
         })
     }
 
-    /// The staleness report over a window of `days`.
+    /// The staleness report over a window of `days`: each list read by its own query
+    /// (live cards made before the window with no delivery in it, asset cards whose asset
+    /// went unnamed, old unverified cards, chains by the per-row superseder).
     pub fn stale(&self, ws: &str, days: u32, chain: usize) -> Result<StaleReport> {
         let days = days.min(MAX_DAYS);
         let cut = Timestamp::now() - (i64::from(days) * 24).hours();
         let cut_stamp = Stamp(cut);
+        let cut_text = cut_stamp.to_string();
         self.read(|tx| {
-            let cards = self.full_cards(tx, ws)?;
             let named = self.assets_named(tx, ws)?;
-            let stale = |f: &Full| StaleCard {
-                id: f.info.summary.id,
-                card_type: f.info.summary.card_type,
-                title: f.info.summary.title.clone(),
-                unverified: f.info.summary.trust == Trust::Unverified,
-                asset_id: f.info.summary.scope.asset_id.clone(),
-                created_at: f.created_at,
-                last_delivered_at: f.info.usage.last_delivered_at,
+            let stale = |f: &Row| StaleCard {
+                id: f.summary.id,
+                card_type: f.summary.card_type,
+                title: f.summary.title.clone(),
+                unverified: f.summary.trust == Trust::Unverified,
+                asset_id: f.summary.scope.asset_id.clone(),
+                created_at: f.made(),
+                last_delivered_at: f.last_delivered_at,
                 asset_last_named_at: f
-                    .info
                     .summary
                     .scope
                     .asset_id
                     .as_ref()
                     .and_then(|a| named.get(a).copied()),
             };
-            let live: Vec<&Full> = cards
+            // Live cards made before the window, by the index on when each was made.
+            let old = read_rows(
+                self,
+                tx,
+                ws,
+                "AND c.live = 1 AND c.made_at < ?2",
+                &[&cut_text],
+                "ORDER BY c.id",
+            )?;
+            let undelivered = old
                 .iter()
-                .filter(|f| f.info.summary.is_live() && f.info.archived_at.is_none())
-                .collect();
-            let old = |f: &&&Full| f.created_at < cut_stamp;
-            let undelivered = live
-                .iter()
-                .filter(old)
-                .filter(|f| f.info.usage.last_delivered_at.is_none_or(|t| t < cut))
+                .filter(|f| f.last_delivered_at.is_none_or(|t| t < cut))
                 .map(|f| stale(f))
                 .collect();
-            let unnamed_assets = live
+            let unnamed_assets = old
                 .iter()
-                .filter(old)
                 .filter(|f| {
-                    f.info
-                        .summary
+                    f.summary
                         .scope
                         .asset_id
                         .as_ref()
@@ -503,10 +677,9 @@ impl Store {
                 })
                 .map(|f| stale(f))
                 .collect();
-            let old_unverified = live
+            let old_unverified = old
                 .iter()
-                .filter(old)
-                .filter(|f| f.info.summary.trust == Trust::Unverified)
+                .filter(|f| f.summary.trust == Trust::Unverified)
                 .map(|f| stale(f))
                 .collect();
             Ok(StaleReport {
@@ -514,22 +687,45 @@ impl Store {
                 chain,
                 undelivered,
                 unnamed_assets,
-                long_chains: chains(&cards, chain),
+                long_chains: self.chains(tx, ws, chain)?,
                 old_unverified,
             })
         })
     }
+
+    /// Supersede chains longer than `longer_than`, each from its oldest card to the card
+    /// that ends it, ordered by the end card's id: read from the per-row superseder.
+    fn chains(&self, tx: &Tx<'_>, ws: &str, longer_than: usize) -> Result<Vec<Chain>> {
+        let e = self.err("read supersede chains");
+        let links = tx
+            .query_map(
+                "SELECT id, superseded_by FROM cards WHERE workspace = ?1 AND superseded_by IS NOT NULL",
+                params![ws],
+                |r| Ok((r.get::<String>(0)?, r.get::<String>(1)?)),
+            )
+            .map_err(&e)?;
+        let next: HashMap<CardId, CardId> = links
+            .iter()
+            .filter_map(|(a, b)| Some((CardId::parse(a).ok()?, CardId::parse(b).ok()?)))
+            .collect();
+        let mut found = chains(&next, longer_than);
+        for chain in &mut found {
+            let end = chain.ids.last().expect("a chain has cards");
+            chain.title = self
+                .rows_of(tx, ws, std::slice::from_ref(end))?
+                .pop()
+                .map(|r| r.summary.title)
+                .unwrap_or_default();
+        }
+        Ok(found)
+    }
 }
 
-/// Supersede chains longer than `longer_than`, each from its oldest card to the card
-/// that ends it, ordered by the end card's id.
-fn chains(cards: &[Full], longer_than: usize) -> Vec<Chain> {
-    let by_id: HashMap<CardId, &Full> = cards.iter().map(|f| (f.info.summary.id, f)).collect();
-    let next: HashMap<CardId, CardId> = cards
-        .iter()
-        .filter_map(|f| Some((f.info.summary.id, f.info.summary.superseded_by?)))
-        .collect();
-    let has_older: std::collections::HashSet<CardId> = next.values().copied().collect();
+/// Supersede chains longer than `longer_than` in the links `next` (card → its
+/// superseder), each from its oldest card to the card that ends it (titles left empty),
+/// ordered by the end card's id.
+fn chains(next: &HashMap<CardId, CardId>, longer_than: usize) -> Vec<Chain> {
+    let has_older: HashSet<CardId> = next.values().copied().collect();
     let mut out: BTreeMap<CardId, Chain> = BTreeMap::new();
     for start in next.keys().filter(|id| !has_older.contains(id)) {
         let mut ids = vec![*start];
@@ -544,11 +740,13 @@ fn chains(cards: &[Full], longer_than: usize) -> Vec<Chain> {
         }
         let longer = out.get(&at).is_none_or(|c| c.ids.len() < ids.len());
         if ids.len() > longer_than && longer {
-            let title = by_id
-                .get(&at)
-                .map(|f| f.info.summary.title.clone())
-                .unwrap_or_default();
-            out.insert(at, Chain { ids, title });
+            out.insert(
+                at,
+                Chain {
+                    ids,
+                    title: String::new(),
+                },
+            );
         }
     }
     out.into_values().collect()

@@ -426,15 +426,7 @@ pub(crate) fn group_of(
         )
         .optional()?;
     let Some(group) = group else { return Ok(None) };
-    let mut stmt = tx.prepare_cached(
-        "SELECT card_id FROM duplicate_groups WHERE workspace = ?1 AND group_id = ?2 ORDER BY at, card_id",
-    )?;
-    let members = stmt
-        .query_map(params![ws, group], |r| r.get::<String>(0))?
-        .collect::<db::Result<Vec<_>>>()?
-        .into_iter()
-        .filter_map(|m| CardId::parse(&m).ok())
-        .collect();
+    let members = group_members(tx, ws, &group)?;
     Ok(Some((group, members)))
 }
 
@@ -501,53 +493,44 @@ pub(crate) fn keep_answer(
     Ok(())
 }
 
-/// Every card's credentials in `ws`, by card id.
-pub(crate) fn credentials_by_card(
+/// The credentials found in a card's text (none: empty).
+pub(crate) fn credentials_of(
     tx: &Tx<'_>,
     ws: &str,
-) -> db::Result<HashMap<String, Vec<CredentialFinding>>> {
-    let mut stmt = tx.prepare_cached(
-        "SELECT card_id, credentials FROM card_intake WHERE workspace = ?1 AND credentials IS NOT NULL",
-    )?;
-    let rows = stmt.query_map(params![ws], |r| {
-        Ok((r.get::<String>(0)?, r.get::<String>(1)?))
-    })?;
-    let mut out = HashMap::new();
-    for row in rows {
-        let (id, json) = row?;
-        if let Ok(f) = serde_json::from_str(&json) {
-            out.insert(id, f);
-        }
-    }
-    Ok(out)
+    card: &str,
+) -> db::Result<Vec<CredentialFinding>> {
+    let json: Option<Option<String>> = tx
+        .query_row(
+            "SELECT credentials FROM card_intake WHERE workspace = ?1 AND card_id = ?2",
+            params![ws, card],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(json
+        .flatten()
+        .and_then(|j| serde_json::from_str(&j).ok())
+        .unwrap_or_default())
 }
 
-/// Every duplicate group in `ws`, by member card id.
-pub(crate) fn groups_by_card(tx: &Tx<'_>, ws: &str) -> db::Result<HashMap<String, DuplicateGroup>> {
+/// The duplicate group a card is in, with its members oldest first.
+pub(crate) fn duplicate_group(
+    tx: &Tx<'_>,
+    ws: &str,
+    card: &CardId,
+) -> db::Result<Option<DuplicateGroup>> {
+    Ok(group_of(tx, ws, card)?.map(|(id, members)| DuplicateGroup { id, members }))
+}
+
+/// A group's members, oldest first (empty: no such group).
+pub(crate) fn group_members(tx: &Tx<'_>, ws: &str, group: &str) -> db::Result<Vec<CardId>> {
     let mut stmt = tx.prepare_cached(
-        "SELECT card_id, group_id FROM duplicate_groups WHERE workspace = ?1 ORDER BY group_id, at, card_id",
+        "SELECT card_id FROM duplicate_groups WHERE workspace = ?1 AND group_id = ?2 ORDER BY at, card_id",
     )?;
-    let rows = stmt.query_map(params![ws], |r| {
-        Ok((r.get::<String>(0)?, r.get::<String>(1)?))
-    })?;
-    let mut groups: HashMap<String, DuplicateGroup> = HashMap::new();
-    let mut member_of: Vec<(String, String)> = Vec::new();
-    for row in rows {
-        let (card, group) = row?;
-        let g = groups
-            .entry(group.clone())
-            .or_insert_with(|| DuplicateGroup {
-                id: group.clone(),
-                members: Vec::new(),
-            });
-        if let Ok(id) = CardId::parse(&card) {
-            g.members.push(id);
-        }
-        member_of.push((card, group));
-    }
-    Ok(member_of
+    Ok(stmt
+        .query_map(params![ws, group], |r| r.get::<String>(0))?
+        .collect::<db::Result<Vec<_>>>()?
         .into_iter()
-        .filter_map(|(card, group)| Some((card, groups.get(&group)?.clone())))
+        .filter_map(|m| CardId::parse(&m).ok())
         .collect())
 }
 

@@ -234,6 +234,18 @@ const MIGRATIONS: &[&str] = &[
      WHERE live = 1 AND json_extract(summary, '$.trust') = 'unverified';
     CREATE INDEX cards_awaiting ON cards (workspace, awaiting, created_at);
     ",
+    // 6: curation reads by index, per row: the card that replaced each card (merged or
+    // superseded), so a card's details list what it replaced and the staleness report
+    // follows chains; and when each card was made (its own `created_at`, else when the
+    // server first had it), so the staleness report and the queue read old cards by range.
+    "
+    ALTER TABLE cards ADD COLUMN superseded_by TEXT;
+    ALTER TABLE cards ADD COLUMN made_at TEXT;
+    UPDATE cards SET superseded_by = json_extract(summary, '$.superseded_by'),
+                     made_at = COALESCE(json_extract(summary, '$.created_at'), created_at);
+    CREATE INDEX cards_superseded_by ON cards (workspace, superseded_by);
+    CREATE INDEX cards_made ON cards (workspace, live, made_at);
+    ",
 ];
 
 /// The same schema for PostgreSQL, version for version: migration N here leaves the tables
@@ -463,6 +475,15 @@ pub(crate) const PG_MIGRATIONS: &[&str] = &[
     UPDATE cards SET awaiting = 1
      WHERE live = 1 AND (summary::jsonb ->> 'trust') = 'unverified';
     CREATE INDEX cards_awaiting ON cards (workspace, awaiting, created_at);
+    "#,
+    // 6
+    r#"
+    ALTER TABLE cards ADD COLUMN superseded_by TEXT COLLATE "C";
+    ALTER TABLE cards ADD COLUMN made_at TEXT COLLATE "C";
+    UPDATE cards SET superseded_by = summary::jsonb ->> 'superseded_by',
+                     made_at = COALESCE(summary::jsonb ->> 'created_at', created_at);
+    CREATE INDEX cards_superseded_by ON cards (workspace, superseded_by);
+    CREATE INDEX cards_made ON cards (workspace, live, made_at);
     "#,
 ];
 

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::db::{Tx, params};
+use super::db::{OptionalExtension, Tx, params};
 use jiff::{Timestamp, ToSpan};
 use mop_proto::curation::Usage;
 use mop_proto::receipts::{Receipt, ReceiptBatchResponse};
@@ -103,77 +103,62 @@ impl Store {
         })
     }
 
-    /// Usage of every card of `ws` that has any, by card id.
-    pub(crate) fn usage_map(&self, tx: &Tx<'_>, ws: &str) -> Result<HashMap<String, Usage>> {
+    /// One card's usage: its day counters, last delivery and the hosts that saw it lately,
+    /// read by the card's keys (never a scan of the workspace).
+    pub(crate) fn usage_of(&self, tx: &Tx<'_>, ws: &str, id: &str) -> Result<Usage> {
         let e = self.err("read usage");
-        let mut map: HashMap<String, Usage> = HashMap::new();
+        let mut u = Usage::default();
         let (week, month) = (days_ago(6), days_ago(29));
-        let mut stmt = tx
-            .prepare_cached(
-                "SELECT card_id,
-                        CAST(SUM(CASE WHEN day >= ?2 THEN delivered ELSE 0 END) AS BIGINT),
-                        CAST(SUM(delivered) AS BIGINT),
-                        CAST(SUM(CASE WHEN day >= ?2 THEN retrieved ELSE 0 END) AS BIGINT),
-                        CAST(SUM(retrieved) AS BIGINT)
-                 FROM card_usage_days WHERE workspace = ?1 AND day >= ?3 GROUP BY card_id",
+        let counts = tx
+            .query_row(
+                "SELECT CAST(COALESCE(SUM(CASE WHEN day >= ?3 THEN delivered ELSE 0 END), 0) AS BIGINT),
+                        CAST(COALESCE(SUM(delivered), 0) AS BIGINT),
+                        CAST(COALESCE(SUM(CASE WHEN day >= ?3 THEN retrieved ELSE 0 END), 0) AS BIGINT),
+                        CAST(COALESCE(SUM(retrieved), 0) AS BIGINT)
+                 FROM card_usage_days WHERE workspace = ?1 AND card_id = ?2 AND day >= ?4",
+                params![ws, id, week, month],
+                |r| {
+                    Ok((
+                        r.get::<i64>(0)? as u64,
+                        r.get::<i64>(1)? as u64,
+                        r.get::<i64>(2)? as u64,
+                        r.get::<i64>(3)? as u64,
+                    ))
+                },
             )
             .map_err(&e)?;
-        let rows = stmt
-            .query_map(params![ws, week, month], |r| {
-                Ok((
-                    r.get::<String>(0)?,
-                    r.get::<i64>(1)? as u64,
-                    r.get::<i64>(2)? as u64,
-                    r.get::<i64>(3)? as u64,
-                    r.get::<i64>(4)? as u64,
-                ))
-            })
-            .map_err(&e)?;
-        for row in rows {
-            let (id, d7, d30, r7, r30) = row.map_err(&e)?;
-            let u = map.entry(id).or_default();
-            (
-                u.delivered_7d,
-                u.delivered_30d,
-                u.retrieved_7d,
-                u.retrieved_30d,
-            ) = (d7, d30, r7, r30);
-        }
-        let mut stmt = tx
-            .prepare_cached(
-                "SELECT card_id, last_delivered_at FROM card_usage WHERE workspace = ?1",
+        (
+            u.delivered_7d,
+            u.delivered_30d,
+            u.retrieved_7d,
+            u.retrieved_30d,
+        ) = counts;
+        let last: Option<Option<String>> = tx
+            .query_row(
+                "SELECT last_delivered_at FROM card_usage WHERE workspace = ?1 AND card_id = ?2",
+                params![ws, id],
+                |r| r.get(0),
             )
+            .optional()
             .map_err(&e)?;
-        let rows = stmt
-            .query_map(params![ws], |r| {
-                Ok((r.get::<String>(0)?, r.get::<Option<String>>(1)?))
-            })
-            .map_err(&e)?;
-        for row in rows {
-            let (id, at) = row.map_err(&e)?;
-            map.entry(id).or_default().last_delivered_at = at.and_then(|t| t.parse().ok());
-        }
-        // The hosts that saw each card lately, most recent first and at most MAX_HOSTS.
-        let mut stmt = tx
-            .prepare_cached(
-                "SELECT card_id, host FROM card_hosts WHERE workspace = ?1 AND last_at >= ?2
-                 ORDER BY card_id, last_at DESC, host",
-            )
-            .map_err(&e)?;
+        u.last_delivered_at = last.flatten().and_then(|t| t.parse().ok());
+        // The hosts that saw it lately, most recent first and at most MAX_HOSTS.
         let since = stamp(Timestamp::now() - (30 * 24).hours());
-        let rows = stmt
-            .query_map(params![ws, since], |r| {
-                Ok((r.get::<String>(0)?, r.get::<String>(1)?))
-            })
+        let mut stmt = tx
+            .prepare_cached(
+                "SELECT host FROM card_hosts WHERE workspace = ?1 AND card_id = ?2 AND last_at >= ?3
+                 ORDER BY last_at DESC, host",
+            )
             .map_err(&e)?;
-        for row in rows {
-            let (id, host) = row.map_err(&e)?;
-            let hosts = &mut map.entry(id).or_default().hosts;
-            if hosts.len() < MAX_HOSTS {
-                hosts.push(host);
+        for host in stmt
+            .query_map(params![ws, id, since], |r| r.get::<String>(0))
+            .map_err(&e)?
+        {
+            if u.hosts.len() < MAX_HOSTS {
+                u.hosts.push(host.map_err(&e)?);
             }
         }
-        Ok(map)
+        Ok(u)
     }
 
     /// When a task last named each asset of `ws`.

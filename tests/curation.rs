@@ -800,7 +800,10 @@ fn merged_away_and_rejected_cards_read_as_such_and_search_finds_archived_ones() 
     assert!(out.status.success(), "{}", text(&out));
     let bobs = created_ids(&String::from_utf8_lossy(&out.stdout));
     assert_eq!(bobs.len(), 1, "{}", text(&out));
-    let total_before = env.curate_as::<ReviewQueue>(&["review", "--json"]).total as f64;
+    let queue = env.curate_as::<ReviewQueue>(&["review", "--json"]);
+    // Bob's card and alice's are one entry, and two waiting cards.
+    assert_eq!(queue.cards, queue.total + 1, "{queue:?}");
+    let total_before = queue.cards as f64;
     let gauges = metrics(&env);
     assert_eq!(
         gauges["mop_server_review_queue_items"], total_before,
@@ -865,7 +868,7 @@ fn merged_away_and_rejected_cards_read_as_such_and_search_finds_archived_ones() 
         total_before - 3.0,
         "{now:?}"
     );
-    assert_eq!(now["mop_server_review_queue_items"], queue.total as f64);
+    assert_eq!(now["mop_server_review_queue_items"], queue.cards as f64);
     let all: CardPage = env.curate_as(&["list", "--archived", "--json", "--limit", "500"]);
     let standing = |id: &str| {
         all.cards
@@ -1225,4 +1228,171 @@ fn bulk_reject_shows_its_preview_and_count_then_acts_once_per_card() {
         assert_eq!(last.actor_name.as_deref(), Some(CURATOR));
         assert_eq!(last.detail.as_deref(), Some("reason=scratch notes"));
     }
+}
+
+/// The five users of a group test and the detail only each one's variant has.
+const AUTHORS: [(&str, &str); 5] = [
+    ("alice", "Check the replica slot on db-prod-01 first."),
+    ("bob", "Raise max_wal_senders before the failover."),
+    ("carol", "The alert pages the ledger on-call."),
+    ("dave", "It took fourteen minutes last time."),
+    ("erin", "Keep the old primary fenced until the lag is zero."),
+];
+
+/// Stores the replica-lag lesson once per user of [`AUTHORS`], as each user's agent would
+/// (through the host's node token, each task unable to see the others' draft): one group.
+fn store_five_variants(env: &Env) -> Vec<String> {
+    let shared = "After a failover the ledger replica lags for minutes.\n\
+                  Do not restart the replica while it catches up.\n\
+                  Watch pg_stat_replication until replay_lag is under a second.\n\
+                  Then resume the ledger batch jobs.\n";
+    AUTHORS
+        .iter()
+        .enumerate()
+        .map(|(i, (user, extra))| {
+            let r = http()
+                .post(format!("{}/v1/workspaces/{WS}/memories", env.server.url))
+                .bearer_auth(&env.node)
+                .json(&serde_json::json!({
+                    "provenance": {"task_id": format!("lag-{i}"), "user_id": user, "asset_id": ASSET},
+                    "card": {"type": "fact",
+                             "title": "Ledger replica lags after a failover",
+                             "body": format!("{shared}{extra}\n")},
+                }))
+                .send()
+                .unwrap();
+            assert!(r.status().is_success(), "{}", r.text().unwrap());
+            let v: Value = r.json().unwrap();
+            v["id"].as_str().expect("a new card").to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn a_group_from_five_users_becomes_one_verified_card_in_one_command() {
+    let Some(env) = setup() else { return };
+    let ids = store_five_variants(&env);
+    // The queue holds the lesson once: one entry, its five cards side by side.
+    let queue: ReviewQueue = env.curate_as(&["review", "--json", "--limit", "500"]);
+    let entry = queue
+        .items
+        .iter()
+        .find(|i| i.card.summary.id.to_string() == ids[0])
+        .unwrap_or_else(|| panic!("the group is an entry: {queue:#?}"));
+    let group = entry.group.clone().expect("the entry is the group");
+    let cards: Vec<String> = entry
+        .cards()
+        .map(|(c, _)| c.summary.id.to_string())
+        .collect();
+    assert_eq!(cards, ids, "oldest first, every variant");
+    assert_eq!(queue.cards, queue.total + 4, "five cards, one entry");
+    let shown = run(&mut env.curate(&["group", &group]));
+    for (user, extra) in AUTHORS.iter().skip(1) {
+        assert!(
+            text(&shown).contains(&format!("user {user}")),
+            "{}",
+            text(&shown)
+        );
+        assert!(
+            text(&shown).contains(&format!("+ {extra}")),
+            "{}",
+            text(&shown)
+        );
+    }
+
+    // Control: a combination sent for the group as it was before another variant arrived
+    // (four cards) is refused, and nothing changes.
+    let stale = serde_json::json!({
+        "into": ids[0], "into_version": entry.card.etag, "variants": &ids[..4],
+    });
+    let r = http()
+        .post(format!(
+            "{}/v1/workspaces/{WS}/groups/{group}/combine",
+            env.server.url
+        ))
+        .bearer_auth(&env.admin)
+        .json(&stale)
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 409, "{}", r.text().unwrap());
+    let again: ReviewQueue = env.curate_as(&["review", "--json", "--limit", "500"]);
+    assert_eq!(
+        again.cards, queue.cards,
+        "the refused combination changed nothing"
+    );
+
+    // One command: alice's card stays, with bob's detail added to her text.
+    let body = env.workdir();
+    let file = body.path().join("combined.md");
+    let base = mop_cards::card_body(entry.text.as_bytes()).unwrap();
+    std::fs::write(&file, format!("{base}{}\n", AUTHORS[1].1)).unwrap();
+    let out = run(&mut env.curate(&[
+        "combine",
+        &group,
+        "--base",
+        "1",
+        "--text-file",
+        file.to_str().unwrap(),
+        "--yes",
+    ]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("4 card(s) merged"), "{}", text(&out));
+
+    let kept: CardDetails = env.curate_as(&["show", &ids[0], "--json"]);
+    assert_eq!(kept.card.standing(), Standing::Verified);
+    assert!(
+        kept.text.contains(AUTHORS[0].1) && kept.text.contains(AUTHORS[1].1),
+        "{}",
+        kept.text
+    );
+    assert!(
+        !kept.text.contains(AUTHORS[2].1),
+        "only the lines the curator chose"
+    );
+    // Every author's provenance stays with the card, and the counters are summed.
+    let mut authors: Vec<String> = kept
+        .card
+        .merged
+        .iter()
+        .filter_map(|m| m.provenance.as_ref()?.user_id.clone())
+        .collect();
+    authors.sort();
+    assert_eq!(
+        authors,
+        ["bob", "carol", "dave", "erin"],
+        "{:#?}",
+        kept.card
+    );
+    assert_eq!(kept.card.occurrence, 5);
+    let last = kept
+        .history
+        .iter()
+        .rev()
+        .find(|h| h.action == "verify")
+        .unwrap();
+    assert_eq!(last.actor_name.as_deref(), Some(CURATOR));
+    assert!(
+        last.detail
+            .as_deref()
+            .unwrap_or("")
+            .contains(&format!("group {group}")),
+        "{last:?}"
+    );
+    for id in &ids[1..] {
+        let d: CardDetails = env.curate_as(&["show", id, "--json"]);
+        assert_eq!(d.card.standing(), Standing::Superseded, "{id}");
+        let row = d
+            .history
+            .iter()
+            .rev()
+            .find(|h| h.action == "supersede")
+            .unwrap();
+        assert_eq!(row.actor_name.as_deref(), Some(CURATOR), "{row:?}");
+    }
+    let after: ReviewQueue = env.curate_as(&["review", "--json", "--limit", "500"]);
+    assert_eq!(
+        after.cards,
+        queue.cards - 5,
+        "the whole group left the queue"
+    );
 }

@@ -362,8 +362,17 @@ fn the_review_queue_lists_unverified_cards_until_verified(engine: Engine) {
         None,
     )
     .unwrap();
-    let (counts, page) = store.review_queue(WS, None, None).unwrap();
-    let ids: Vec<CardId> = page.iter().map(|(c, _)| c.summary.id).collect();
+    let queue = store.review_queue(WS, None, None).unwrap();
+    let (counts, page) = (queue.counts, queue.page);
+    assert_eq!(
+        (queue.entries, queue.cards),
+        (2, 2),
+        "two lessons, one card each"
+    );
+    let ids: Vec<CardId> = page
+        .iter()
+        .map(|(_, cards)| cards[0].0.summary.id)
+        .collect();
     assert_eq!(
         ids,
         [one.id.unwrap(), two.id.unwrap()],
@@ -380,10 +389,10 @@ fn the_review_queue_lists_unverified_cards_until_verified(engine: Engine) {
         false,
     )
     .unwrap();
-    let (_, page) = store.review_queue(WS, None, None).unwrap();
+    let page = store.review_queue(WS, None, None).unwrap().page;
     assert_eq!(page.len(), 1);
-    assert_eq!(page[0].0.summary.id, two.id.unwrap());
-    assert!(page[0].1.contains("title: Second"), "with its text");
+    assert_eq!(page[0].1[0].0.summary.id, two.id.unwrap());
+    assert!(page[0].1[0].1.contains("title: Second"), "with its text");
 }
 
 fn a_hard_delete_leaves_no_content(engine: Engine) {
@@ -510,8 +519,8 @@ fn migrations_are_versioned_and_newer_databases_refused(engine: Engine) {
     assert_eq!(db.store().epoch(), epoch, "reopening keeps the epoch");
     assert_eq!(
         db.schema_version(),
-        5,
-        "migration 5: the review queue's flag"
+        6,
+        "migration 6: the superseder and the making time per row"
     );
     db.set_schema_version(99);
     let err = Store::connect(&db.database).unwrap_err();
@@ -903,13 +912,30 @@ fn the_queue_counts_come_from_the_per_row_flag_and_an_upgrade_fills_it(engine: E
     drop(store);
     db.exec("DROP INDEX cards_awaiting");
     db.exec("ALTER TABLE cards DROP COLUMN awaiting");
+    db.exec("DROP INDEX cards_superseded_by");
+    db.exec("DROP INDEX cards_made");
+    db.exec("ALTER TABLE cards DROP COLUMN superseded_by");
+    db.exec("ALTER TABLE cards DROP COLUMN made_at");
     db.set_schema_version(4);
     let upgraded = db.store();
-    assert_eq!(db.schema_version(), 5);
+    assert_eq!(db.schema_version(), 6);
     assert_eq!(
         waiting(&upgraded),
         (1, true),
         "only the live unverified card waits"
+    );
+    // Migration 6 fills the per-row superseder: the card that stayed lists the merged one,
+    // with its author.
+    let kept = upgraded.card_info(WS, &c).unwrap();
+    assert_eq!(
+        kept.merged.iter().map(|m| m.id).collect::<Vec<_>>(),
+        [d],
+        "{kept:?}"
+    );
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM cards WHERE made_at IS NULL"),
+        0,
+        "every row knows when its card was made"
     );
 }
 

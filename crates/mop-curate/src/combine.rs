@@ -143,7 +143,11 @@ pub fn run(
     if !yes {
         println!(
             "keep card {into}{}, verified, and merge {merged} card(s) of group {group} into it? [y/N] ",
-            if text.is_some() { " with the new text" } else { "" }
+            if text.is_some() {
+                " with the new text"
+            } else {
+                ""
+            }
         );
         let mut answer = String::new();
         input.read_line(&mut answer)?;
@@ -172,7 +176,8 @@ mod tests {
 
     #[test]
     fn the_cut_line_ends_the_text_and_a_bare_body_keeps_the_frontmatter() {
-        let base = "---\nid: 1528fa6d-2786-4c33-9e4e-a2e4e84ca7d7\ntype: fact\ntitle: T\n---\nOld.\n";
+        let base =
+            "---\nid: 1528fa6d-2786-4c33-9e4e-a2e4e84ca7d7\ntype: fact\ntitle: T\n---\nOld.\n";
         let edited = format!("New body.\n{CUT}\n# 1. card …\nOld.\n");
         assert_eq!(before_cut(&edited), "New body.\n");
         let text = whole(base, before_cut(&edited)).unwrap();

@@ -128,7 +128,10 @@ fn one(c: &Connection, item: &ReviewItem, input: &mut impl BufRead, echo: bool) 
             "c" | "combine" if !item.variants.is_empty() => {
                 let Some(base) = ask(
                     input,
-                    &format!("keep which card (1 to {}) as the base to edit? ", item.variants.len() + 1),
+                    &format!(
+                        "keep which card (1 to {}) as the base to edit? ",
+                        item.variants.len() + 1
+                    ),
                     echo,
                 )?
                 else {
@@ -219,7 +222,9 @@ fn merge_target(
         _ => CardId::parse(&into).ok(),
     };
     let Some(target) = target else {
-        println!("{into:?} is neither a number from the nearest list nor a card id; nothing was changed");
+        println!(
+            "{into:?} is neither a number from the nearest list nor a card id; nothing was changed"
+        );
         return Ok(Target::None);
     };
     let details = c.details(&target)?;

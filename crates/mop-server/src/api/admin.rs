@@ -203,7 +203,8 @@ pub(crate) async fn combine(
     body: Body,
 ) -> Result<Json<CardChange>, ApiError> {
     admin_on(&state, &caller, &ws, None)?;
-    let req = json::<mop_proto::curation::CombineRequest>(&read_body(&state, &headers, body).await?)?;
+    let req =
+        json::<mop_proto::curation::CombineRequest>(&read_body(&state, &headers, body).await?)?;
     Ok(Json(combine_group(&state, &caller, &ws, group, req).await?))
 }
 
@@ -215,7 +216,12 @@ pub(crate) async fn combine_group(
     group: String,
     req: mop_proto::curation::CombineRequest,
 ) -> Result<CardChange, ApiError> {
-    let (store, actor, ws2, g) = (state.store.clone(), caller.actor(), ws.to_owned(), group.clone());
+    let (store, actor, ws2, g) = (
+        state.store.clone(),
+        caller.actor(),
+        ws.to_owned(),
+        group.clone(),
+    );
     let merged = req.variants.iter().filter(|v| **v != req.into).count();
     let change = blocking(move || curation::combine(&store, &ws2, &g, &req, &actor)).await?;
     state.note_revision(ws, change.revision);

@@ -17,6 +17,7 @@ mod assets;
 mod auth;
 mod browse;
 mod card;
+mod group;
 mod layout;
 pub mod markdown;
 mod queue;
@@ -77,6 +78,11 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/console/tokens/{id}/revoke", post(tokens::revoke))
         .route("/console/w/{ws}", get(queue::show))
         .route("/console/w/{ws}/search", get(browse::search))
+        .route(
+            "/console/w/{ws}/groups/{group}/combine",
+            post(group::combine),
+        )
+        .route("/console/w/{ws}/groups/{group}/target", get(group::target))
         .route("/console/w/{ws}/stale", get(browse::stale))
         .route("/console/w/{ws}/preview", post(card::preview))
         .route("/console/w/{ws}/cards/{id}", get(card::show))

@@ -13,10 +13,10 @@ use mop_cards::CardId;
 use mop_proto::curation::{PageQuery, ReviewCounts, ReviewItem};
 use serde::Deserialize;
 
-use super::Console;
 use super::auth::Ctx;
 use super::layout::{ago, api_error, badges, csrf, page, pager, respond};
 use super::markdown::{self, shown};
+use super::{Console, group};
 use crate::api::curation::review_page;
 
 /// Entries per page: enough to work through, few enough that a queue of long cards stays
@@ -63,6 +63,9 @@ pub(super) fn flash(console: &Console, ctx: &Ctx, ws: &str) -> Option<Markup> {
         "delete" => "deleted for good (its text, objects and history text are gone)",
         "lift" => "no longer refused as previously rejected (the rejection is lifted)",
         "revert" => "reverted to the version you chose",
+        "combine" => {
+            "now holds its group's lesson, verified (the group's other cards are merged into it)"
+        }
         _ => return None,
     };
     let id = CardId::parse(&card).ok()?;
@@ -93,6 +96,7 @@ fn counts(c: &ReviewCounts) -> Markup {
 }
 
 fn entry(ctx: &Ctx, ws: &str, item: &ReviewItem, back: &str) -> Markup {
+    let grouped = !item.variants.is_empty();
     let card = &item.card;
     let s = &card.summary;
     let base = format!("/console/w/{ws}/cards/{}", s.id);
@@ -104,7 +108,7 @@ fn entry(ctx: &Ctx, ws: &str, item: &ReviewItem, back: &str) -> Markup {
     // body, and nothing in the file that a rendering leaves out.
     let whole = part.is_none() && item.unshown.is_empty();
     html! {
-        article.entry data-id=(s.id) data-edit={ (base) "/edit" } data-open=(base)
+        article.entry #{ "entry-" (s.id) } data-id=(s.id) data-edit={ (base) "/edit" } data-open=(base)
             data-whole=(if whole { "yes" } else { "no" }) tabindex="-1" {
             h2 { a href=(base) { (shown(&s.title)) } }
             p.meta {
@@ -127,7 +131,11 @@ fn entry(ctx: &Ctx, ws: &str, item: &ReviewItem, back: &str) -> Markup {
                 }
             }
             (markdown::unshown_notice(&item.unshown))
-            div.body.markdown { (maud::PreEscaped(&rendered.html)) }
+            @if grouped {
+                (group::section(ctx, ws, item, back))
+            } @else {
+                div.body.markdown { (maud::PreEscaped(&rendered.html)) }
+            }
             @if let Some(part) = part {
                 p.notice {
                     "Shown: the first " (part.len()) " of " (body.len()) " bytes. "
@@ -167,7 +175,7 @@ fn entry(ctx: &Ctx, ws: &str, item: &ReviewItem, back: &str) -> Markup {
                         placeholder="why reject (r)" aria-label="Reason to reject";
                     button type="submit" { "Reject" kbd { "r" } }
                 }
-                @if !item.nearest.is_empty() {
+                @if !item.nearest.is_empty() && !grouped {
                     form.merge method="post" action={ (base) "/do/merge" } {
                         (csrf(ctx))
                         input type="hidden" name="etag" value=(card.etag);
@@ -213,10 +221,17 @@ pub(super) async fn show(
         p.keys {
             "Keys: " kbd { "j" } "/" kbd { "k" } " move · " kbd { "v" } " verify · "
             kbd { "r" } " reject (type the reason, Enter) · " kbd { "m" } " merge (pick, Enter) · "
-            kbd { "e" } " edit"
+            kbd { "e" } " edit · " kbd { "c" } " combine a group"
         }
         div #queue {
-            @for item in &queue.items { (entry(&ctx, &ws, item, &back)) }
+            @for (i, item) in queue.items.iter().enumerate() {
+                // After an action the queue comes back with the next entry selected.
+                @let next = queue.items.get(i + 1).map_or_else(
+                    || back.clone(),
+                    |n| format!("{back}#entry-{}", n.card.summary.id),
+                );
+                (entry(&ctx, &ws, item, &next))
+            }
         }
         (pager(&format!("/console/w/{ws}"), queue.offset, queue.items.len(), queue.total, PAGE))
     };

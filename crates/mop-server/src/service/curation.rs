@@ -644,7 +644,12 @@ pub fn combine(
         None => None,
         Some(text) => {
             let mut card = parse(text.as_bytes(), "the combined text")?;
-            same_id(&card, into, "combined text", "; keep the id of the card that stays")?;
+            same_id(
+                &card,
+                into,
+                "combined text",
+                "; keep the id of the card that stays",
+            )?;
             card.summary.trust = Trust::Verified;
             Some(card)
         }

@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use super::db::{OptionalExtension, Tx, params};
 use mop_cards::{Card, CardId, CardSummary, CardType, parse_card, sha256_hex};
 use mop_proto::curation::card_etag;
-use mop_proto::time::Stamp;
 pub use mop_proto::curation::{CardChange, HistoryRow};
+use mop_proto::time::Stamp;
 use serde::Serialize;
 
 use super::{Result, Store, StoreError, bump, db, ensure_workspace, now, stamp};

@@ -531,12 +531,7 @@ impl Store {
 
     /// The cards `ids` as a curator decides on them: their facts (a rejected lesson marked)
     /// and each one's whole text.
-    fn with_text(
-        &self,
-        tx: &Tx<'_>,
-        ws: &str,
-        ids: &[CardId],
-    ) -> Result<Vec<(CardInfo, String)>> {
+    fn with_text(&self, tx: &Tx<'_>, ws: &str, ids: &[CardId]) -> Result<Vec<(CardInfo, String)>> {
         let mut infos = self
             .rows_of(tx, ws, ids)?
             .into_iter()

@@ -14,7 +14,7 @@
 mod backup;
 pub(crate) mod cards;
 mod curation;
-pub use curation::QueueStats;
+pub use curation::{QueuePage, QueueStats};
 pub mod db;
 pub(crate) mod intake;
 pub(crate) mod memories;

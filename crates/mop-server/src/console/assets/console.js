@@ -10,7 +10,8 @@
     return tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT" || el.isContentEditable;
   }
 
-  // The review queue: j/k move, v verify, r reject, m merge, e edit.
+  // The review queue: j/k move, v verify, r reject, m merge, e edit, c combine a group.
+  // After an action the page comes back with the next entry named in its address.
   function queue() {
     var list = document.getElementById("queue");
     if (!list) return;
@@ -49,6 +50,10 @@
         case "e":
           if (current) window.location.assign(current.getAttribute("data-edit"));
           break;
+        case "c":
+          if (current && current.querySelector("form.combine"))
+            current.querySelector("form.combine").requestSubmit();
+          break;
         default: return;
       }
       ev.preventDefault();
@@ -63,6 +68,10 @@
     entries.forEach(function (entry, i) {
       entry.addEventListener("click", function () { if (at !== i) select(i); });
     });
+    var named = window.location.hash.slice(1);
+    for (var i = 0; i < entries.length; i++) {
+      if (entries[i].id === named) { select(i); break; }
+    }
   }
 
   // The editor: a preview rendered by the server as the curator types.

@@ -1534,3 +1534,135 @@ fn a_curator_reverts_in_the_browser_and_a_rejected_card_says_so() {
         "{badges}"
     );
 }
+
+/// Stores a card as `user`'s agent would (through the host's node token).
+fn agent_store_as(server: &Server, node: &str, task: &str, user: &str, card: Value) -> String {
+    let r = mop_testkit::http()
+        .post(format!("{}/v1/workspaces/{WS}/memories", server.url))
+        .bearer_auth(node)
+        .json(&json!({
+            "provenance": {"task_id": task, "user_id": user, "asset_id": "pg-orders-01"},
+            "card": card,
+        }))
+        .send()
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().unwrap());
+    let v: Value = r.json().unwrap();
+    v["id"].as_str().expect("a new card").to_owned()
+}
+
+#[test]
+fn a_group_from_five_users_becomes_one_card_in_a_few_keystrokes() {
+    if !browser_available() {
+        return;
+    }
+    let server = Server::start();
+    assert!(server.import(&example_cards_dir(), WS).status.success());
+    let admin = server.token_named("admin", &[WS], Some(CURATOR));
+    let node = server.token("node", &[WS]);
+    let shared = "After a failover the orders replica lags for minutes.\n\
+                  Do not restart the replica while it catches up.\n\
+                  Watch pg_stat_replication until replay_lag is under a second.\n";
+    let extras = [
+        ("alice", "Check the replication slot first."),
+        ("bob", "Raise max_wal_senders before the failover."),
+        ("carol", "The alert pages the orders on-call."),
+        ("dave", "It took fourteen minutes last time."),
+        ("erin", "Keep the old primary fenced until the lag is zero."),
+    ];
+    let ids: Vec<String> = extras
+        .iter()
+        .enumerate()
+        .map(|(i, (user, extra))| {
+            let card = json!({"type": "fact", "title": "Orders replica lags after a failover",
+                              "body": format!("{shared}{extra}\n")});
+            agent_store_as(&server, &node, &format!("lag-{i}"), user, card)
+        })
+        .collect();
+
+    let b = Browser::start(&server.url);
+    b.goto(&format!("/console/w/{WS}"));
+    b.wait_for("input#token");
+    b.fill("input#token", &admin);
+    b.click("section.login button[type=submit]");
+    b.wait_for("#queue section.group");
+    // One entry, five cards side by side, each with its author.
+    assert_eq!(b.js("return document.querySelectorAll('section.group').length;"), json!(1));
+    assert_eq!(b.js("return document.querySelectorAll('section.group .variant').length;"), json!(5));
+    // Where the group's entry is in the queue (the example's own drafts are older).
+    let at = b
+        .js("return Array.prototype.findIndex.call(document.querySelectorAll('#queue article.entry'), e => !!e.querySelector('section.group'));")
+        .as_u64()
+        .unwrap();
+    let text = b.page_text();
+    for (user, _) in &extras {
+        assert!(text.contains(&format!("by {user}")), "{user}: {text}");
+    }
+    b.shot("queue-group");
+
+    // The curator's actions: move to the entry, tick bob's line, combine.
+    let mut actions = 0;
+    for _ in 0..=at {
+        b.key('j');
+        actions += 1;
+    }
+    b.click(&format!("section.group input[name=add][value={}]", json!(extras[1].1)));
+    actions += 1;
+    b.key('c');
+    actions += 1;
+    b.wait_for("p.flash");
+    assert!(actions <= 10);
+    assert!(b.text("p.flash").contains("now holds its group's lesson"), "{}", b.page_text());
+    let kept = details(&server, &admin, &ids[0]);
+    // Verified: the default trust, left out of the summary.
+    assert!(kept["card"]["summary"].get("trust").is_none(), "{kept}");
+    let words = kept["text"].as_str().unwrap();
+    assert!(words.contains(extras[0].1) && words.contains(extras[1].1), "{words}");
+    let merged: Vec<&str> = kept["card"]["merged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["provenance"]["user_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(merged, ["bob", "carol", "dave", "erin"], "{kept}");
+    let verify = kept["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|h| h["action"] == "verify")
+        .unwrap()
+        .clone();
+    assert_eq!(verify["actor_name"], CURATOR, "{verify}");
+    for id in &ids[1..] {
+        let d = details(&server, &admin, id);
+        assert_eq!(d["card"]["summary"]["superseded_by"], json!(ids[0]), "{d}");
+    }
+
+    // A second group goes into an existing verified card found by search, not only one of
+    // the nearest five.
+    let (_, page, _) = api(&server, &admin, reqwest::Method::GET, "/cards?unverified=false", None, None);
+    let page: Value = serde_json::from_str(&page).unwrap();
+    let target = page["cards"][0]["summary"].clone();
+    let title = target["title"].as_str().unwrap().to_owned();
+    let pair: Vec<String> = ["frank", "grace"]
+        .iter()
+        .enumerate()
+        .map(|(i, user)| {
+            let card = json!({"type": "pitfall", "title": "Vacuum freeze stalls the orders table",
+                              "body": "A manual VACUUM FREEZE on orders holds a lock for hours.\nRun it only in the maintenance window.\n"});
+            agent_store_as(&server, &node, &format!("vac-{i}"), user, card)
+        })
+        .collect();
+    b.goto(&format!("/console/w/{WS}"));
+    b.wait_for("#queue section.group form.target");
+    b.fill("section.group form.target input[name=q]", &title);
+    b.click("section.group form.target button");
+    b.wait_for("ul.results form button");
+    b.click("ul.results form button");
+    b.wait_for("p.flash");
+    for id in &pair {
+        let d = details(&server, &admin, id);
+        assert_eq!(d["card"]["summary"]["superseded_by"], target["id"], "{d}");
+    }
+}

@@ -7,7 +7,9 @@
   function typing(el) {
     if (!el) return false;
     var tag = el.tagName;
-    return tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT" || el.isContentEditable;
+    // A ticked box or a picked radio button takes no text: the keys still act.
+    if (tag === "INPUT") return el.type !== "checkbox" && el.type !== "radio";
+    return tag === "TEXTAREA" || tag === "SELECT" || el.isContentEditable;
   }
 
   // The review queue: j/k move, v verify, r reject, m merge, e edit, c combine a group.

@@ -232,9 +232,20 @@ impl Browser {
     /// Screenshots the page at 1280×800 and at 375×800, and checks that at 375 px nothing
     /// makes the page scroll sideways.
     fn shot(&self, name: &str) {
+        self.shot_at(name, None);
+    }
+
+    /// [`Browser::shot`] with the element `css` scrolled to the top of the window first.
+    fn shot_at(&self, name: &str, css: Option<&str>) {
         for width in [1280, 375] {
             self.set_width(width);
             std::thread::sleep(Duration::from_millis(150));
+            if let Some(css) = css {
+                self.js(&format!(
+                    "document.querySelector({}).scrollIntoView(); return 0;",
+                    json!(css)
+                ));
+            }
             let png = self.rt.block_on(self.client.screenshot()).unwrap();
             std::fs::write(self.shots.join(format!("{name}-{width}.png")), png).unwrap();
             if width == 375 {
@@ -1587,8 +1598,14 @@ fn a_group_from_five_users_becomes_one_card_in_a_few_keystrokes() {
     b.click("section.login button[type=submit]");
     b.wait_for("#queue section.group");
     // One entry, five cards side by side, each with its author.
-    assert_eq!(b.js("return document.querySelectorAll('section.group').length;"), json!(1));
-    assert_eq!(b.js("return document.querySelectorAll('section.group .variant').length;"), json!(5));
+    assert_eq!(
+        b.js("return document.querySelectorAll('section.group').length;"),
+        json!(1)
+    );
+    assert_eq!(
+        b.js("return document.querySelectorAll('section.group .variant').length;"),
+        json!(5)
+    );
     // Where the group's entry is in the queue (the example's own drafts are older).
     let at = b
         .js("return Array.prototype.findIndex.call(document.querySelectorAll('#queue article.entry'), e => !!e.querySelector('section.group'));")
@@ -1598,7 +1615,7 @@ fn a_group_from_five_users_becomes_one_card_in_a_few_keystrokes() {
     for (user, _) in &extras {
         assert!(text.contains(&format!("by {user}")), "{user}: {text}");
     }
-    b.shot("queue-group");
+    b.shot_at("queue-group", Some("article.entry:has(section.group)"));
 
     // The curator's actions: move to the entry, tick bob's line, combine.
     let mut actions = 0;
@@ -1606,18 +1623,28 @@ fn a_group_from_five_users_becomes_one_card_in_a_few_keystrokes() {
         b.key('j');
         actions += 1;
     }
-    b.click(&format!("section.group input[name=add][value={}]", json!(extras[1].1)));
+    b.click(&format!(
+        "section.group input[name=add][value={}]",
+        json!(extras[1].1)
+    ));
     actions += 1;
     b.key('c');
     actions += 1;
     b.wait_for("p.flash");
     assert!(actions <= 10);
-    assert!(b.text("p.flash").contains("now holds its group's lesson"), "{}", b.page_text());
+    assert!(
+        b.text("p.flash").contains("now holds its group's lesson"),
+        "{}",
+        b.page_text()
+    );
     let kept = details(&server, &admin, &ids[0]);
     // Verified: the default trust, left out of the summary.
     assert!(kept["card"]["summary"].get("trust").is_none(), "{kept}");
     let words = kept["text"].as_str().unwrap();
-    assert!(words.contains(extras[0].1) && words.contains(extras[1].1), "{words}");
+    assert!(
+        words.contains(extras[0].1) && words.contains(extras[1].1),
+        "{words}"
+    );
     let merged: Vec<&str> = kept["card"]["merged"]
         .as_array()
         .unwrap()
@@ -1641,7 +1668,14 @@ fn a_group_from_five_users_becomes_one_card_in_a_few_keystrokes() {
 
     // A second group goes into an existing verified card found by search, not only one of
     // the nearest five.
-    let (_, page, _) = api(&server, &admin, reqwest::Method::GET, "/cards?unverified=false", None, None);
+    let (_, page, _) = api(
+        &server,
+        &admin,
+        reqwest::Method::GET,
+        "/cards?unverified=false",
+        None,
+        None,
+    );
     let page: Value = serde_json::from_str(&page).unwrap();
     let target = page["cards"][0]["summary"].clone();
     let title = target["title"].as_str().unwrap().to_owned();

@@ -227,6 +227,9 @@ fn page_of(offset: Option<usize>, limit: Option<usize>) -> (usize, usize) {
     )
 }
 
+/// A card as curators see it, with its whole text.
+pub type CardText = (CardInfo, String);
+
 /// A page of the review queue: the whole queue counted, and this page's entries, each its
 /// cards with their text.
 pub struct QueuePage {
@@ -237,7 +240,7 @@ pub struct QueuePage {
     /// The entries counted by type and age.
     pub counts: ReviewCounts,
     /// This page: each entry's group and its cards (oldest first), with their text.
-    pub page: Vec<(Option<String>, Vec<(CardInfo, String)>)>,
+    pub page: Vec<(Option<String>, Vec<CardText>)>,
 }
 
 impl Store {
@@ -659,7 +662,7 @@ impl Store {
             let undelivered = old
                 .iter()
                 .filter(|f| f.last_delivered_at.is_none_or(|t| t < cut))
-                .map(|f| stale(f))
+                .map(&stale)
                 .collect();
             let unnamed_assets = old
                 .iter()
@@ -670,12 +673,12 @@ impl Store {
                         .as_ref()
                         .is_some_and(|a| named.get(a).is_none_or(|t| *t < cut))
                 })
-                .map(|f| stale(f))
+                .map(&stale)
                 .collect();
             let old_unverified = old
                 .iter()
                 .filter(|f| f.summary.trust == Trust::Unverified)
-                .map(|f| stale(f))
+                .map(&stale)
                 .collect();
             Ok(StaleReport {
                 days,

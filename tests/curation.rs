@@ -1396,3 +1396,211 @@ fn a_group_from_five_users_becomes_one_verified_card_in_one_command() {
         "the whole group left the queue"
     );
 }
+
+/// Writes `text` at `dir/rel`, making its directories.
+fn put(dir: &std::path::Path, rel: &str, text: &str) {
+    let p = dir.join(rel);
+    std::fs::create_dir_all(p.parent().expect("a parent")).expect("mkdir");
+    std::fs::write(p, text).expect("write");
+}
+
+#[test]
+fn a_curator_imports_claude_md_agents_md_and_an_auto_memory_directory() {
+    use mop_proto::curation::{ImportAnswer, ImportOutcome};
+    let Some(env) = setup() else { return };
+    let src = tempfile::tempdir().expect("tempdir");
+    let (repo, memory) = (src.path().join("repo"), src.path().join("memory"));
+    put(
+        &repo,
+        "CLAUDE.md",
+        "# Shop service\n\n## Build\n\nRun `make build` before every commit.\n\n```sh\n# not a heading: a comment\nmake build\n```\n\n## Migrations\n\nNever edit an applied migration; add a new one.\n",
+    );
+    let secret = format!("ghp_{}", "Zq8Rk2Vn6Tw0Ym4Xp1Ls5Hd9Jf3Gc7Bb2Na6Ke");
+    put(
+        &repo,
+        "AGENTS.md",
+        &format!(
+            "# Releases\nTag releases as vX.Y.Z and push the tag.\n\n# CI token\nUse {secret} for CI.\n"
+        ),
+    );
+    put(
+        &repo,
+        ".claude/rules/api.md",
+        "---\npaths: [\"api/**\"]\n---\n# API errors\nAPI errors carry an errx code.\n",
+    );
+    put(
+        &memory,
+        "MEMORY.md",
+        "- [Role](user_role.md) — who I am\n- [Testing](feedback_testing.md) — no mocks\n",
+    );
+    put(
+        &memory,
+        "user_role.md",
+        "---\nname: Alice's role\ndescription: what alice works on\ntype: user\n---\nAlice is a Go developer new to React.\n",
+    );
+    put(
+        &memory,
+        "feedback_testing.md",
+        "---\nname: Tests use a real database\ndescription: no mocks in integration tests\ntype: feedback\n---\nIntegration tests run against a real PostgreSQL; mocks hid a broken migration.\n",
+    );
+    let (repo_s, memory_s) = (repo.to_str().unwrap(), memory.to_str().unwrap());
+    let listed = |env: &Env| {
+        env.curate_as::<CardPage>(&["list", "--archived", "--json", "--limit", "500"])
+            .total
+    };
+    let before = listed(&env);
+    let queue_before = env.curate_as::<ReviewQueue>(&["review", "--json"]).cards;
+
+    // A dry run says what would be made, and makes nothing.
+    let dry: ImportAnswer = env.curate_as(&[
+        "import",
+        repo_s,
+        memory_s,
+        "--dry-run",
+        "--user",
+        "alice",
+        "--json",
+    ]);
+    assert!(!dry.done);
+    let titles = |a: &ImportAnswer| {
+        let mut t: Vec<String> = a.cards.iter().map(|c| c.title.clone()).collect();
+        t.sort();
+        t
+    };
+    let expected = [
+        "API errors",
+        "Alice's role",
+        "Build",
+        "Migrations",
+        "Releases",
+        "Tests use a real database",
+    ];
+    assert_eq!(titles(&dry), expected, "{dry:#?}");
+    let left_out: Vec<(String, Option<String>)> = dry
+        .skipped
+        .iter()
+        .map(|s| {
+            (
+                s.file.rsplit('/').next().unwrap().to_owned(),
+                s.title.clone(),
+            )
+        })
+        .collect();
+    assert!(
+        left_out.contains(&("AGENTS.md".into(), Some("CI token".into()))),
+        "{left_out:?}"
+    );
+    assert!(
+        left_out.contains(&("MEMORY.md".into(), None)),
+        "{left_out:?}"
+    );
+    assert!(
+        !serde_json::to_string(&dry).unwrap().contains(&secret),
+        "an answer never echoes a credential"
+    );
+    assert_eq!(listed(&env), before, "a dry run changes nothing");
+
+    // The import: each section an unverified card waiting for review, with provenance.
+    let out = env
+        .curate(&["import", repo_s, memory_s, "--user", "alice"])
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", text(&out));
+    let said = text(&out);
+    assert!(said.contains("imported 6 card(s)"), "{said}");
+    assert_eq!(listed(&env), before + 6);
+    let queue = env.curate_as::<ReviewQueue>(&["review", "--json"]);
+    assert_eq!(
+        queue.cards,
+        queue_before + 6,
+        "every imported card waits for review"
+    );
+    let page: CardPage = env.curate_as(&["list", "--unverified", "--json", "--limit", "500"]);
+    let by_title = |t: &str| {
+        page.cards
+            .iter()
+            .find(|c| c.summary.title == t)
+            .unwrap_or_else(|| panic!("no card {t:?}"))
+            .clone()
+    };
+    let build = by_title("Build");
+    let prov = build.summary.provenance.clone().expect("provenance");
+    assert_eq!(prov.imported_by.as_deref(), Some(CURATOR));
+    assert!(
+        prov.imported_from
+            .as_deref()
+            .unwrap()
+            .ends_with("repo/CLAUDE.md"),
+        "{prov:?}"
+    );
+    assert_eq!(
+        prov.user_id, None,
+        "an import has no author: it reaches no task until verified"
+    );
+    assert_eq!(
+        build.summary.description.as_deref(),
+        Some("From CLAUDE.md › Shop service")
+    );
+    let d: CardDetails = env.curate_as(&["show", &build.summary.id.to_string(), "--json"]);
+    assert!(d.text.contains("# not a heading: a comment"), "{}", d.text);
+    let audit = d
+        .history
+        .iter()
+        .find(|h| h.action == "import")
+        .expect("an import row");
+    assert_eq!(audit.actor_name.as_deref(), Some(CURATOR));
+    let role = by_title("Alice's role");
+    assert_eq!(role.summary.card_type, mop_cards::CardType::Preference);
+    assert_eq!(
+        role.summary.scope.user_id.as_deref(),
+        Some("alice"),
+        "a user memory stays personal"
+    );
+    let testing = by_title("Tests use a real database");
+    assert_eq!(
+        testing.summary.card_type,
+        mop_cards::CardType::HumanCorrection
+    );
+    assert_eq!(
+        by_title("API errors").summary.card_type,
+        mop_cards::CardType::Preference
+    );
+
+    // Memory enters once: the same files again add nothing; a verified lesson is named.
+    let out = env
+        .curate(&["verify", &testing.summary.id.to_string()])
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", text(&out));
+    let again: ImportAnswer = env.curate_as(&["import", repo_s, memory_s, "--json"]);
+    assert!(again.cards.is_empty(), "{again:#?}");
+    let reasons: Vec<&str> = again.skipped.iter().map(|s| s.reason.as_str()).collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("imported from this file already")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("holds the same lesson already")),
+        "{reasons:?}"
+    );
+    assert_eq!(listed(&env), before + 6);
+
+    // The same lesson from another file joins the first card's group for the curators.
+    let other = src.path().join("other");
+    put(
+        &other,
+        "CLAUDE.md",
+        "# Migrations\n\nNever edit an applied migration; add a new one.\n",
+    );
+    let grouped: ImportAnswer = env.curate_as(&["import", other.to_str().unwrap(), "--json"]);
+    assert_eq!(grouped.cards.len(), 1, "{grouped:#?}");
+    assert_eq!(grouped.cards[0].outcome, ImportOutcome::Grouped);
+    assert_eq!(
+        grouped.cards[0].with,
+        Some(by_title("Migrations").summary.id)
+    );
+}

@@ -133,7 +133,7 @@ fn agent_store(task: &str, title: &str) -> mop_proto::sync::StoreRequest {
         provenance: mop_proto::sync::Provenance {
             task_id: Some(task.into()),
             user_id: Some("u".into()),
-            asset_id: None,
+            ..Default::default()
         },
         card: mop_proto::sync::NewCard {
             card_type: mop_cards::CardType::Fact,
@@ -537,7 +537,7 @@ fn stored_times_compare_correctly_as_strings(engine: Engine) {
         provenance: mop_proto::sync::Provenance {
             task_id: Some(task.into()),
             user_id: Some("u".into()),
-            asset_id: None,
+            ..Default::default()
         },
         card: mop_proto::sync::NewCard {
             card_type: mop_cards::CardType::Fact,

@@ -387,7 +387,7 @@ pub fn card(seed: u64, n: usize, total: usize, now: Timestamp) -> Card {
             Some(Provenance {
                 task_id: Some(format!("task-{n}")),
                 user_id: Some(author),
-                asset_id: None,
+                ..Default::default()
             }),
         )
     } else {

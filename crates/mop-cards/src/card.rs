@@ -162,7 +162,8 @@ impl Scope {
     }
 }
 
-/// Where an agent-stored card came from; set by the server from daemon-asserted facts.
+/// Where a card that did not come from a curator's hand came from: an agent task's store
+/// (set by the server from daemon-asserted facts), or a curator's import of a file.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Provenance {
@@ -175,6 +176,12 @@ pub struct Provenance {
     /// The asset the task targeted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub asset_id: Option<String>,
+    /// The curator who imported it (an admin token's name), for an imported card.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imported_by: Option<String>,
+    /// The file it was imported from, as the curator named it (one section of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imported_from: Option<String>,
 }
 
 /// Why a task may not store a card as asked: the rules every layer applies (mopd's agent
@@ -430,6 +437,12 @@ impl CardSummary {
             check_scope_id("provenance.task_id", p.task_id.as_deref())?;
             check_scope_id("provenance.user_id", p.user_id.as_deref())?;
             check_scope_id("provenance.asset_id", p.asset_id.as_deref())?;
+            if let Some(by) = &p.imported_by {
+                check_line("provenance.imported_by", by, 1, MAX_TITLE_CHARS)?;
+            }
+            if let Some(from) = &p.imported_from {
+                check_line("provenance.imported_from", from, 1, MAX_DESCRIPTION_CHARS)?;
+            }
         }
         if !(0.0..=1.0).contains(&self.importance) {
             return Err(CardError::field("importance", Rule::UnitInterval));

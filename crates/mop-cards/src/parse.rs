@@ -22,7 +22,13 @@ pub const MAX_FRONTMATTER_BYTES: usize = 16 * 1024;
 const MAX_YAML_DEPTH: usize = 8;
 
 const SCOPE_KEYS: &[&str] = &["user_id", "asset_id"];
-const PROVENANCE_KEYS: &[&str] = &["task_id", "user_id", "asset_id"];
+const PROVENANCE_KEYS: &[&str] = &[
+    "task_id",
+    "user_id",
+    "asset_id",
+    "imported_by",
+    "imported_from",
+];
 const TRUST_NAMES: &[&str] = &["verified", "unverified"];
 
 /// Parses and validates one card file.
@@ -239,6 +245,8 @@ fn card_from_mapping(map: yaml_rust2::yaml::Hash, body: &str) -> Result<Card, Ca
                     task_id: fields[0].clone(),
                     user_id: fields[1].clone(),
                     asset_id: fields[2].clone(),
+                    imported_by: fields[3].clone(),
+                    imported_from: fields[4].clone(),
                 });
             }
             _ => {

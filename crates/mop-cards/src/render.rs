@@ -96,6 +96,8 @@ pub(crate) fn frontmatter(card: &Card) -> String {
                 ("task_id", &p.task_id),
                 ("user_id", &p.user_id),
                 ("asset_id", &p.asset_id),
+                ("imported_by", &p.imported_by),
+                ("imported_from", &p.imported_from),
             ]),
         );
     }

@@ -222,7 +222,7 @@ fn unverified_cards_reach_only_their_author() {
             e.summary.provenance = Some(Provenance {
                 task_id: Some("t-0".into()),
                 user_id: author,
-                asset_id: None,
+                ..Default::default()
             });
         }
     };

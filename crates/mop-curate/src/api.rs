@@ -248,6 +248,17 @@ impl Connection {
         )
     }
 
+    /// Imports memory files (or says what an import would do, with `dry_run`).
+    pub fn import(
+        &self,
+        req: &mop_proto::curation::ImportRequest,
+    ) -> Result<mop_proto::curation::ImportAnswer> {
+        self.json(
+            self.http.post(self.url(server::IMPORT, &[])).json(req),
+            "import",
+        )
+    }
+
     /// Creates a card from fields; the server gives it its id.
     pub fn create(
         &self,

@@ -9,6 +9,7 @@ mod api;
 mod combine;
 mod render;
 mod review;
+mod transfer;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -250,6 +251,26 @@ enum Command {
     /// file (--body-file, `-` for standard input) or your $EDITOR. A card a curator writes
     /// is verified.
     Create(CreateArgs),
+    /// Import memory files as cards: OKF cards (kept as written, with their ids), and the
+    /// files agents and teams already keep: CLAUDE.md, .claude/rules/*.md, AGENTS.md,
+    /// Claude Code's auto-memory directories (~/.claude/projects/*/memory) and Codex's
+    /// memories (~/.codex/memories). Each section becomes an unverified card waiting for
+    /// review, its heading the title, "imported by YOU from FILE" its provenance. A
+    /// directory is read for its .md files, recursively.
+    Import {
+        /// Files or directories.
+        #[arg(required = true)]
+        paths: Vec<std::path::PathBuf>,
+        /// Only show what would be created; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Bind Claude Code `user` memories (one person's preferences) to this user.
+        #[arg(long, value_name = "USER")]
+        user: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// One action on every card the filters match: lists them with their count, asks, then
     /// acts in one transaction (each card's history names you). Refused, changing nothing,
     /// if the cards matching changed in between.
@@ -730,6 +751,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Bulk(args) => bulk(&c, args)?,
+        Command::Import {
+            paths,
+            dry_run,
+            user,
+            json,
+        } => {
+            let files = transfer::collect(&paths)?;
+            if files.is_empty() {
+                anyhow::bail!("no .md file under the paths given; name the files to import");
+            }
+            let answer = transfer::import(&c, files, dry_run, user)?;
+            print_as(json, &answer, transfer::render)?;
+        }
         Command::Revert { id, to, version } => revert(&c, &id, to, version)?,
         Command::Supersede { id, by, version } => {
             let (id, by) = (card_id(&id)?, card_id(&by)?);

@@ -596,6 +596,89 @@ pub struct BulkAnswer {
     pub revision: Option<u64>,
 }
 
+/// One file sent for import: its path as the curator names it (it decides how the file is
+/// read: `CLAUDE.md`, `memories/MEMORY.md` …) and its text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImportFile {
+    /// The path, `/`-separated, relative to what the curator imports.
+    pub path: String,
+    /// The file's UTF-8 text.
+    pub text: String,
+}
+
+/// `POST /v1/workspaces/{ws}/import`: files read as cards (`mop_intake::import` says how).
+/// A section becomes an unverified card with no author, waiting for review, its provenance
+/// "imported by CURATOR from FILE"; an OKF card is taken as it is, with its id. With
+/// `dry_run`, nothing changes and the answer says what would be created.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImportRequest {
+    /// The files.
+    pub files: Vec<ImportFile>,
+    /// Only say what would happen.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Bind Claude Code `user` memories (one person's) to this user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+/// What an import did (or would do) with one card.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ImportOutcome {
+    /// A new card (with a dry run: one would be made).
+    Created,
+    /// A new card in the duplicate group of a card with the same lesson.
+    Grouped,
+}
+
+/// A card an import made (or would make).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportedCard {
+    /// The file it came from.
+    pub file: String,
+    /// Its id (with a dry run, the id it would have had: not kept).
+    pub id: CardId,
+    /// Its type.
+    #[serde(rename = "type")]
+    pub card_type: CardType,
+    /// Its title.
+    pub title: String,
+    /// What happened.
+    pub outcome: ImportOutcome,
+    /// The card of the same lesson it joins, for [`ImportOutcome::Grouped`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub with: Option<CardId>,
+}
+
+/// A file or section an import left out, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportSkip {
+    /// The file.
+    pub file: String,
+    /// The section's title, when one section was left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Why, and what to do.
+    pub reason: String,
+}
+
+/// `POST …/import`'s answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportAnswer {
+    /// The cards made, in file and section order.
+    pub cards: Vec<ImportedCard>,
+    /// What was left out.
+    pub skipped: Vec<ImportSkip>,
+    /// False for a dry run.
+    pub done: bool,
+    /// The workspace revision after the import, when it changed anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<u64>,
+}
+
 /// `POST …/cards/{id}/revert`: the card's text becomes an earlier version's again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

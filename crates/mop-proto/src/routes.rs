@@ -92,6 +92,9 @@ pub mod server {
     pub const GROUP_COMBINE: Route = Route("/v1/workspaces/{ws}/groups/{group}/combine");
     /// One action on every card a filter matches: a preview, then the action.
     pub const BULK: Route = Route("/v1/workspaces/{ws}/bulk");
+    /// Memory files (OKF cards, `CLAUDE.md`, `AGENTS.md`, agents' memory directories)
+    /// imported as cards, or a dry run of it.
+    pub const IMPORT: Route = Route("/v1/workspaces/{ws}/import");
     /// A workspace's history.
     pub const WORKSPACE_HISTORY: Route = Route("/v1/workspaces/{ws}/history");
     /// Publishing the usage counters as a revision.

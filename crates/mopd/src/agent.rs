@@ -290,6 +290,7 @@ impl TaskMemory {
             task_id: Some(lease.task.task_id.clone()),
             user_id: lease.task.origin_user_id.clone(),
             asset_id: lease.task.asset_id.clone(),
+            ..Default::default()
         };
         // A task without a user is refused now rather than storing into the void: nobody
         // could see the card until a person verified it (OKF.md "Tiers").

@@ -194,6 +194,47 @@ pub(crate) async fn bulk(
     Ok(Json(answer))
 }
 
+/// `POST /v1/workspaces/{ws}/import`: memory files become cards waiting for review (or,
+/// with `dry_run`, the answer says which would).
+pub(crate) async fn import(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(ws): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<mop_proto::curation::ImportAnswer>, ApiError> {
+    admin_on(&state, &caller, &ws, None)?;
+    let req =
+        json::<mop_proto::curation::ImportRequest>(&read_body(&state, &headers, body).await?)?;
+    Ok(Json(import_files(&state, &caller, &ws, req).await?))
+}
+
+/// Imports files as `caller` (the console's import shares it).
+pub(crate) async fn import_files(
+    state: &AppState,
+    caller: &Caller,
+    ws: &str,
+    req: mop_proto::curation::ImportRequest,
+) -> Result<mop_proto::curation::ImportAnswer, ApiError> {
+    let (store, actor, ws2) = (state.store.clone(), caller.actor(), ws.to_owned());
+    let name = caller.0.name.clone().unwrap_or_else(|| caller.0.id.clone());
+    let files = req.files.len();
+    let answer = blocking(move || {
+        let by = crate::service::import::Importer {
+            name: &name,
+            actor: &actor,
+        };
+        crate::service::import::import(&store, &ws2, &req, by)
+    })
+    .await?;
+    if let Some(revision) = answer.revision {
+        state.note_revision(ws, revision);
+    }
+    tracing::info!(workspace = %ws, files, cards = answer.cards.len(),
+        skipped = answer.skipped.len(), done = answer.done, token = %caller.0.id, "import");
+    Ok(answer)
+}
+
 /// `POST /v1/workspaces/{ws}/groups/{group}/combine`: a duplicate group becomes one card.
 pub(crate) async fn combine(
     State(state): State<Arc<AppState>>,

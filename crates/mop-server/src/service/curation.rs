@@ -115,7 +115,7 @@ pub fn create_card(
     let card = parse(raw, "card")?;
     let id = card.summary.id;
     let detail = screen_admin(raw, &id, allowed(&id, allow_credentials))?;
-    store.write(|tx| store.insert_card(tx, ws, &card, raw, actor, detail.as_deref()))
+    store.write(|tx| store.insert_card(tx, ws, &card, raw, actor, ("create", detail.as_deref())))
 }
 
 /// Creates a card from fields (a curator's form or flags): the server gives it a new id;

@@ -150,6 +150,12 @@ pub fn prepare(req: &StoreRequest, key: Option<&str>) -> Result<PreparedStore> {
             )));
         }
     }
+    if p.imported_by.is_some() || p.imported_from.is_some() {
+        // Only a curator's import names an importer; a host cannot claim one.
+        return Err(invalid(
+            "provenance.imported_by and imported_from are set by a curator's import, never by a store",
+        ));
+    }
     p.binds(&c.scope).map_err(invalid)?;
     let now = Timestamp::now();
     let new_card = new_card(req, now);

@@ -5,4 +5,5 @@
 //! and its change commit together.
 
 pub mod curation;
+pub mod import;
 pub mod memories;

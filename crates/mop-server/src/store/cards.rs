@@ -477,7 +477,7 @@ impl Store {
         card: &Card,
         raw: &[u8],
         actor: &str,
-        detail: Option<&str>,
+        (action, detail): (&str, Option<&str>),
     ) -> Result<CardChange> {
         let e = self.err("create card");
         let id = card.summary.id;
@@ -500,7 +500,7 @@ impl Store {
             Some(&id),
             rev,
             actor,
-            "create",
+            action,
             None,
             Some(&sha),
             Some(raw),

@@ -536,6 +536,18 @@ pub(crate) fn group_members(tx: &Tx<'_>, ws: &str, group: &str) -> db::Result<Ve
 
 impl Store {
     /// Marks each card whose lesson matches a live tombstone as previously rejected.
+    /// Puts card `new` in the duplicate group of `existing` (a curator's import of the
+    /// same lesson).
+    pub(crate) fn group_with(
+        &self,
+        tx: &Tx<'_>,
+        ws: &str,
+        new: &CardId,
+        existing: &CardId,
+    ) -> Result<()> {
+        join_group(tx, ws, new, existing).map_err(self.err("group a duplicate"))
+    }
+
     pub(crate) fn mark_rejected(
         &self,
         tx: &Tx<'_>,

@@ -1604,3 +1604,108 @@ fn a_curator_imports_claude_md_agents_md_and_an_auto_memory_directory() {
         Some(by_title("Migrations").summary.id)
     );
 }
+
+#[test]
+fn fields_archive_and_disable_from_the_cli_each_leave_an_audit_row() {
+    let Some(env) = setup() else { return };
+    let page: CardPage = env.curate_as(&["list", "--verified", "--json"]);
+    let card = &page.cards[0];
+    let id = card.summary.id.to_string();
+    let show = |env: &Env| env.curate_as::<CardDetails>(&["show", &id, "--json"]);
+    let last = |env: &Env| show(env).history.last().cloned().expect("a history row");
+    let seen = card.etag.clone();
+
+    // Fields as flags: the text stays, the fields change, one audit row names them.
+    let body_before = show(&env).text.split("\n---\n").nth(1).unwrap().to_owned();
+    let out = run(&mut env.curate(&[
+        "set",
+        &id,
+        "--type",
+        "pitfall",
+        "--label",
+        "flaky",
+        "--asset",
+        ASSET,
+        "--importance",
+        "0.9",
+    ]));
+    assert!(out.status.success(), "{}", text(&out));
+    let d = show(&env);
+    let s = &d.card.summary;
+    assert_eq!(s.card_type, mop_cards::CardType::Pitfall);
+    assert!(s.labels.contains(&"flaky".to_owned()), "{:?}", s.labels);
+    assert_eq!(s.scope.asset_id.as_deref(), Some(ASSET));
+    assert_eq!(s.importance, 0.9);
+    assert_eq!(
+        d.text.split("\n---\n").nth(1).unwrap(),
+        body_before,
+        "the body is kept"
+    );
+    let row = last(&env);
+    assert_eq!(row.action, "fields");
+    assert_eq!(row.detail.as_deref(), Some("type,labels,scope,importance"));
+    assert_eq!(row.actor_name.as_deref(), Some(CURATOR));
+
+    // Sent against the version read before that change: refused, nothing lost.
+    let out = run(&mut env.curate(&["set", &id, "--unlabel", "flaky", "--version", &seen]));
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("someone changed the card"),
+        "{}",
+        text(&out)
+    );
+    assert!(show(&env).card.summary.labels.contains(&"flaky".to_owned()));
+    let out = run(&mut env.curate(&["set", &id, "--unlabel", "flaky", "--no-asset"]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(show(&env).card.summary.scope.asset_id, None);
+
+    // Disable and archive need a reason and a "yes"; each reason is in the history.
+    let out = run(&mut env.curate(&["disable", &id, "--yes"]));
+    assert!(
+        !out.status.success(),
+        "no reason, no disable: {}",
+        text(&out)
+    );
+    let out = run_with_stdin(
+        &mut env.curate(&["disable", &id, "--reason", "misleads agents"]),
+        b"no\n",
+    );
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        show(&env).card.summary.enabled,
+        "not confirmed, not disabled"
+    );
+    let out = run_with_stdin(
+        &mut env.curate(&["disable", &id, "--reason", "misleads agents"]),
+        b"yes\n",
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!show(&env).card.summary.enabled);
+    let row = last(&env);
+    assert_eq!(
+        (row.action.as_str(), row.detail.as_deref()),
+        ("disable", Some("misleads agents"))
+    );
+    let out = run(&mut env.curate(&["enable", &id]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(show(&env).card.summary.enabled);
+
+    let out = run(&mut env.curate(&[
+        "archive",
+        &id,
+        "--reason",
+        "replaced by the runbook",
+        "--yes",
+    ]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(show(&env).card.archived_at.is_some());
+    let row = last(&env);
+    assert_eq!(
+        (row.action.as_str(), row.detail.as_deref()),
+        ("archive", Some("replaced by the runbook"))
+    );
+    assert_eq!(row.actor_name.as_deref(), Some(CURATOR));
+    let out = run(&mut env.curate(&["unarchive", &id]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(show(&env).card.archived_at.is_none());
+}

@@ -388,6 +388,30 @@ impl Connection {
         self.action(id, "revert", Some(body), etag)
     }
 
+    /// Disables, enables, archives or unarchives a card, with why.
+    pub fn set_state(
+        &self,
+        id: &CardId,
+        action: &str,
+        reason: Option<&str>,
+        etag: Option<&str>,
+    ) -> Result<CardChange> {
+        let body = serde_json::to_vec(&mop_proto::curation::StateRequest {
+            reason: reason.map(str::to_owned),
+        })?;
+        self.action(id, action, Some(body), etag)
+    }
+
+    /// Sets a card's fields, keeping its text.
+    pub fn set_fields(
+        &self,
+        id: &CardId,
+        req: &mop_proto::curation::FieldsRequest,
+        etag: Option<&str>,
+    ) -> Result<CardChange> {
+        self.action(id, "fields", Some(serde_json::to_vec(req)?), etag)
+    }
+
     /// Marks a card superseded by another.
     pub fn supersede(&self, id: &CardId, by: &CardId, etag: Option<&str>) -> Result<CardChange> {
         let body = serde_json::to_vec(&SupersedeRequest { by: *by })?;

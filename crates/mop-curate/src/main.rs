@@ -7,6 +7,7 @@
 
 mod api;
 mod combine;
+mod fields;
 mod render;
 mod review;
 mod transfer;
@@ -57,6 +58,21 @@ struct ConnArgs {
     /// trust; https:// needs no flag, nor does http:// to this machine).
     #[arg(long, global = true)]
     allow_http: bool,
+}
+
+/// A state change's arguments.
+#[derive(Args)]
+struct StateArgs {
+    /// The card id.
+    id: String,
+    /// Why (kept in the card's history); needed to archive or disable.
+    #[arg(long)]
+    reason: Option<String>,
+    /// Do not ask.
+    #[arg(long)]
+    yes: bool,
+    #[command(flatten)]
+    version: Version,
 }
 
 /// The version a change is meant for.
@@ -209,6 +225,19 @@ enum Command {
         #[command(flatten)]
         version: Version,
     },
+    /// Archive a card: out of every task now (soft delete), purged after the server's
+    /// archive retention unless unarchived. Asks for confirmation unless --yes.
+    Archive(StateArgs),
+    /// Put an archived card back.
+    Unarchive(StateArgs),
+    /// Disable a card: out of every task until enabled, kept in the listings. Asks for
+    /// confirmation unless --yes.
+    Disable(StateArgs),
+    /// Enable a disabled card.
+    Enable(StateArgs),
+    /// Set a card's type, labels, scope or importance (its text stays), unless someone
+    /// changed it meanwhile.
+    Set(fields::SetArgs),
     /// Merge a card into an existing one: the card is superseded and the other takes over
     /// its counters.
     Merge {
@@ -751,6 +780,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Bulk(args) => bulk(&c, args)?,
+        Command::Archive(a) => set_state(&c, "archive", a)?,
+        Command::Unarchive(a) => set_state(&c, "unarchive", a)?,
+        Command::Disable(a) => set_state(&c, "disable", a)?,
+        Command::Enable(a) => set_state(&c, "enable", a)?,
+        Command::Set(a) => fields::set(&c, a)?,
         Command::Import {
             paths,
             dry_run,
@@ -823,6 +857,46 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 /// `mop-curate delete`: a card gone for good, after a typed yes.
+/// Asks `question` on the terminal; anything but "yes" stops with `refused`.
+fn confirm(question: &str, refused: &str) -> Result<()> {
+    eprint!("{question} Type yes: ");
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    if answer.trim() != "yes" {
+        bail!("{refused} (answer yes, or pass --yes)");
+    }
+    Ok(())
+}
+
+/// `archive`, `unarchive`, `disable` and `enable`.
+fn set_state(c: &Connection, action: &str, a: StateArgs) -> Result<()> {
+    let id = card_id(&a.id)?;
+    let takes_out = matches!(action, "archive" | "disable");
+    let reason = a.reason.as_deref().map(str::trim).filter(|r| !r.is_empty());
+    if takes_out && reason.is_none() {
+        bail!("--reason must say why the card is {action}d (it is kept in its history)");
+    }
+    let tag = version_for(c, &id, a.version)?;
+    if takes_out && !a.yes {
+        let until = if action == "archive" {
+            "it is purged after the archive retention unless unarchived"
+        } else {
+            "until it is enabled"
+        };
+        confirm(
+            &format!("{action} card {id}? It leaves every task now; {until}."),
+            &format!("not {action}d"),
+        )?;
+    }
+    let change = c.set_state(&id, action, reason, Some(&tag))?;
+    if change.changed {
+        println!("card {id}: {action}d (revision {})", change.revision);
+    } else {
+        println!("card {id} was {action}d already; nothing changed");
+    }
+    Ok(())
+}
+
 fn delete(c: &Connection, id: &str, reason: &str, yes: bool) -> Result<()> {
     let id = card_id(id)?;
     if reason.trim().is_empty() {
@@ -830,15 +904,13 @@ fn delete(c: &Connection, id: &str, reason: &str, yes: bool) -> Result<()> {
     }
     if !yes {
         let details = c.details(&id)?;
-        eprint!(
-            "Delete card {id} ({}) for good? Its text, objects and history text go and cannot be restored. Type yes: ",
-            render::safe(&details.card.summary.title)
-        );
-        let mut answer = String::new();
-        std::io::stdin().read_line(&mut answer)?;
-        if answer.trim() != "yes" {
-            bail!("not deleted (answer yes, or pass --yes)");
-        }
+        confirm(
+            &format!(
+                "Delete card {id} ({}) for good? Its text, objects and history text go and cannot be restored.",
+                render::safe(&details.card.summary.title)
+            ),
+            "not deleted",
+        )?;
     }
     let change = c.delete(&id, reason)?;
     println!(

@@ -679,6 +679,36 @@ pub struct ImportAnswer {
     pub revision: Option<u64>,
 }
 
+/// `POST …/cards/{id}/{disable|enable|archive|unarchive}`: an optional body with why,
+/// kept in the card's history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct StateRequest {
+    /// Why (one line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `POST …/cards/{id}/fields`: a card's fields set as a curator's form or flags give them,
+/// its text otherwise kept; a field left out stays as it is. Conditional on the version
+/// (`If-Match`) like every edit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct FieldsRequest {
+    /// The card's type.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub card_type: Option<CardType>,
+    /// Every label the card has (lowercase slugs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Vec<String>>,
+    /// Its binding to a user and an asset (`{}`: the whole workspace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<mop_cards::Scope>,
+    /// 0.0 ..= 1.0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub importance: Option<f64>,
+}
+
 /// `POST …/cards/{id}/revert`: the card's text becomes an earlier version's again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -273,7 +273,8 @@ pub(crate) async fn combine_group(
 
 /// What a `POST …/cards/{id}/{action}` does.
 pub(crate) enum Action {
-    State(CardState),
+    /// A state change, with why when the curator said.
+    State(CardState, Option<String>),
     /// Verify, replacing the text first when a body (OKF text) is sent; true when the
     /// curator allows credentials in it.
     Verify(Option<bytes::Bytes>, bool),
@@ -282,6 +283,8 @@ pub(crate) enum Action {
     Merge(CardId, Option<String>),
     /// Restore the text of this history row (its `seq`).
     Revert(i64),
+    /// Set fields, keeping the text.
+    Fields(mop_proto::curation::FieldsRequest),
 }
 
 pub(crate) async fn state(
@@ -296,12 +299,25 @@ pub(crate) async fn state(
     let tag = if_match(&headers)?;
     let body = read_body(&state, &headers, body).await?;
     let what = match action.as_str() {
-        "disable" => Action::State(CardState::Disable),
-        "enable" => Action::State(CardState::Enable),
-        "archive" => Action::State(CardState::Archive),
-        "unarchive" => Action::State(CardState::Unarchive),
+        "disable" | "enable" | "archive" | "unarchive" => {
+            let reason = if body.is_empty() {
+                None
+            } else {
+                json::<mop_proto::curation::StateRequest>(&body)?.reason
+            };
+            let s = match action.as_str() {
+                "disable" => CardState::Disable,
+                "enable" => CardState::Enable,
+                "archive" => CardState::Archive,
+                _ => CardState::Unarchive,
+            };
+            Action::State(s, reason)
+        }
         "verify" => Action::Verify((!body.is_empty()).then_some(body), q.allow_credentials),
-        "supersede" => Action::State(CardState::Supersede(json::<SupersedeRequest>(&body)?.by)),
+        "supersede" => Action::State(
+            CardState::Supersede(json::<SupersedeRequest>(&body)?.by),
+            None,
+        ),
         "reject" => Action::Reject(json::<RejectRequest>(&body)?.reason),
         "merge" => {
             let m = json::<MergeRequest>(&body)?;
@@ -314,9 +330,10 @@ pub(crate) async fn state(
             Action::Merge(m.into, m.into_version.filter(|_| m.verify))
         }
         "revert" => Action::Revert(json::<RevertRequest>(&body)?.seq),
+        "fields" => Action::Fields(json(&body)?),
         other => {
             return Err(ApiError::not_found(format!(
-                "no card action {other:?}; actions: verify, reject, merge, revert, supersede, disable, enable, archive, unarchive"
+                "no card action {other:?}; actions: verify, reject, merge, revert, fields, supersede, disable, enable, archive, unarchive"
             )));
         }
     };
@@ -340,7 +357,9 @@ pub(crate) async fn act(
     let result = blocking(move || {
         let expect = expect(&tag);
         match what {
-            Action::State(s) => curation::set_state(&store, &ws2, &id, s, &actor, expect),
+            Action::State(s, why) => {
+                curation::set_state(&store, &ws2, &id, s, why.as_deref(), &actor, expect)
+            }
             Action::Verify(edited, allow) => {
                 curation::verify(&store, &ws2, &id, edited.as_deref(), &actor, expect, allow)
             }
@@ -350,6 +369,7 @@ pub(crate) async fn act(
                 curation::merge(&store, &ws2, &id, &into, verify, &actor, expect)
             }
             Action::Revert(seq) => curation::revert(&store, &ws2, &id, seq, &actor, expect),
+            Action::Fields(req) => curation::set_fields(&store, &ws2, &id, &req, &actor, expect),
         }
     })
     .await?;

@@ -189,15 +189,43 @@ fn actions(ctx: &Ctx, base: &str, card: &CardInfo) -> Markup {
                 (action_form(ctx, base, "supersede", e, "Superseded by", html! {
                     input type="text" name="by" required placeholder="card id" aria-label="Superseding card id" size="36";
                 }))
-                @if s.enabled { (action_form(ctx, base, "disable", e, "Disable", none.clone())) }
+                @if s.enabled { (action_form(ctx, base, "disable", e, "Disable", html! {
+                    input type="text" name="reason" required maxlength="500" placeholder="why (kept in the history)" aria-label="Reason to disable";
+                    label { input type="checkbox" name="confirm" value="yes" required; " out of every task until enabled" }
+                })) }
                 @else { (action_form(ctx, base, "enable", e, "Enable", none.clone())) }
-                (action_form(ctx, base, "archive", e, "Archive", none.clone()))
+                (action_form(ctx, base, "archive", e, "Archive", html! {
+                    input type="text" name="reason" required maxlength="500" placeholder="why (kept in the history)" aria-label="Reason to archive";
+                    label { input type="checkbox" name="confirm" value="yes" required; " out of every task; purged after the retention" }
+                }))
             } @else {
                 (action_form(ctx, base, "unarchive", e, "Unarchive", none.clone()))
             }
+            @if card.archived_at.is_none() { (fields_form(ctx, base, card)) }
             (action_form(ctx, base, "delete", e, "Delete for good", html! {
                 input type="text" name="reason" required maxlength="500" placeholder="why (kept in the audit)" aria-label="Reason to delete";
                 label { input type="checkbox" name="confirm" value="yes" required; " its text, objects and history text go; this cannot be undone" }
+            }))
+        }
+    }
+}
+
+/// The card's fields as a form: type, labels, scope and importance, set without YAML.
+fn fields_form(ctx: &Ctx, base: &str, card: &CardInfo) -> Markup {
+    let s = &card.summary;
+    html! {
+        details.fields {
+            summary { "Fields" }
+            (action_form(ctx, base, "fields", &card.etag, "Save fields", html! {
+                label { "Type " select name="card_type" {
+                    @for t in mop_cards::CardType::ALL {
+                        option value=(t.as_str()) selected[t == s.card_type] { (t.as_str()) }
+                    }
+                } }
+                label { "Labels " input type="text" name="labels" value=(s.labels.join(", ")) placeholder="go, backend" size="30"; }
+                label { "User " input type="text" name="user" value=(s.scope.user_id.as_deref().unwrap_or("")) placeholder="whole workspace" size="16"; }
+                label { "Asset " input type="text" name="asset" value=(s.scope.asset_id.as_deref().unwrap_or("")) placeholder="any asset" size="16"; }
+                label { "Importance " input type="number" name="importance" min="0" max="1" step="0.05" value=(s.importance); }
             }))
         }
     }
@@ -542,6 +570,52 @@ pub(super) struct ActForm {
     confirm: Option<String>,
     rejection: Option<String>,
     seq: Option<String>,
+    card_type: Option<String>,
+    labels: Option<String>,
+    user: Option<String>,
+    asset: Option<String>,
+    importance: Option<String>,
+}
+
+impl ActForm {
+    /// The fields form as a request: every field it shows is set (empty: none).
+    fn fields(&self) -> Result<mop_proto::curation::FieldsRequest, String> {
+        let card_type = match self.card_type.as_deref().map(str::trim) {
+            Some(t) if !t.is_empty() => Some(
+                mop_cards::CardType::parse(t)
+                    .ok_or_else(|| format!("type: {t:?} is not a card type"))?,
+            ),
+            _ => None,
+        };
+        let labels = self.labels.as_deref().map(|l| {
+            l.split(',')
+                .map(|x| x.trim().to_lowercase())
+                .filter(|x| !x.is_empty())
+                .collect()
+        });
+        let id = |v: &Option<String>| {
+            v.as_deref()
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned)
+        };
+        let importance = match self.importance.as_deref().map(str::trim) {
+            Some(i) if !i.is_empty() => Some(
+                i.parse::<f64>()
+                    .map_err(|_| format!("importance: {i:?} is not a number from 0 to 1"))?,
+            ),
+            _ => None,
+        };
+        Ok(mop_proto::curation::FieldsRequest {
+            card_type,
+            labels,
+            scope: Some(mop_cards::Scope {
+                user_id: id(&self.user),
+                asset_id: id(&self.asset),
+            }),
+            importance,
+        })
+    }
 }
 
 /// `POST /console/w/{ws}/cards/{id}/do/{action}`.
@@ -599,6 +673,7 @@ pub(super) async fn act(
         }
         _ => {}
     }
+    let reason = || form.reason.clone().filter(|r| !r.trim().is_empty());
     let what = match action.as_str() {
         "verify" => Action::Verify(None, form.allow_credentials.as_deref() == Some("yes")),
         "reject" => Action::Reject(form.reason.clone().unwrap_or_default()),
@@ -618,14 +693,27 @@ pub(super) async fn act(
                     )
                 })?,
         ),
-        "supersede" => Action::State(CardState::Supersede(other(
-            "superseded by",
-            form.by.as_deref(),
-        )?)),
-        "disable" => Action::State(CardState::Disable),
-        "enable" => Action::State(CardState::Enable),
-        "archive" => Action::State(CardState::Archive),
-        "unarchive" => Action::State(CardState::Unarchive),
+        "supersede" => Action::State(
+            CardState::Supersede(other("superseded by", form.by.as_deref())?),
+            None,
+        ),
+        "fields" => Action::Fields(
+            form.fields()
+                .map_err(|m| api_error(&ctx, Some(&ws), ApiError::bad_request(m)))?,
+        ),
+        "disable" | "archive" if form.confirm.as_deref() != Some("yes") || reason().is_none() => {
+            return Err(api_error(
+                &ctx,
+                Some(&ws),
+                ApiError::bad_request(format!(
+                    "to {action} a card, give a reason and tick the confirmation"
+                )),
+            ));
+        }
+        "disable" => Action::State(CardState::Disable, reason()),
+        "enable" => Action::State(CardState::Enable, reason()),
+        "archive" => Action::State(CardState::Archive, reason()),
+        "unarchive" => Action::State(CardState::Unarchive, reason()),
         _ => {
             return Err(error_page(
                 Some(&ctx),

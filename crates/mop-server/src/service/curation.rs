@@ -19,7 +19,7 @@
 
 use mop_cards::{Card, CardId, Trust, parse_card, render_card};
 use mop_proto::curation::{
-    BulkAction, BulkAnswer, BulkItem, BulkRequest, CardInfo, CombineRequest,
+    BulkAction, BulkAnswer, BulkItem, BulkRequest, CardInfo, CombineRequest, FieldsRequest,
 };
 use mop_proto::sync::NewCard;
 
@@ -184,16 +184,19 @@ fn replace_text(
     store.rewrite_card(tx, ws, &row, card, raw, None, actor, audit)
 }
 
-/// Disables, enables, verifies, supersedes, archives or unarchives a card.
+/// Disables, enables, verifies, supersedes, archives or unarchives a card; `reason`, when
+/// given, goes in its history.
 pub fn set_state(
     store: &Store,
     ws: &str,
     id: &CardId,
     state: CardState,
+    reason: Option<&str>,
     actor: &str,
     expect: Expect<'_>,
 ) -> Result<CardChange> {
-    store.write(|tx| set_state_in(store, tx, ws, id, state, actor, expect, None))
+    let reason = reason.map(check_reason).transpose()?;
+    store.write(|tx| set_state_in(store, tx, ws, id, state, actor, expect, reason))
 }
 
 /// [`set_state`] inside a transaction, with an optional detail for the audit row (a
@@ -347,9 +350,7 @@ fn check_reason(reason: &str) -> Result<&str> {
     {
         return Err(invalid(
             "reason",
-            &format!(
-                "must be 1 to {MAX_REASON} characters on one line (say why the card is rejected)"
-            ),
+            &format!("must be 1 to {MAX_REASON} characters on one line (say why)"),
         ));
     }
     Ok(reason)
@@ -427,6 +428,61 @@ pub fn revert(
             None => format!("to version {seq}"),
         };
         let audit = ("revert", Some(detail.as_str()));
+        replace_text(store, tx, ws, &card, &raw, actor, expect, audit)
+    })
+}
+
+/// Sets a card's fields (type, labels, scope, importance) and keeps its text: one
+/// conditional write, audited as `fields` with the names of the fields that changed.
+pub fn set_fields(
+    store: &Store,
+    ws: &str,
+    id: &CardId,
+    req: &FieldsRequest,
+    actor: &str,
+    expect: Expect<'_>,
+) -> Result<CardChange> {
+    store.write(|tx| {
+        let row = store.card_row(tx, ws, id)?;
+        let raw = store.card_object(tx, ws, &row)?;
+        let mut card = parse(&raw, "the stored card")?;
+        let s = &mut card.summary;
+        let mut changed = Vec::new();
+        if let Some(t) = req.card_type
+            && t != s.card_type
+        {
+            s.card_type = t;
+            changed.push("type");
+        }
+        if let Some(labels) = &req.labels {
+            let mut labels = labels.clone();
+            labels.dedup();
+            if labels != s.labels {
+                s.labels = labels;
+                changed.push("labels");
+            }
+        }
+        if let Some(scope) = &req.scope
+            && *scope != s.scope
+        {
+            s.scope = scope.clone();
+            changed.push("scope");
+        }
+        if let Some(i) = req.importance
+            && i != s.importance
+        {
+            s.importance = i;
+            changed.push("importance");
+        }
+        card.validate()
+            .map_err(|e| StoreError::Invalid(format!("card {id}: {e}")))?;
+        let raw = if changed.is_empty() {
+            raw
+        } else {
+            render_card(&card).into_bytes()
+        };
+        let detail = changed.join(",");
+        let audit = ("fields", Some(detail.as_str()));
         replace_text(store, tx, ws, &card, &raw, actor, expect, audit)
     })
 }

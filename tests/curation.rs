@@ -1286,6 +1286,15 @@ fn a_group_from_five_users_becomes_one_verified_card_in_one_command() {
         .collect();
     assert_eq!(cards, ids, "oldest first, every variant");
     assert_eq!(queue.cards, queue.total + 4, "five cards, one entry");
+    // The group and age filters (what bulk actions take): the five, and none made a day ago.
+    let of_group: CardPage = env.curate_as(&["list", "--group", &group, "--json"]);
+    let mut listed = ids_of_cards(&of_group);
+    listed.sort();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(listed, sorted);
+    let old: CardPage = env.curate_as(&["list", "--group", &group, "--older-than", "1", "--json"]);
+    assert_eq!(old.total, 0, "made just now");
     let shown = run(&mut env.curate(&["group", &group]));
     for (user, extra) in AUTHORS.iter().skip(1) {
         assert!(
@@ -1708,4 +1717,96 @@ fn fields_archive_and_disable_from_the_cli_each_leave_an_audit_row() {
     let out = run(&mut env.curate(&["unarchive", &id]));
     assert!(out.status.success(), "{}", text(&out));
     assert!(show(&env).card.archived_at.is_none());
+}
+
+/// The `.md` files below `dir`, relative, sorted.
+fn md_files(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read_dir") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p.strip_prefix(dir).unwrap().to_string_lossy().into_owned());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn export_writes_the_filtered_cards_as_okf_files_byte_for_byte() {
+    let Some(env) = setup() else { return };
+    let out = tempfile::tempdir().expect("tempdir");
+    let all: CardPage = env.curate_as(&["list", "--json", "--limit", "500"]);
+    let t = all.cards[0].summary.card_type.as_str();
+    let of_type: CardPage = env.curate_as(&["list", "--type", t, "--json", "--limit", "500"]);
+    assert!(of_type.total < all.total, "the filter must leave some out");
+
+    // A directory: exactly the cards the filter matches, at their pillar paths, as stored.
+    let dir = out.path().join("facts");
+    let run_out = run(&mut env.curate(&["export", dir.to_str().unwrap(), "--type", t]));
+    assert!(run_out.status.success(), "{}", text(&run_out));
+    assert!(
+        text(&run_out).contains(&format!("exported {} card(s)", of_type.total)),
+        "{}",
+        text(&run_out)
+    );
+    let mut expected: Vec<String> = of_type.cards.iter().map(|c| c.summary.path()).collect();
+    expected.sort();
+    assert_eq!(md_files(&dir), expected);
+    let first = &of_type.cards[0];
+    let stored = http()
+        .get(format!(
+            "{}/v1/workspaces/{WS}/cards/{}",
+            env.server.url, first.summary.id
+        ))
+        .bearer_auth(&env.admin)
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.join(first.summary.path())).unwrap(),
+        stored
+    );
+
+    // Archived cards only when asked for; an existing directory is never written into.
+    let id = first.summary.id.to_string();
+    let r = run(&mut env.curate(&["archive", &id, "--reason", "old", "--yes"]));
+    assert!(r.status.success(), "{}", text(&r));
+    let again = run(&mut env.curate(&["export", dir.to_str().unwrap(), "--type", t]));
+    assert!(!again.status.success(), "an existing directory is refused");
+    assert_eq!(md_files(&dir), expected, "and left as it was");
+    let live = out.path().join("live");
+    let r = run(&mut env.curate(&["export", live.to_str().unwrap(), "--type", t]));
+    assert!(r.status.success(), "{}", text(&r));
+    assert_eq!(md_files(&live).len(), expected.len() - 1);
+    let tarball = out.path().join("with-archived.tar.gz");
+    let r = run(&mut env.curate(&[
+        "export",
+        tarball.to_str().unwrap(),
+        "--type",
+        t,
+        "--archived",
+    ]));
+    assert!(r.status.success(), "{}", text(&r));
+    let unpacked = out.path().join("unpacked");
+    std::fs::create_dir(&unpacked).unwrap();
+    let tar = std::process::Command::new("tar")
+        .arg("-xzf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&unpacked)
+        .status()
+        .expect("tar");
+    assert!(tar.success());
+    assert_eq!(
+        md_files(&unpacked),
+        expected,
+        "the archived card is back with --archived"
+    );
 }

@@ -215,6 +215,15 @@ impl Connection {
         Ok((r.text()?, etag))
     }
 
+    /// The cards `q` matches as a gzipped tarball of OKF files.
+    pub fn export(&self, q: &ListQuery) -> Result<Vec<u8>> {
+        let r = self.send(
+            self.http.get(self.url(server::EXPORT, &[])).query(q),
+            "export",
+        )?;
+        Ok(r.bytes().context("export: the answer broke off")?.to_vec())
+    }
+
     /// A bulk action's preview (`confirm: None`) or the action itself.
     pub fn bulk(
         &self,

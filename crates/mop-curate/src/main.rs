@@ -109,6 +109,12 @@ struct Filters {
     /// Only cards no task received in this many days.
     #[arg(long, value_name = "DAYS")]
     stale_days: Option<u32>,
+    /// Only cards made more than this many days ago.
+    #[arg(long, value_name = "DAYS")]
+    older_than: Option<u32>,
+    /// Only the cards of this duplicate group (as `review` and `show` name it).
+    #[arg(long)]
+    group: Option<String>,
     /// Include archived (rejected) cards.
     #[arg(long)]
     archived: bool,
@@ -133,6 +139,8 @@ impl Filters {
             asset: self.asset.clone(),
             user: self.user.clone(),
             stale_days: self.stale_days,
+            older_than_days: self.older_than,
+            group: self.group.clone(),
             archived: self.archived.then_some(true),
             offset: Some(self.offset),
             limit: Some(self.limit),
@@ -299,6 +307,14 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Export the cards the filters match (every match: paging is ignored) as OKF files:
+    /// into a new directory, or a .tar.gz file.
+    Export {
+        /// A directory that does not exist yet, or a file ending .tar.gz or .tgz.
+        out: std::path::PathBuf,
+        #[command(flatten)]
+        filters: Filters,
     },
     /// One action on every card the filters match: lists them with their count, asks, then
     /// acts in one transaction (each card's history names you). Refused, changing nothing,
@@ -780,6 +796,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Bulk(args) => bulk(&c, args)?,
+        Command::Export { out, filters } => {
+            let q = ListQuery {
+                offset: None,
+                limit: None,
+                ..filters.query()
+            };
+            let n = transfer::export(&c, &q, &out)?;
+            println!("exported {n} card(s) to {}", out.display());
+        }
         Command::Archive(a) => set_state(&c, "archive", a)?,
         Command::Unarchive(a) => set_state(&c, "unarchive", a)?,
         Command::Disable(a) => set_state(&c, "disable", a)?,

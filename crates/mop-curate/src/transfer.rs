@@ -1,11 +1,13 @@
 //! Files in and out of a workspace: `import` sends memory files (OKF cards, `CLAUDE.md`,
 //! `AGENTS.md`, `.claude/rules/`, Claude Code's and Codex's memory directories) to the
-//! server, which reads them (`mop_intake::import`) and queues them for review.
+//! server, which reads them (`mop_intake::import`) and queues them for review; `export`
+//! writes the cards a filter matches as the server sends them (a tarball of OKF files),
+//! or unpacked into a new OKF directory.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use mop_proto::curation::{ImportAnswer, ImportFile, ImportOutcome, ImportRequest};
+use mop_proto::curation::{ImportAnswer, ImportFile, ImportOutcome, ImportRequest, ListQuery};
 
 use crate::api::Connection;
 
@@ -166,4 +168,53 @@ pub fn render(a: &ImportAnswer) -> String {
         _ => out.push('\n'),
     }
     out
+}
+
+/// Writes the cards `q` matches to `out`: a `.tar.gz`/`.tgz` file as it is, anything
+/// else as a new OKF directory. Either appears whole or not at all (written beside it
+/// under a temporary name, then renamed). Answers how many cards.
+pub fn export(c: &Connection, q: &ListQuery, out: &Path) -> Result<usize> {
+    let name = out.to_string_lossy();
+    let tarball = name.ends_with(".tar.gz") || name.ends_with(".tgz");
+    if out.exists() && !(tarball && out.is_file()) {
+        bail!(
+            "{} exists; name a new directory (or a .tar.gz file) to export into",
+            out.display()
+        );
+    }
+    let bytes = c.export(q)?;
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut cards = 0;
+    for entry in tar::Archive::new(flate2::read::GzDecoder::new(bytes.as_slice()))
+        .entries()
+        .context("export: the server's tarball does not read")?
+    {
+        entry.context("export: the server's tarball does not read")?;
+        cards += 1;
+    }
+    if tarball {
+        let mut tmp = tempfile::NamedTempFile::new_in(&parent)
+            .with_context(|| format!("cannot write in {}", parent.display()))?;
+        std::io::Write::write_all(&mut tmp, &bytes)
+            .with_context(|| format!("cannot write {}", out.display()))?;
+        tmp.persist(out)
+            .with_context(|| format!("cannot write {}", out.display()))?;
+    } else {
+        let tmp = tempfile::Builder::new()
+            .prefix(".mop-export-")
+            .tempdir_in(&parent)
+            .with_context(|| format!("cannot write in {}", parent.display()))?;
+        // `unpack` refuses paths that leave the directory.
+        tar::Archive::new(flate2::read::GzDecoder::new(bytes.as_slice()))
+            .unpack(tmp.path())
+            .with_context(|| format!("cannot unpack the export into {}", tmp.path().display()))?;
+        std::fs::rename(tmp.path(), out)
+            .with_context(|| format!("cannot move the export to {}", out.display()))?;
+        // Renamed away: nothing is left for the guard to remove.
+        let _ = tmp.keep();
+    }
+    Ok(cards)
 }

@@ -253,6 +253,12 @@ pub struct ListQuery {
     /// Only cards delivered to no task in this many days.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stale_days: Option<u32>,
+    /// Only cards made more than this many days ago.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub older_than_days: Option<u32>,
+    /// Only the cards of this duplicate group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
     /// Include archived cards.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub archived: Option<bool>,

@@ -95,6 +95,8 @@ pub mod server {
     /// Memory files (OKF cards, `CLAUDE.md`, `AGENTS.md`, agents' memory directories)
     /// imported as cards, or a dry run of it.
     pub const IMPORT: Route = Route("/v1/workspaces/{ws}/import");
+    /// The cards a listing's filters match, as a gzipped tarball of OKF files.
+    pub const EXPORT: Route = Route("/v1/workspaces/{ws}/export");
     /// A workspace's history.
     pub const WORKSPACE_HISTORY: Route = Route("/v1/workspaces/{ws}/history");
     /// Publishing the usage counters as a revision.

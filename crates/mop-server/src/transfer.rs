@@ -1,7 +1,7 @@
 //! OKF card directories in and out. Import reads every `*.md` file below a directory
 //! (without following symlinks); export writes each card at `<pillar>/<id>.md`, each file
 //! through a temporary name and a rename, so an interrupted export leaves no half-written
-//! card.
+//! card, or as a gzipped tarball of the same paths (what the API and the console send).
 
 use std::io::Write;
 use std::path::{Component, Path};
@@ -119,4 +119,20 @@ pub fn write_card_dir(dir: &Path, files: &[CardFile]) -> anyhow::Result<()> {
             .with_context(|| format!("cannot rename into {}", target.display()))?;
     }
     Ok(())
+}
+
+/// The card files as a gzipped tarball, each at its path, mode 0644, dated `mtime` (Unix
+/// seconds).
+pub fn tar_gz(files: &[CardFile], mtime: u64) -> std::io::Result<Vec<u8>> {
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let mut tar = tar::Builder::new(gz);
+    for (path, bytes) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o644);
+        header.set_mtime(mtime);
+        header.set_entry_type(tar::EntryType::Regular);
+        tar.append_data(&mut header, path, bytes.as_slice())?;
+    }
+    tar.into_inner()?.finish()
 }

@@ -173,6 +173,53 @@ pub(crate) async fn update_text(
     Ok(change)
 }
 
+/// `GET /v1/workspaces/{ws}/export`: the cards the listing's filters match (every match,
+/// no paging), as a gzipped tarball of OKF files at their pillar paths.
+pub(crate) async fn export(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(ws): Path<String>,
+    Query(q): Query<mop_proto::curation::ListQuery>,
+) -> Result<Response, ApiError> {
+    admin_on(&state, &caller, &ws, None)?;
+    let (bytes, cards) = export_tarball(&state, &ws, q).await?;
+    tracing::info!(workspace = %ws, cards, bytes = bytes.len(), token = %caller.0.id, "export");
+    Ok(tarball_response(bytes, &ws))
+}
+
+/// The tarball of the cards `q` matches, and how many (the console's export shares it).
+pub(crate) async fn export_tarball(
+    state: &AppState,
+    ws: &str,
+    q: mop_proto::curation::ListQuery,
+) -> Result<(Vec<u8>, usize), ApiError> {
+    let (store, ws) = (state.store.clone(), ws.to_owned());
+    blocking(move || {
+        let files = store.export_matching(&ws, &q)?;
+        let now = jiff::Timestamp::now().as_second().max(0) as u64;
+        let bytes = crate::transfer::tar_gz(&files, now).map_err(|e| {
+            crate::store::StoreError::Invalid(format!("cannot build the export tarball: {e}"))
+        })?;
+        Ok((bytes, files.len()))
+    })
+    .await
+}
+
+/// A tarball download named after the workspace.
+pub(crate) fn tarball_response(bytes: Vec<u8>, ws: &str) -> Response {
+    let name = format!("attachment; filename=\"{ws}-cards.tar.gz\"");
+    let mut r = bytes.into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/gzip"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&name) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
+    r
+}
+
 /// `POST /v1/workspaces/{ws}/bulk`: a preview of what a filter matches, or one action on
 /// each (see `mop_proto::curation::BulkRequest`).
 pub(crate) async fn bulk(

@@ -60,6 +60,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(server::CARD_ACTION.template(), post(admin::state))
         .route(server::BULK.template(), post(admin::bulk))
         .route(server::IMPORT.template(), post(admin::import))
+        .route(server::EXPORT.template(), get(admin::export))
         .route(server::GROUP.template(), get(curation::group))
         .route(server::GROUP_COMBINE.template(), post(admin::combine))
         .route(

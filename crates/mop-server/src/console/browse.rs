@@ -67,6 +67,7 @@ impl SearchForm {
             archived: (self.archived == "on").then_some(true),
             offset: Some(self.offset),
             limit: Some(PAGE),
+            ..ListQuery::default()
         })
     }
 }

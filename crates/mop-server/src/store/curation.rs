@@ -119,6 +119,7 @@ struct Filter<'a> {
     q: &'a ListQuery,
     card_type: Option<CardType>,
     stale_before: Option<Timestamp>,
+    made_before: Option<Timestamp>,
 }
 
 impl<'a> Filter<'a> {
@@ -135,9 +136,8 @@ impl<'a> Filter<'a> {
         Ok(Filter {
             q,
             card_type,
-            stale_before: q
-                .stale_days
-                .map(|d| Timestamp::now() - (i64::from(d.min(MAX_DAYS)) * 24).hours()),
+            stale_before: q.stale_days.map(days_ago),
+            made_before: q.older_than_days.map(days_ago),
         })
     }
 
@@ -146,8 +146,17 @@ impl<'a> Filter<'a> {
     fn rows(&self, store: &Store, tx: &Tx<'_>, ws: &str) -> Result<Vec<Row>> {
         let mut and = String::new();
         let type_name = self.card_type.map(|t| t.as_str());
-        if type_name.is_some() {
-            and.push_str(" AND c.card_type = ?2");
+        let mut extra: Vec<&dyn super::db::ToValue> = Vec::new();
+        if let Some(t) = &type_name {
+            extra.push(t);
+            and.push_str(&format!(" AND c.card_type = ?{}", extra.len() + 1));
+        }
+        if let Some(g) = &self.q.group {
+            extra.push(g);
+            and.push_str(&format!(
+                " AND c.id IN (SELECT card_id FROM duplicate_groups WHERE workspace = ?1 AND group_id = ?{})",
+                extra.len() + 1
+            ));
         }
         if self.q.archived != Some(true) {
             and.push_str(" AND c.archived_at IS NULL");
@@ -155,10 +164,6 @@ impl<'a> Filter<'a> {
         if self.q.unverified == Some(true) {
             and.push_str(" AND c.awaiting = 1");
         }
-        let extra: Vec<&dyn super::db::ToValue> = match &type_name {
-            Some(t) => vec![t],
-            None => vec![],
-        };
         let order = "ORDER BY c.card_type, c.title_key, c.id";
         let mut rows = read_rows(store, tx, ws, &and, &extra, order)?;
         rows.retain(|r| self.keeps(r));
@@ -185,7 +190,13 @@ impl<'a> Filter<'a> {
             && self.stale_before.is_none_or(|cut| {
                 f.last_delivered_at.is_none_or(|t| t < cut) && f.made() < Stamp(cut)
             })
+            && self.made_before.is_none_or(|cut| f.made() < Stamp(cut))
     }
+}
+
+/// The moment `days` days ago (at most [`MAX_DAYS`]).
+fn days_ago(days: u32) -> Timestamp {
+    Timestamp::now() - (i64::from(days.min(MAX_DAYS)) * 24).hours()
 }
 
 /// One entry of the queue: a lone card, or a duplicate group's waiting cards.
@@ -433,6 +444,22 @@ impl Store {
                 offset,
                 cards,
             })
+        })
+    }
+
+    /// The files of the cards the filters match (paging ignored: every match), each at
+    /// its OKF path, byte for byte as stored: an export.
+    pub fn export_matching(&self, ws: &str, q: &ListQuery) -> Result<Vec<(String, Vec<u8>)>> {
+        let filter = Filter::new(q)?;
+        self.read(|tx| {
+            let e = self.err("export");
+            let rows = filter.rows(self, tx, ws)?;
+            let mut out = Vec::with_capacity(rows.len());
+            for r in rows {
+                let body = super::cards::load_object(tx, ws, &r.sha).map_err(&e)?;
+                out.push((r.summary.path(), body));
+            }
+            Ok(out)
         })
     }
 

@@ -1810,3 +1810,194 @@ fn export_writes_the_filtered_cards_as_okf_files_byte_for_byte() {
         "the archived card is back with --archived"
     );
 }
+
+/// One request the test's webhook receiver took.
+#[derive(Debug, Clone)]
+struct Hook {
+    event: String,
+    signature: String,
+    body: Vec<u8>,
+}
+
+/// A webhook receiver on `port`: a real HTTP/1.1 server answering 204 to each POST and
+/// keeping what it got, until the listener is dropped with the returned guard.
+fn receiver(
+    port: u16,
+) -> (
+    std::sync::Arc<std::sync::Mutex<Vec<Hook>>>,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::atomic::Ordering;
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind the receiver");
+    listener.set_nonblocking(true).unwrap();
+    let (got2, stop2) = (got.clone(), stop.clone());
+    std::thread::spawn(move || {
+        while !stop2.load(Ordering::SeqCst) {
+            let Ok((conn, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            };
+            conn.set_nonblocking(false).unwrap();
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let (mut len, mut event, mut signature) = (0usize, String::new(), String::new());
+            let mut line = String::new();
+            loop {
+                line.clear();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                let lower = line.to_ascii_lowercase();
+                let value = line
+                    .split_once(':')
+                    .map(|(_, v)| v.trim().to_owned())
+                    .unwrap_or_default();
+                if lower.starts_with("content-length:") {
+                    len = value.parse().unwrap_or(0);
+                } else if lower.starts_with("x-mop-event:") {
+                    event = value;
+                } else if lower.starts_with("x-mop-signature:") {
+                    signature = value;
+                }
+            }
+            let mut body = vec![0; len];
+            reader.read_exact(&mut body).unwrap();
+            got2.lock().unwrap().push(Hook {
+                event,
+                signature,
+                body,
+            });
+            let mut conn = conn;
+            let _ = conn.write_all(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+        }
+    });
+    (got, stop)
+}
+
+fn hmac_hex(secret: &[u8], body: &[u8]) -> String {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret).unwrap();
+    mac.update(body);
+    format!("sha256={:x}", mac.finalize().into_bytes())
+}
+
+#[test]
+fn the_alert_webhook_is_signed_retried_while_the_receiver_is_down_and_survives_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let secret = b"s3cret-for-the-hook-0123456789";
+    let secret_file = dir.path().join("webhook.secret");
+    std::fs::write(&secret_file, secret).unwrap();
+    // A port with nobody listening: the receiver is down.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = format!(
+        "[metrics]\nenabled = true\n[alerts]\nwebhook_url = \"http://127.0.0.1:{port}/hook\"\n\
+         webhook_secret_file = \"{}\"\nscan_secs = 1\nitem_age_secs = 2\nmax_backoff_secs = 2\n",
+        secret_file.display()
+    );
+    let mut server = Server::start_with(&config);
+    let node = server.token("node", &[WS]);
+    // Two users' tasks store one lesson: a duplicate group enters the queue.
+    let mut ids = Vec::new();
+    for (i, user) in ["alice", "bob"].iter().enumerate() {
+        let r = http()
+            .post(format!("{}/v1/workspaces/{WS}/memories", server.url))
+            .bearer_auth(&node)
+            .json(&serde_json::json!({
+                "provenance": {"task_id": format!("hook-{i}"), "user_id": user},
+                "card": {"type": "fact", "title": "The ledger export needs a fresh snapshot",
+                         "body": "Take a fresh snapshot before the ledger export, or it fails with ORA-01555.\n"},
+            }))
+            .send()
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.text().unwrap());
+        ids.push(
+            r.json::<Value>().unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let pending = |server: &Server| -> f64 {
+        let m = http()
+            .get(format!("{}/metrics", server.url))
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        m.lines()
+            .find_map(|l| l.strip_prefix("mop_server_alert_webhook_events{kind=\"pending\"} "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(-1.0)
+    };
+    // The events are queued and tried while nobody listens: refused, kept, retried.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(server.log().matches("alert not delivered").count() >= 3 && pending(&server) >= 2.0) {
+        assert!(
+            Instant::now() < deadline,
+            "no retried attempt:\n{}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(server.log().contains("error=connect"), "{}", server.log());
+    assert!(
+        !server.log().contains("ORA-01555"),
+        "no card text in the log"
+    );
+    assert!(!server.log().contains("s3cret"), "no secret in the log");
+
+    // A restart while the receiver is still down, then the receiver comes up.
+    server.restart();
+    let (got, stop) = receiver(port);
+    let group = &ids[0];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let hooks = got.lock().unwrap().clone();
+        let kinds: Vec<&str> = hooks.iter().map(|h| h.event.as_str()).collect();
+        if kinds.contains(&"new_group") && kinds.contains(&"item_aged") && pending(&server) == 0.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not delivered: {kinds:?}\n{}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Nothing more arrives: each event once.
+    std::thread::sleep(Duration::from_secs(3));
+    let hooks = got.lock().unwrap().clone();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut seen = std::collections::HashSet::new();
+    for h in &hooks {
+        // The signature is HMAC-SHA256 of the exact body under the secret; a wrong secret
+        // (the control) does not give it.
+        assert_eq!(h.signature, hmac_hex(secret, &h.body), "{h:?}");
+        assert_ne!(h.signature, hmac_hex(b"another secret", &h.body));
+        let v: Value = serde_json::from_slice(&h.body).unwrap();
+        assert_eq!(v["event"], h.event.as_str());
+        assert!(
+            seen.insert(v["id"].as_str().unwrap().to_owned()),
+            "delivered twice: {v}"
+        );
+        assert!(
+            !String::from_utf8_lossy(&h.body).contains("ORA-01555"),
+            "ids, not text"
+        );
+    }
+    let group_hook: Value = hooks
+        .iter()
+        .map(|h| serde_json::from_slice::<Value>(&h.body).unwrap())
+        .find(|v| v["event"] == "new_group")
+        .unwrap();
+    assert_eq!(group_hook["workspace"], WS);
+    assert_eq!(group_hook["group"], group.as_str());
+    assert_eq!(group_hook["waiting"], 2);
+    assert!(server.log().contains("alert delivered"), "{}", server.log());
+}

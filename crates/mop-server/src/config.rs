@@ -28,6 +28,88 @@ pub struct ServerConfig {
     pub metrics: MetricsConfig,
     /// `[intake]`.
     pub intake: Intake,
+    /// `[alerts]`.
+    pub alerts: Alerts,
+}
+
+/// `[alerts]`: a webhook told when the review queue needs a curator. Off until
+/// `webhook_url` is set.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Alerts {
+    /// Where events are POSTed (https://, or http:// to this machine only).
+    pub webhook_url: Option<String>,
+    /// A file holding the secret each body is signed with (HMAC-SHA256, in the
+    /// `X-Mop-Signature: sha256=<hex>` header). Required with `webhook_url`.
+    pub webhook_secret_file: Option<PathBuf>,
+    /// An item waiting longer than this is announced once (`item_aged`).
+    pub item_age_secs: u64,
+    /// How often the queue is checked for new groups and aged items.
+    pub scan_secs: u64,
+    /// Delivery attempts per event before it is given up (kept, counted as failed).
+    pub max_attempts: u32,
+    /// The longest wait between two attempts (the wait doubles from one second).
+    pub max_backoff_secs: u64,
+    /// Most events waiting for delivery; past it, new events wait in the queue itself
+    /// (nothing is lost: the next check finds them again).
+    pub max_pending: u64,
+}
+
+impl Default for Alerts {
+    fn default() -> Alerts {
+        Alerts {
+            webhook_url: None,
+            webhook_secret_file: None,
+            item_age_secs: 24 * 3600,
+            scan_secs: 60,
+            max_attempts: 12,
+            max_backoff_secs: 3600,
+            max_pending: 10_000,
+        }
+    }
+}
+
+impl Alerts {
+    /// Why the webhook settings cannot work, if they cannot.
+    fn check(&self) -> Result<(), String> {
+        let Some(url) = &self.webhook_url else {
+            return Ok(());
+        };
+        let parsed = url::Url::parse(url)
+            .map_err(|e| format!("alerts.webhook_url {url:?} is not a URL: {e}"))?;
+        let local = matches!(
+            parsed.host(),
+            Some(url::Host::Ipv4(ip)) if ip.is_loopback()
+        ) || matches!(parsed.host(), Some(url::Host::Ipv6(ip)) if ip.is_loopback())
+            || parsed.host_str() == Some("localhost");
+        match parsed.scheme() {
+            "https" => {}
+            "http" if local => {}
+            _ => {
+                return Err(format!(
+                    "alerts.webhook_url must be https:// (or http:// to this machine): {url:?}"
+                ));
+            }
+        }
+        if self.webhook_secret_file.is_none() {
+            return Err(
+                "alerts.webhook_secret_file is required with alerts.webhook_url: receivers check each body's signature"
+                    .into(),
+            );
+        }
+        for (key, n) in [
+            ("alerts.item_age_secs", self.item_age_secs),
+            ("alerts.scan_secs", self.scan_secs),
+            ("alerts.max_backoff_secs", self.max_backoff_secs),
+            ("alerts.max_pending", self.max_pending),
+            ("alerts.max_attempts", u64::from(self.max_attempts)),
+        ] {
+            if n == 0 {
+                return Err(format!("{key} must be at least 1"));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `[intake]`: what may enter memory (agent stores, admin writes, imports).
@@ -296,6 +378,7 @@ impl ServerConfig {
 
     /// Checks ranges.
     pub fn validate(&self) -> Result<(), String> {
+        self.alerts.check()?;
         if self.server.max_body_bytes < 4096 {
             return Err("server.max_body_bytes must be at least 4096".into());
         }

@@ -18,6 +18,7 @@
 //!   store from an agent task does; what a curator's action does to a card).
 //! - [`transfer`]: OKF card directories in and out (`import`, `export`).
 
+pub mod alerts;
 pub mod api;
 pub mod config;
 pub mod console;

@@ -72,6 +72,7 @@ pub struct Metrics {
     queue_items: Family<WorkspaceLabels, Gauge>,
     queue_groups: Family<WorkspaceLabels, Gauge>,
     queue_oldest: Family<WorkspaceLabels, Gauge>,
+    alerts: Family<KindLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -150,8 +151,15 @@ impl Metrics {
             "How long the card waiting longest has waited (0 when none waits), by workspace",
             queue_oldest.clone(),
         );
+        let alerts = Family::<KindLabels, Gauge>::default();
+        registry.register(
+            "alert_webhook_events",
+            "Alert webhook events by state: pending (waiting for delivery or a retry), delivered, failed (given up after alerts.max_attempts)",
+            alerts.clone(),
+        );
         Metrics {
             registry,
+            alerts,
             requests,
             latency,
             manifests,
@@ -195,16 +203,30 @@ impl Metrics {
             .inc();
     }
 
-    /// The text exposition, with the idle readers and the review queues read now; the
-    /// queues' workspaces named (`names`), or by [`workspace_label`] under `epoch`.
+    /// The text exposition, with the idle readers, the review queues and the alert
+    /// webhook's events read now; the queues' workspaces named (`names`), or by
+    /// [`workspace_label`] under `epoch`.
     pub fn encode(
         &self,
         idle_readers: usize,
         queues: &[crate::store::QueueStats],
+        alerts: Option<crate::store::alerts::AlertCounts>,
         names: bool,
         epoch: &str,
     ) -> String {
         self.db_idle_readers.set(idle_readers as i64);
+        self.alerts.clear();
+        if let Some(a) = alerts {
+            for (kind, n) in [
+                ("pending", a.pending),
+                ("delivered", a.delivered),
+                ("failed", a.failed),
+            ] {
+                self.alerts
+                    .get_or_create(&KindLabels { kind: kind.into() })
+                    .set(n as i64);
+            }
+        }
         // A workspace gone since the last scrape leaves no stale series behind.
         self.queue_items.clear();
         self.queue_groups.clear();

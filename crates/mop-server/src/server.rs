@@ -60,6 +60,7 @@ async fn serve_with(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     hup: Option<tokio::signal::unix::Signal>,
 ) -> anyhow::Result<()> {
+    let hook = crate::alerts::Webhook::from_config(&config.alerts)?.map(Arc::new);
     let store = Arc::new(open_store(&config).await?);
     let state = Arc::new(AppState::new(store.clone(), config.clone())?);
     let tls = match (&config.server.tls_cert, &config.server.tls_key) {
@@ -94,6 +95,10 @@ async fn serve_with(
     tasks.spawn(counter_publisher(state.clone(), stop_rx.clone()));
     tasks.spawn(garbage_collector(state.clone(), stop_rx.clone()));
     tasks.spawn(token_use_recorder(state.clone(), stop_rx.clone()));
+    if let Some(hook) = hook {
+        tracing::info!(scan_secs = config.alerts.scan_secs, "alert webhook on");
+        tasks.spawn(crate::alerts::run(state.clone(), hook, stop_rx.clone()));
+    }
     if let Some(hup) = hup {
         tasks.spawn(on_sighup(hup, tls.clone(), stop_rx.clone()));
     }

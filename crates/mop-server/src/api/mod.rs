@@ -123,19 +123,24 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let store = state.store.clone();
     // A database that cannot answer leaves the queue gauges out of this scrape (their
     // absence alerts), not the whole exposition.
-    let queues = match blocking(move || store.queue_stats()).await {
-        Ok(q) => q,
+    let read = blocking(move || Ok((store.queue_stats()?, store.alert_counts()?))).await;
+    let (queues, alerts) = match read {
+        Ok((q, a)) => (q, Some(a)),
         Err(e) => {
             let status = e.status().as_u16();
             tracing::warn!(status, "review queue gauges left out of this scrape");
-            Vec::new()
+            (Vec::new(), None)
         }
     };
     let names = state.config.metrics.workspace_names;
     let epoch = state.store.epoch();
-    let text = state
-        .metrics
-        .encode(state.store.idle_readers(), &queues, names, epoch);
+    let text = state.metrics.encode(
+        state.store.idle_readers(),
+        &queues,
+        alerts.filter(|_| state.config.alerts.webhook_url.is_some()),
+        names,
+        epoch,
+    );
     (
         [(
             header::CONTENT_TYPE,

@@ -11,6 +11,7 @@
 //! at its current object. Objects no card references are kept for a retention window, so
 //! a daemon that is mid-sync can still fetch what its manifest named.
 
+pub(crate) mod alerts;
 mod backup;
 pub(crate) mod cards;
 mod curation;

@@ -246,6 +246,25 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX cards_superseded_by ON cards (workspace, superseded_by);
     CREATE INDEX cards_made ON cards (workspace, live, made_at);
     ",
+    // 7: alerts for the curators. Each event (a new duplicate group in the queue, an item
+    // waiting past its age) is announced once per subject, its signed body kept until the
+    // webhook took it, so a restart or an unreachable receiver loses none.
+    "
+    CREATE TABLE alerts (
+        workspace    TEXT NOT NULL,
+        kind         TEXT NOT NULL,
+        subject      TEXT NOT NULL,
+        body         TEXT NOT NULL,
+        created_at   TEXT NOT NULL,
+        attempts     INTEGER NOT NULL DEFAULT 0,
+        next_at      TEXT NOT NULL,
+        delivered_at TEXT,
+        failed_at    TEXT,
+        last_error   TEXT,
+        PRIMARY KEY (workspace, kind, subject)
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX alerts_due ON alerts (delivered_at, failed_at, next_at);
+    ",
 ];
 
 /// The same schema for PostgreSQL, version for version: migration N here leaves the tables
@@ -485,6 +504,23 @@ pub(crate) const PG_MIGRATIONS: &[&str] = &[
     CREATE INDEX cards_superseded_by ON cards (workspace, superseded_by);
     CREATE INDEX cards_made ON cards (workspace, live, made_at);
     "#,
+    // 7
+    r#"
+    CREATE TABLE alerts (
+        workspace    TEXT COLLATE "C" NOT NULL,
+        kind         TEXT COLLATE "C" NOT NULL,
+        subject      TEXT COLLATE "C" NOT NULL,
+        body         TEXT NOT NULL,
+        created_at   TEXT COLLATE "C" NOT NULL,
+        attempts     BIGINT NOT NULL DEFAULT 0,
+        next_at      TEXT COLLATE "C" NOT NULL,
+        delivered_at TEXT COLLATE "C",
+        failed_at    TEXT COLLATE "C",
+        last_error   TEXT,
+        PRIMARY KEY (workspace, kind, subject)
+    );
+    CREATE INDEX alerts_due ON alerts (delivered_at, failed_at, next_at);
+    "#,
 ];
 
 /// The tables the store keeps, in an order that satisfies their foreign keys: what the
@@ -509,6 +545,7 @@ pub(crate) const TABLES: &[&str] = &[
     "duplicate_groups",
     "rejections",
     "store_answers",
+    "alerts",
 ];
 
 /// Brings an SQLite database to the newest schema.

@@ -1700,3 +1700,273 @@ fn a_group_from_five_users_becomes_one_card_in_a_few_keystrokes() {
         assert_eq!(d["card"]["summary"]["superseded_by"], target["id"], "{d}");
     }
 }
+
+#[test]
+fn the_curators_tools_in_the_browser_create_bulk_import_export_fields_and_disable() {
+    if !browser_available() {
+        return;
+    }
+    let server = Server::start();
+    assert!(server.import(&example_cards_dir(), WS).status.success());
+    let admin = server.token_named("admin", &[WS], Some(CURATOR));
+    let node = server.token("node", &[WS]);
+    let b = Browser::start(&server.url);
+    b.goto(&format!("/console/w/{WS}"));
+    b.wait_for("input#token");
+    b.fill("input#token", &admin);
+    b.click("section.login button[type=submit]");
+    b.wait_for("#queue");
+    b.console_errors(); // the login page's 401 is expected
+    let set = |css: &str, value: &str| {
+        b.js(&format!(
+            "document.querySelector({}).value = {}; return 0;",
+            json!(css),
+            json!(value)
+        ));
+    };
+    let last_row = |id: &str| -> Value {
+        details(&server, &admin, id)["history"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone()
+    };
+
+    // Create: fields and a text; the server gives the id; verified, under the curator.
+    b.goto(&format!("/console/w/{WS}/tools"));
+    b.wait_for("section#create form");
+    set("#create select[name=card_type]", "playbook");
+    b.fill(
+        "#create input[name=title]",
+        "Rotate the orders replica's WAL slot",
+    );
+    b.fill("#create input[name=labels]", "postgres, orders");
+    b.fill(
+        "#create textarea[name=body]",
+        "1. Pause the consumer.\n2. Drop and recreate the slot.\n",
+    );
+    b.click("#create button[type=submit]");
+    b.wait_for("article.card");
+    let created = b
+        .js("return location.pathname.split('/').pop();")
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let d = details(&server, &admin, &created);
+    assert_eq!(d["card"]["summary"]["type"], "playbook");
+    assert_eq!(
+        d["card"]["summary"]["labels"],
+        json!(["postgres", "orders"])
+    );
+    assert_eq!(
+        d["card"]["summary"].get("trust"),
+        None,
+        "verified (the default)"
+    );
+    assert_eq!(last_row(&created)["action"], "create");
+    assert_eq!(last_row(&created)["actor_name"], CURATOR);
+
+    // Fields as a form: labels and an asset; the text stays; one `fields` row.
+    b.js("document.querySelector('details.fields').open = true; return 0;");
+    b.fill("details.fields input[name=labels]", "postgres, runbook");
+    b.fill("details.fields input[name=asset]", "pg-orders-01");
+    b.click("details.fields button[type=submit]");
+    b.wait_for("p.flash");
+    let d = details(&server, &admin, &created);
+    assert_eq!(
+        d["card"]["summary"]["labels"],
+        json!(["postgres", "runbook"])
+    );
+    assert_eq!(d["card"]["summary"]["scope"]["asset_id"], "pg-orders-01");
+    assert!(
+        d["text"]
+            .as_str()
+            .unwrap()
+            .contains("Drop and recreate the slot.")
+    );
+    assert_eq!(last_row(&created)["action"], "fields");
+    assert_eq!(last_row(&created)["detail"], "labels,scope");
+
+    // Disable needs a reason and the tick (the form is refused without the tick).
+    b.goto(&format!("/console/w/{WS}/cards/{created}"));
+    b.wait_for("form[action$='/do/disable']");
+    b.fill(
+        "form[action$='/do/disable'] input[name=reason]",
+        "steps are wrong",
+    );
+    b.js("document.querySelector(\"form[action$='/do/disable'] input[name=confirm]\").required = false; document.querySelector(\"form[action$='/do/disable']\").submit(); return 0;");
+    b.wait_for("section.error");
+    assert_eq!(
+        details(&server, &admin, &created)["card"]["summary"].get("enabled"),
+        None
+    );
+    b.goto(&format!("/console/w/{WS}/cards/{created}"));
+    b.wait_for("form[action$='/do/disable']");
+    b.fill(
+        "form[action$='/do/disable'] input[name=reason]",
+        "steps are wrong",
+    );
+    b.click("form[action$='/do/disable'] input[name=confirm]");
+    b.click("form[action$='/do/disable'] button");
+    b.wait_for("p.flash");
+    assert_eq!(
+        details(&server, &admin, &created)["card"]["summary"]["enabled"],
+        false
+    );
+    let row = last_row(&created);
+    assert_eq!(
+        (row["action"].as_str(), row["detail"].as_str()),
+        (Some("disable"), Some("steps are wrong"))
+    );
+
+    // Bulk: the filter's cards and their count first, then exactly those, each audited.
+    let notes = [
+        (
+            "Build cache location",
+            "The build cache lives in /var/cache/build on every runner.",
+        ),
+        (
+            "Flaky login test",
+            "The login test fails when the clock skews past five seconds.",
+        ),
+        (
+            "Grafana folder",
+            "Dashboards for payments are in the Payments folder, not Ops.",
+        ),
+    ];
+    let scratch: Vec<String> = notes
+        .iter()
+        .enumerate()
+        .map(|(i, (title, body))| {
+            let card = json!({"type": "fact", "title": title, "labels": ["scratch"],
+                              "body": format!("{body}\n")});
+            agent_store_as(&server, &node, &format!("scratch-{i}"), "alice", card)
+        })
+        .collect();
+    b.goto(&format!("/console/w/{WS}/tools"));
+    b.wait_for("section#bulk form");
+    b.fill("#bulk input[name=label]", "scratch");
+    set("#bulk select[name=unverified]", "yes");
+    set("#bulk select[name=action]", "reject");
+    b.fill("#bulk input[name=reason]", "scratch notes");
+    b.click("#bulk button[type=submit]");
+    b.wait_for("#bulk-count");
+    assert!(
+        b.text("#bulk-count").contains("3 card(s) match"),
+        "{}",
+        b.text("#bulk-count")
+    );
+    for id in &scratch {
+        assert_eq!(
+            details(&server, &admin, id)["card"]["archived_at"],
+            Value::Null,
+            "a preview changes nothing"
+        );
+    }
+    b.shot("tools-bulk-preview");
+    b.click("#bulk-apply");
+    b.wait_for("p.flash");
+    for id in &scratch {
+        let row = last_row(id);
+        assert_eq!(
+            (row["action"].as_str(), row["actor_name"].as_str()),
+            (Some("reject"), Some(CURATOR))
+        );
+        assert_eq!(row["detail"], "reason=scratch notes");
+    }
+
+    // Import: uploaded files, a dry run first (nothing changes), then for real.
+    let dir = tempfile::tempdir().unwrap();
+    let claude = dir.path().join("CLAUDE.md");
+    std::fs::write(&claude, "# Orders service\n\n## Deploys\n\nDeploy orders only from the release branch.\n\n## Reviews\n\nEvery migration needs a second reviewer.\n").unwrap();
+    let topic = dir.path().join("feedback_mocks.md");
+    std::fs::write(&topic, "---\nname: No mocked databases\ndescription: tests hit a real database\ntype: feedback\n---\nIntegration tests must run against a real PostgreSQL.\n").unwrap();
+    let upload = format!("{}\n{}", claude.display(), topic.display());
+    let count = |server: &Server| {
+        let (_, body, _) = api(
+            server,
+            &admin,
+            reqwest::Method::GET,
+            "/cards?archived=true&limit=500",
+            None,
+            None,
+        );
+        serde_json::from_str::<Value>(&body).unwrap()["total"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = count(&server);
+    b.goto(&format!("/console/w/{WS}/tools"));
+    b.wait_for("section#import form");
+    b.fill("#import input[name=files][multiple]", &upload);
+    b.click("#import button[type=submit]");
+    b.wait_for("#import-count");
+    assert!(
+        b.text("#import-count")
+            .contains("3 card(s) would be created"),
+        "{}",
+        b.page_text()
+    );
+    assert_eq!(count(&server), before, "a dry run changes nothing");
+    b.goto(&format!("/console/w/{WS}/tools"));
+    b.wait_for("section#import form");
+    b.fill("#import input[name=files][multiple]", &upload);
+    b.click("#import input[name=dry_run]");
+    b.click("#import button[type=submit]");
+    b.wait_for("p.flash");
+    assert!(
+        b.page_text().contains("Imported 3 card(s)"),
+        "{}",
+        b.page_text()
+    );
+    assert_eq!(count(&server), before + 3);
+    let (_, body, _) = api(
+        &server,
+        &admin,
+        reqwest::Method::GET,
+        "/cards?unverified=true&limit=500",
+        None,
+        None,
+    );
+    let waiting: Value = serde_json::from_str(&body).unwrap();
+    let mocks = waiting["cards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["summary"]["title"] == "No mocked databases")
+        .expect("the topic file is a card waiting for review")
+        .clone();
+    assert_eq!(mocks["summary"]["type"], "human_correction");
+    assert_eq!(mocks["summary"]["provenance"]["imported_by"], CURATOR);
+    assert_eq!(
+        mocks["summary"]["provenance"]["imported_from"],
+        "feedback_mocks.md"
+    );
+
+    // Export: the filter's cards as a tarball, from the page's own session.
+    let got =
+        b.rt.block_on(b.client.execute_async(
+            "const done = arguments[arguments.length - 1];
+         fetch('/console/w/acme/export?label=postgres').then(async r => {
+             const bytes = new Uint8Array(await r.arrayBuffer());
+             done([r.status, r.headers.get('content-type'), bytes[0], bytes[1], bytes.length]);
+         });",
+            vec![],
+        ))
+        .unwrap();
+    assert_eq!(got[0], 200, "{got}");
+    assert_eq!(got[1], "application/gzip", "{got}");
+    assert_eq!(
+        (got[2].as_u64(), got[3].as_u64()),
+        (Some(0x1f), Some(0x8b)),
+        "gzip magic: {got}"
+    );
+    // The refused disable above answered 400, which the browser logs; nothing else may.
+    let errors: Vec<String> = b
+        .console_errors()
+        .into_iter()
+        .filter(|e| !e.contains("status of 400"))
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+}

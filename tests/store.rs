@@ -420,7 +420,16 @@ fn archived_cards_are_purged_after_retention_and_history_redacted(engine: Engine
         .unwrap()
         .manifest
         .revision;
-    curation::set_state(&store, WS, &a, CardState::Archive, "test", Expect::Any).unwrap();
+    curation::set_state(
+        &store,
+        WS,
+        &a,
+        CardState::Archive,
+        None,
+        "test",
+        Expect::Any,
+    )
+    .unwrap();
     // Within the retention nothing is purged.
     assert_eq!(store.collect_garbage(3600, 3600, 3600).unwrap(), (0, 0));
     assert!(store.card_text(WS, &a).is_ok());
@@ -665,6 +674,7 @@ fn a_change_sent_with_an_old_version_is_refused_and_changes_nothing(engine: Engi
         WS,
         &b,
         CardState::Disable,
+        None,
         "test",
         Expect::IfMatch(&seen),
     );
@@ -676,6 +686,7 @@ fn a_change_sent_with_an_old_version_is_refused_and_changes_nothing(engine: Engi
             WS,
             &b,
             CardState::Disable,
+            None,
             "test",
             Expect::IfMatch(&list)
         )
@@ -688,6 +699,7 @@ fn a_change_sent_with_an_old_version_is_refused_and_changes_nothing(engine: Engi
         WS,
         &b,
         CardState::Archive,
+        None,
         "test",
         Expect::IfMatch("*"),
     )
@@ -904,7 +916,7 @@ fn the_queue_counts_come_from_the_per_row_flag_and_an_upgrade_fills_it(engine: E
     assert_eq!(waiting(&store), (0, false));
 
     // A database from before the flag: the upgrade fills it from each card's trust.
-    curation::set_state(&store, WS, &c, CardState::Disable, "t", Expect::Any).unwrap();
+    curation::set_state(&store, WS, &c, CardState::Disable, None, "t", Expect::Any).unwrap();
     let f = "00000000-0000-4000-8000-00000000000f";
     store
         .import(WS, vec![unverified(f, "Zeta")], "test", &[])

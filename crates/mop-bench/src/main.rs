@@ -17,6 +17,7 @@ use mop_cards::{Catalog, Rules, render_memory_md};
 use mop_search::{IndexDoc, SearchIndex, build_index_with, select_for_task};
 
 mod all;
+mod curation;
 mod fleet;
 mod hybrid;
 mod lessons;
@@ -232,6 +233,25 @@ enum Command {
         #[arg(long, default_value_t = 42)]
         seed: u64,
     },
+    /// Curation reads (queue page, card details, stale, search, a listing page) in a
+    /// workspace whose queue holds many duplicate groups.
+    Curation {
+        /// Workspace sizes in cards, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
+        cards: Vec<usize>,
+        /// Unverified cards stored by agents.
+        #[arg(long, default_value_t = 1000)]
+        unverified: usize,
+        /// Lessons they are stored as (each a duplicate group).
+        #[arg(long, default_value_t = 200)]
+        groups: usize,
+        /// Reads of each kind timed per size (after one warm-up round).
+        #[arg(long, default_value_t = 30)]
+        iterations: usize,
+        /// Seed of the synthetic data.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
     /// Card server: 304 answers/s against nginx in the same run, manifest and delta sizes
     /// and latencies. Needs `wrk` and `nginx` (bench/server.sh installs them).
     Server {
@@ -346,6 +366,23 @@ fn main() -> Result<()> {
                 Some(n) => lessons::band_candidates(n, 42),
                 None => println!("{}", lessons::run(model.as_deref())?.render()),
             }
+            return Ok(());
+        }
+        Command::Curation {
+            cards,
+            unverified,
+            groups,
+            iterations,
+            seed,
+        } => {
+            let s = curation::run(&curation::Options {
+                cards,
+                unverified,
+                groups: groups.max(1),
+                iterations: iterations.max(2),
+                seed,
+            })?;
+            println!("{}", s.render());
             return Ok(());
         }
         Command::Store {

@@ -176,7 +176,7 @@ fn nearest(
         about.push(' ');
         about.push_str(code);
     }
-    let hits = index.search(&about, NEAREST, |c, archived| {
+    let hits = index.nearest(s.id, &about, NEAREST, |c, archived| {
         !skip.contains(&c.id) && c.is_live() && !archived
     })?;
     Ok(hits
@@ -215,12 +215,18 @@ pub(crate) async fn search_cards(
         return Err(ApiError::bad_request("q must be 1 to 4096 bytes of text"));
     }
     let limit = filters.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
-    let (store, ws2) = (state.store.clone(), ws.clone());
-    let matching = blocking(move || store.matching_cards(&ws2, &filters)).await?;
     let index = index(state, &ws).await?;
-    // The filters chose the cards (archived ones only with `archived`).
-    let hits = index.search(&text, limit, |c, _| matching.contains(&c.id))?;
-    let searched = matching.len();
+    // The filters choose the cards (archived ones only with `archived`): on the index's own
+    // summaries when they can, else by the rows.
+    let (hits, searched) = match crate::store::summary_filter(&filters)? {
+        Some(keep) => (index.search(&text, limit, &keep)?, index.count(&keep)),
+        None => {
+            let (store, ws2, filters) = (state.store.clone(), ws.clone(), filters.clone());
+            let matching = blocking(move || store.matching_cards(&ws2, &filters)).await?;
+            let hits = index.search(&text, limit, |c, _| matching.contains(&c.id))?;
+            (hits, matching.len())
+        }
+    };
     // Only the hits are read in full.
     let ids: Vec<CardId> = hits.iter().map(|(ord, _)| index.cards[*ord].id).collect();
     let store = state.store.clone();

@@ -269,6 +269,16 @@ impl<T: DeserializeOwned> FromRequest<Arc<Console>> for Posted<T> {
     }
 }
 
+/// The checks [`Posted`] makes, for a form it cannot read (a file upload): same site, and
+/// the session's CSRF token in the form's `_csrf` field.
+pub(super) fn check_upload(ctx: &Ctx, headers: &HeaderMap, csrf: &str) -> Result<(), Response> {
+    if cross_site(headers) || !same_secret(csrf, &ctx.session.csrf) {
+        tracing::warn!(token = %ctx.caller.0.id, "console upload refused: cross-site or CSRF token missing or wrong");
+        return Err(forged(Some(ctx)));
+    }
+    Ok(())
+}
+
 #[derive(Deserialize)]
 pub(super) struct NextQuery {
     next: Option<String>,

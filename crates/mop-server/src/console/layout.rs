@@ -34,6 +34,7 @@ pub fn page(ctx: Option<&Ctx>, ws: Option<&str>, title: &str, body: Markup) -> M
                                 a href={ "/console/w/" (ws) } { "Review" }
                                 a href={ "/console/w/" (ws) "/search" } { "Search" }
                                 a href={ "/console/w/" (ws) "/stale" } { "Stale" }
+                                a href={ "/console/w/" (ws) "/tools" } { "Tools" }
                             }
                             a href="/console/tokens" { "Tokens" }
                             @if ctx.workspaces().len() > 1 {

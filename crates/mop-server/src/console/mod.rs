@@ -1,6 +1,6 @@
 //! The curators' web console under `/console`: server-rendered pages over the same store
 //! calls as the curation API (review queue, card, edit with preview, history with diffs,
-//! search, staleness report, tokens).
+//! search, staleness report, tools: create, bulk, import, export; tokens).
 //!
 //! Every field of a card is hostile text, because agents write cards: pages are built with
 //! maud, which escapes every value, and card Markdown goes through [`markdown`] (no raw
@@ -24,6 +24,7 @@ mod queue;
 pub mod session;
 mod throttle;
 mod tokens;
+mod tools;
 
 use std::sync::Arc;
 
@@ -84,6 +85,11 @@ pub fn router(app: Arc<AppState>) -> Router {
         )
         .route("/console/w/{ws}/groups/{group}/target", get(group::target))
         .route("/console/w/{ws}/stale", get(browse::stale))
+        .route("/console/w/{ws}/tools", get(tools::show))
+        .route("/console/w/{ws}/create", post(tools::create))
+        .route("/console/w/{ws}/bulk", post(tools::bulk))
+        .route("/console/w/{ws}/import", post(tools::import))
+        .route("/console/w/{ws}/export", get(tools::export))
         .route("/console/w/{ws}/preview", post(card::preview))
         .route("/console/w/{ws}/cards/{id}", get(card::show))
         .route(

@@ -63,6 +63,8 @@ pub(super) fn flash(console: &Console, ctx: &Ctx, ws: &str) -> Option<Markup> {
         "delete" => "deleted for good (its text, objects and history text are gone)",
         "lift" => "no longer refused as previously rejected (the rejection is lifted)",
         "revert" => "reverted to the version you chose",
+        "fields" => "has the fields you set",
+        "create" => "created, verified",
         "combine" => {
             "now holds its group's lesson, verified (the group's other cards are merged into it)"
         }

@@ -144,8 +144,21 @@ impl<'a> Filter<'a> {
     /// The rows the filters keep, read with what the indexed columns can say in SQL
     /// (type, archived, waiting for review) and the rest checked on each row's summary.
     fn rows(&self, store: &Store, tx: &Tx<'_>, ws: &str) -> Result<Vec<Row>> {
+        self.rows_paged(store, tx, ws, None)
+    }
+
+    /// The rows the filters keep; with `page` (offset, limit), only that page of them and,
+    /// first, how many there are in all, both in SQL when [`Filter::in_sql`].
+    fn rows_paged(
+        &self,
+        store: &Store,
+        tx: &Tx<'_>,
+        ws: &str,
+        page: Option<(usize, usize)>,
+    ) -> Result<Vec<Row>> {
         let mut and = String::new();
         let type_name = self.card_type.map(|t| t.as_str());
+        let made_before = self.made_before.map(|t| Stamp(t).to_string());
         let mut extra: Vec<&dyn super::db::ToValue> = Vec::new();
         if let Some(t) = &type_name {
             extra.push(t);
@@ -158,6 +171,13 @@ impl<'a> Filter<'a> {
                 extra.len() + 1
             ));
         }
+        if let Some(cut) = &made_before {
+            extra.push(cut);
+            and.push_str(&format!(
+                " AND COALESCE(c.made_at, c.created_at) < ?{}",
+                extra.len() + 1
+            ));
+        }
         if self.q.archived != Some(true) {
             and.push_str(" AND c.archived_at IS NULL");
         }
@@ -165,18 +185,83 @@ impl<'a> Filter<'a> {
             and.push_str(" AND c.awaiting = 1");
         }
         let order = "ORDER BY c.card_type, c.title_key, c.id";
-        let mut rows = read_rows(store, tx, ws, &and, &extra, order)?;
-        rows.retain(|r| self.keeps(r));
-        Ok(rows)
+        match page {
+            Some((offset, limit)) if self.in_sql() => {
+                let order = format!("{order} LIMIT {limit} OFFSET {offset}");
+                read_rows(store, tx, ws, &and, &extra, &order)
+            }
+            _ => {
+                let mut rows = read_rows(store, tx, ws, &and, &extra, order)?;
+                rows.retain(|r| self.keeps(r));
+                Ok(rows)
+            }
+        }
+    }
+
+    /// Whether SQL alone applies every filter (on indexed columns), so a page can be read
+    /// without the rows before it.
+    fn in_sql(&self) -> bool {
+        let q = self.q;
+        q.label.is_none()
+            && q.asset.is_none()
+            && q.user.is_none()
+            && q.stale_days.is_none()
+            && q.unverified != Some(false)
+    }
+
+    /// How many rows the filters keep, counted in SQL ([`Filter::in_sql`] must hold).
+    fn count_in_sql(&self, store: &Store, tx: &Tx<'_>, ws: &str) -> Result<usize> {
+        let type_name = self.card_type.map(|t| t.as_str());
+        let made_before = self.made_before.map(|t| Stamp(t).to_string());
+        let mut sql = String::from("SELECT COUNT(*) FROM cards c WHERE c.workspace = ?1");
+        let mut values: Vec<&dyn super::db::ToValue> = vec![&ws];
+        if let Some(t) = &type_name {
+            values.push(t);
+            sql.push_str(&format!(" AND c.card_type = ?{}", values.len()));
+        }
+        if let Some(g) = &self.q.group {
+            values.push(g);
+            sql.push_str(&format!(
+                " AND c.id IN (SELECT card_id FROM duplicate_groups WHERE workspace = ?1 AND group_id = ?{})",
+                values.len()
+            ));
+        }
+        if let Some(cut) = &made_before {
+            values.push(cut);
+            sql.push_str(&format!(
+                " AND COALESCE(c.made_at, c.created_at) < ?{}",
+                values.len()
+            ));
+        }
+        if self.q.archived != Some(true) {
+            sql.push_str(" AND c.archived_at IS NULL");
+        }
+        if self.q.unverified == Some(true) {
+            sql.push_str(" AND c.awaiting = 1");
+        }
+        let n: u64 = tx
+            .query_row(&sql, &values, |r| r.get(0))
+            .map_err(store.err("count cards"))?;
+        Ok(n as usize)
     }
 
     fn keeps(&self, f: &Row) -> bool {
-        let s = &f.summary;
+        self.keeps_summary(&f.summary, f.archived_at.is_some())
+            && self.stale_before.is_none_or(|cut| {
+                f.last_delivered_at.is_none_or(|t| t < cut) && f.made() < Stamp(cut)
+            })
+            && self.made_before.is_none_or(|cut| f.made() < Stamp(cut))
+    }
+
+    /// Whether a card passes the filters its summary (and whether it is archived) decide:
+    /// all but usage, age and group.
+    fn keeps_summary(&self, s: &CardSummary, archived: bool) -> bool {
         let q = self.q;
         let unverified = s.trust == Trust::Unverified;
-        (q.archived == Some(true) || f.archived_at.is_none())
+        let awaits_review = !archived && s.is_live() && unverified;
+        (q.archived == Some(true) || !archived)
             && q.unverified
-                .is_none_or(|u| if u { f.awaits_review() } else { !unverified })
+                .is_none_or(|u| if u { awaits_review } else { !unverified })
             && self.card_type.is_none_or(|t| t == s.card_type)
             && q.label.as_ref().is_none_or(|l| s.labels.contains(l))
             && q.asset
@@ -187,11 +272,20 @@ impl<'a> Filter<'a> {
                     || (unverified
                         && s.provenance.as_ref().and_then(|p| p.user_id.as_ref()) == Some(u))
             })
-            && self.stale_before.is_none_or(|cut| {
-                f.last_delivered_at.is_none_or(|t| t < cut) && f.made() < Stamp(cut)
-            })
-            && self.made_before.is_none_or(|cut| f.made() < Stamp(cut))
     }
+}
+
+/// The listing filters as a test on a card's summary, for a caller that holds every
+/// summary already (the search index): `None` when the filters need what only the rows
+/// hold (usage, age, group), so the caller asks [`Store::matching_cards`] instead.
+pub fn summary_filter(q: &ListQuery) -> Result<Option<impl Fn(&CardSummary, bool) -> bool + '_>> {
+    let filter = Filter::new(q)?;
+    if q.stale_days.is_some() || q.older_than_days.is_some() || q.group.is_some() {
+        return Ok(None);
+    }
+    Ok(Some(move |s: &CardSummary, archived: bool| {
+        filter.keeps_summary(s, archived)
+    }))
 }
 
 /// The moment `days` days ago (at most [`MAX_DAYS`]).
@@ -300,7 +394,12 @@ impl Store {
         });
         let replaced = tx
             .query_map(
-                "SELECT summary FROM cards WHERE workspace = ?1 AND superseded_by = ?2 ORDER BY created_at, id",
+                // The ids by their index first: SQLite would otherwise range over the
+                // workspace's primary key (its planner cannot tell that few cards share a
+                // superseder).
+                "SELECT c.summary FROM cards c WHERE c.workspace = ?1 AND c.id IN
+                   (SELECT s.id FROM cards s WHERE s.workspace = ?1 AND s.superseded_by = ?2)
+                 ORDER BY c.created_at, c.id",
                 params![ws, id],
                 |r| r.get::<String>(0),
             )
@@ -431,12 +530,21 @@ impl Store {
         let filter = Filter::new(q)?;
         let (offset, limit) = page_of(q.offset, q.limit);
         self.read(|tx| {
-            let rows = filter.rows(self, tx, ws)?;
-            let total = rows.len();
+            // A page of what SQL filters alone is read as that page; the rest reads the
+            // candidates and filters each.
+            let (total, rows) = if filter.in_sql() {
+                let total = filter.count_in_sql(self, tx, ws)?;
+                (
+                    total,
+                    filter.rows_paged(self, tx, ws, Some((offset, limit)))?,
+                )
+            } else {
+                let rows = filter.rows(self, tx, ws)?;
+                let total = rows.len();
+                (total, rows.into_iter().skip(offset).take(limit).collect())
+            };
             let cards = rows
                 .into_iter()
-                .skip(offset)
-                .take(limit)
                 .map(|r| self.info_of(tx, ws, r))
                 .collect::<Result<Vec<_>>>()?;
             Ok(CardPage {

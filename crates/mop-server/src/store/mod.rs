@@ -15,7 +15,7 @@ pub(crate) mod alerts;
 mod backup;
 pub(crate) mod cards;
 mod curation;
-pub use curation::{QueuePage, QueueStats};
+pub use curation::{QueuePage, QueueStats, summary_filter};
 pub mod db;
 pub(crate) mod intake;
 pub(crate) mod memories;

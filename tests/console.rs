@@ -613,7 +613,7 @@ fn a_curator_reviews_in_a_real_browser_and_hostile_cards_stay_inert() {
     // 7. A form without its CSRF token is refused; the same form with it is accepted.
     b.goto(&format!("/console/w/{WS}/cards/{hostile}"));
     b.wait_for("article.card");
-    b.js("var f = document.querySelector('form.action[action$=\"/do/disable\"]'); f.querySelector('input[name=_csrf]').remove(); f.requestSubmit();");
+    b.js("var f = document.querySelector('form.action[action$=\"/do/disable\"]'); f.querySelector('input[name=_csrf]').remove(); f.querySelector('input[name=reason]').value = 'test'; f.querySelector('input[name=confirm]').checked = true; f.requestSubmit();");
     b.wait_for("section.error");
     assert!(
         b.page_text().contains("security token"),
@@ -628,6 +628,11 @@ fn a_curator_reviews_in_a_real_browser_and_hostile_cards_stay_inert() {
     );
     b.goto(&format!("/console/w/{WS}/cards/{hostile}"));
     b.wait_for("article.card");
+    b.fill(
+        "form.action[action$=\"/do/disable\"] input[name=reason]",
+        "hostile text",
+    );
+    b.click("form.action[action$=\"/do/disable\"] input[name=confirm]");
     b.click("form.action[action$=\"/do/disable\"] button");
     b.wait_for("p.flash");
     let card = details(&server, &admin, &hostile);
@@ -772,7 +777,11 @@ fn console_posts_need_the_csrf_token_and_pages_carry_a_strict_policy() {
         .post(&disable)
         .header("cookie", &session)
         .header("sec-fetch-site", "same-origin")
-        .form(&[("_csrf", csrf.as_str())])
+        .form(&[
+            ("_csrf", csrf.as_str()),
+            ("reason", "a test"),
+            ("confirm", "yes"),
+        ])
         .send()
         .unwrap();
     assert_eq!(

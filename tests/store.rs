@@ -526,11 +526,7 @@ fn migrations_are_versioned_and_newer_databases_refused(engine: Engine) {
     let db = Db::fresh(engine);
     let epoch = db.store().epoch().to_owned();
     assert_eq!(db.store().epoch(), epoch, "reopening keeps the epoch");
-    assert_eq!(
-        db.schema_version(),
-        6,
-        "migration 6: the superseder and the making time per row"
-    );
+    assert_eq!(db.schema_version(), 7, "migration 7: the alerts outbox");
     db.set_schema_version(99);
     let err = Store::connect(&db.database).unwrap_err();
     assert!(matches!(err, StoreError::TooNew { found: 99, .. }), "{err}");
@@ -928,9 +924,15 @@ fn the_queue_counts_come_from_the_per_row_flag_and_an_upgrade_fills_it(engine: E
     db.exec("DROP INDEX cards_made");
     db.exec("ALTER TABLE cards DROP COLUMN superseded_by");
     db.exec("ALTER TABLE cards DROP COLUMN made_at");
+    db.exec("DROP TABLE alerts");
     db.set_schema_version(4);
     let upgraded = db.store();
-    assert_eq!(db.schema_version(), 6);
+    assert_eq!(db.schema_version(), 7);
+    assert_eq!(
+        upgraded.alert_counts().unwrap().pending,
+        0,
+        "migration 7 made the outbox"
+    );
     assert_eq!(
         waiting(&upgraded),
         (1, true),

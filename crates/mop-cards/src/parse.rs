@@ -82,6 +82,22 @@ fn is_delimiter(line: &str) -> bool {
     line.trim_end_matches(['\n', '\r', ' ', '\t']) == "---"
 }
 
+/// The provenance of its fields in [`PROVENANCE_KEYS`] order; none when all are absent.
+fn provenance_of(fields: Vec<Option<String>>) -> Option<Provenance> {
+    if fields.iter().all(Option::is_none) {
+        return None;
+    }
+    let mut f = fields.into_iter();
+    let mut next = || f.next().flatten();
+    Some(Provenance {
+        task_id: next(),
+        user_id: next(),
+        asset_id: next(),
+        imported_by: next(),
+        imported_from: next(),
+    })
+}
+
 /// Loads the frontmatter as one YAML mapping, in file order.
 fn load_mapping(frontmatter: &str) -> Result<yaml_rust2::yaml::Hash, CardError> {
     reject_control_chars(frontmatter)?;
@@ -240,14 +256,7 @@ fn card_from_mapping(map: yaml_rust2::yaml::Hash, body: &str) -> Result<Card, Ca
                 }
             }
             "provenance" => {
-                let fields = nested("provenance", &value, PROVENANCE_KEYS)?;
-                provenance = (!fields.iter().all(Option::is_none)).then(|| Provenance {
-                    task_id: fields[0].clone(),
-                    user_id: fields[1].clone(),
-                    asset_id: fields[2].clone(),
-                    imported_by: fields[3].clone(),
-                    imported_from: fields[4].clone(),
-                });
+                provenance = provenance_of(nested("provenance", &value, PROVENANCE_KEYS)?);
             }
             _ => {
                 if let Some(rule) = unrenderable(&value) {

@@ -177,7 +177,13 @@ fn each_field_rule() {
             "provenance:\n  author: bob\n",
             "provenance.author",
             Rule::UnknownKey {
-                allowed: &["task_id", "user_id", "asset_id"],
+                allowed: &[
+                    "task_id",
+                    "user_id",
+                    "asset_id",
+                    "imported_by",
+                    "imported_from",
+                ],
             },
         ),
         ("importance: 1.5\n", "importance", Rule::UnitInterval),

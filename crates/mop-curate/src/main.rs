@@ -754,18 +754,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             file,
             allow_credentials,
             version,
-        } => {
-            let id = card_id(&id)?;
-            let edited = file
-                .map(|f| {
-                    std::fs::read_to_string(&f)
-                        .with_context(|| format!("cannot read {}", f.display()))
-                })
-                .transpose()?;
-            let tag = version_for(&c, &id, version)?;
-            let change = c.verify(&id, edited, Some(&tag), allow_credentials)?;
-            println!("verified card {id} (revision {})", change.revision);
-        }
+        } => verify(&c, &id, file, allow_credentials, version)?,
         Command::Reject {
             id,
             reason,
@@ -788,23 +777,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Create(args) => create(&c, args)?,
         Command::Combine(args) => combine_group(&c, args)?,
         Command::Group { group, json } => {
-            let item = c.group(&group)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&item)?);
-            } else {
-                print!("{}", render::review_item(1, 1, &item));
-            }
+            print_as(json, &c.group(&group)?, |i| render::review_item(1, 1, i))?
         }
         Command::Bulk(args) => bulk(&c, args)?,
-        Command::Export { out, filters } => {
-            let q = ListQuery {
-                offset: None,
-                limit: None,
-                ..filters.query()
-            };
-            let n = transfer::export(&c, &q, &out)?;
-            println!("exported {n} card(s) to {}", out.display());
-        }
+        Command::Export { out, filters } => export(&c, &out, &filters)?,
         Command::Archive(a) => set_state(&c, "archive", a)?,
         Command::Unarchive(a) => set_state(&c, "unarchive", a)?,
         Command::Disable(a) => set_state(&c, "disable", a)?,
@@ -816,11 +792,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             user,
             json,
         } => {
-            let files = transfer::collect(&paths)?;
-            if files.is_empty() {
-                anyhow::bail!("no .md file under the paths given; name the files to import");
-            }
-            let answer = transfer::import(&c, files, dry_run, user)?;
+            let answer = transfer::import_paths(&c, &paths, dry_run, user)?;
             print_as(json, &answer, transfer::render)?;
         }
         Command::Revert { id, to, version } => revert(&c, &id, to, version)?,
@@ -882,6 +854,38 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 /// `mop-curate delete`: a card gone for good, after a typed yes.
+/// `verify`, of the card as it is or of an edited copy in `file`.
+fn verify(
+    c: &Connection,
+    id: &str,
+    file: Option<std::path::PathBuf>,
+    allow_credentials: bool,
+    version: Version,
+) -> Result<()> {
+    let id = card_id(id)?;
+    let edited = file
+        .map(|f| {
+            std::fs::read_to_string(&f).with_context(|| format!("cannot read {}", f.display()))
+        })
+        .transpose()?;
+    let tag = version_for(c, &id, version)?;
+    let change = c.verify(&id, edited, Some(&tag), allow_credentials)?;
+    println!("verified card {id} (revision {})", change.revision);
+    Ok(())
+}
+
+/// `export`: every card the filters match (paging ignored).
+fn export(c: &Connection, out: &std::path::Path, filters: &Filters) -> Result<()> {
+    let q = ListQuery {
+        offset: None,
+        limit: None,
+        ..filters.query()
+    };
+    let n = transfer::export(c, &q, out)?;
+    println!("exported {n} card(s) to {}", out.display());
+    Ok(())
+}
+
 /// Asks `question` on the terminal; anything but "yes" stops with `refused`.
 fn confirm(question: &str, refused: &str) -> Result<()> {
     eprint!("{question} Type yes: ");

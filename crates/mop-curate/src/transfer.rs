@@ -77,6 +77,20 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
+/// Reads the files under `paths` and imports them.
+pub fn import_paths(
+    c: &Connection,
+    paths: &[PathBuf],
+    dry_run: bool,
+    user: Option<String>,
+) -> Result<ImportAnswer> {
+    let files = collect(paths)?;
+    if files.is_empty() {
+        bail!("no .md file under the paths given; name the files to import");
+    }
+    import(c, files, dry_run, user)
+}
+
 /// Sends `files` in requests the server's body limit takes; one answer for all.
 pub fn import(
     c: &Connection,

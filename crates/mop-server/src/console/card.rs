@@ -578,6 +578,12 @@ pub(super) struct ActForm {
 }
 
 impl ActForm {
+    /// A reason given and the confirmation ticked (what taking a card out needs).
+    fn confirmed(&self) -> bool {
+        self.confirm.as_deref() == Some("yes")
+            && self.reason.as_deref().is_some_and(|r| !r.trim().is_empty())
+    }
+
     /// The fields form as a request: every field it shows is set (empty: none).
     fn fields(&self) -> Result<mop_proto::curation::FieldsRequest, String> {
         let card_type = match self.card_type.as_deref().map(str::trim) {
@@ -640,14 +646,9 @@ pub(super) async fn act(
     match action.as_str() {
         "delete" => {
             let reason = form.reason.clone().unwrap_or_default();
-            if form.confirm.as_deref() != Some("yes") || reason.trim().is_empty() {
-                return Err(api_error(
-                    &ctx,
-                    Some(&ws),
-                    ApiError::bad_request(
-                        "to delete a card for good, give a reason and tick the confirmation",
-                    ),
-                ));
+            if !form.confirmed() {
+                let why = "to delete a card for good, give a reason and tick the confirmation";
+                return Err(api_error(&ctx, Some(&ws), ApiError::bad_request(why)));
             }
             return match delete_card(&console.app, &ctx.caller, &ws, id, Some(reason)).await {
                 Ok(_) => {
@@ -701,14 +702,9 @@ pub(super) async fn act(
             form.fields()
                 .map_err(|m| api_error(&ctx, Some(&ws), ApiError::bad_request(m)))?,
         ),
-        "disable" | "archive" if form.confirm.as_deref() != Some("yes") || reason().is_none() => {
-            return Err(api_error(
-                &ctx,
-                Some(&ws),
-                ApiError::bad_request(format!(
-                    "to {action} a card, give a reason and tick the confirmation"
-                )),
-            ));
+        "disable" | "archive" if !form.confirmed() => {
+            let why = format!("to {action} a card, give a reason and tick the confirmation");
+            return Err(api_error(&ctx, Some(&ws), ApiError::bad_request(why)));
         }
         "disable" => Action::State(CardState::Disable, reason()),
         "enable" => Action::State(CardState::Enable, reason()),

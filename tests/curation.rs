@@ -1612,6 +1612,27 @@ fn a_curator_imports_claude_md_agents_md_and_an_auto_memory_directory() {
         grouped.cards[0].with,
         Some(by_title("Migrations").summary.id)
     );
+
+    // Two sections of one file with one lesson: the dry run says what the import does.
+    let twice = src.path().join("twice");
+    let lesson =
+        "Rotate the signing key every ninety days and record the rotation in the vault log.";
+    put(
+        &twice,
+        "AGENTS.md",
+        &format!("# Keys\n{lesson}\n\n# Signing\n{lesson}\n"),
+    );
+    let outcomes = |a: &ImportAnswer| a.cards.iter().map(|c| c.outcome).collect::<Vec<_>>();
+    let path = twice.to_str().unwrap();
+    let dry: ImportAnswer = env.curate_as(&["import", path, "--dry-run", "--json"]);
+    let done: ImportAnswer = env.curate_as(&["import", path, "--json"]);
+    assert_eq!(
+        outcomes(&dry),
+        [ImportOutcome::Created, ImportOutcome::Grouped],
+        "{dry:#?}"
+    );
+    assert_eq!(outcomes(&done), outcomes(&dry), "{done:#?}");
+    assert_eq!(done.cards[1].with, Some(done.cards[0].id));
 }
 
 #[test]

@@ -43,7 +43,7 @@ pub use hidden::{is_default_ignorable, is_hidden_char, one_line_for_agent, revea
 pub use id::{CardId, IdError, is_scope_id, is_slug, is_task_id};
 pub use lines::CardLine;
 pub use memory_md::{escape_inline, is_primary_anchor, render_memory_md};
-pub use parse::{MAX_FRONTMATTER_BYTES, card_body, parse_card};
+pub use parse::{MAX_FRONTMATTER_BYTES, card_body, check_frontmatter, parse_card};
 pub use render::render_card;
 pub use select::{
     Catalog, CatalogError, MatchClass, Selected, Selection, TextHit, Tier, TierCounts, VisibleSet,

@@ -142,6 +142,19 @@ fn reject_control_chars(frontmatter: &str) -> Result<(), CardError> {
     Ok(())
 }
 
+/// Whether `frontmatter` may be loaded as YAML at all: within [`MAX_FRONTMATTER_BYTES`],
+/// with no anchor, alias or deep nesting. For any reader of frontmatter that is not a card
+/// (a memory file's), before it loads one.
+pub fn check_frontmatter(frontmatter: &str) -> Result<(), CardError> {
+    if frontmatter.len() > MAX_FRONTMATTER_BYTES {
+        return Err(CardError::FrontmatterTooLarge {
+            size: frontmatter.len(),
+            max: MAX_FRONTMATTER_BYTES,
+        });
+    }
+    reject_unsafe_yaml(frontmatter)
+}
+
 /// Anchors and aliases let a few bytes expand into gigabytes ("billion laughs"), and cards
 /// never need them; deep nesting has no use either. Both are refused before loading.
 fn reject_unsafe_yaml(frontmatter: &str) -> Result<(), CardError> {

@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 use mop_proto::curation::{ImportAnswer, ImportFile, ImportOutcome, ImportRequest, ListQuery};
 
 use crate::api::Connection;
+use crate::render::safe;
 
 /// Directories a walk never enters: version control and build output, not memory.
 const SKIP_DIRS: &[&str] = &[".git", "node_modules", "target", ".venv"];
@@ -157,14 +158,16 @@ pub fn render(a: &ImportAnswer) -> String {
             "{what}: {} {} \"{}\"  (from {})\n",
             c.id,
             c.card_type.as_str(),
-            c.title,
-            c.file
+            safe(&c.title),
+            safe(&c.file)
         ));
     }
+    // Titles and reasons come from the files: shown with control characters escaped.
     for s in &a.skipped {
+        let (file, reason) = (safe(&s.file), safe(&s.reason));
         match &s.title {
-            Some(t) => out.push_str(&format!("left out: {} \"{t}\": {}\n", s.file, s.reason)),
-            None => out.push_str(&format!("left out: {}: {}\n", s.file, s.reason)),
+            Some(t) => out.push_str(&format!("left out: {file} \"{}\": {reason}\n", safe(t))),
+            None => out.push_str(&format!("left out: {file}: {reason}\n")),
         }
     }
     let verb = if a.done {

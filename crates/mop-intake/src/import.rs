@@ -77,6 +77,10 @@ pub fn read_source(path: &str, text: &str) -> Source {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let (front, body) = split_front(text);
     if let Some(front) = front {
+        // A memory file is untrusted text: no YAML that could expand as it loads.
+        if let Err(e) = mop_cards::check_frontmatter(front) {
+            return Source::Skip(format!("its frontmatter cannot be read safely: {e}"));
+        }
         let map = YamlLoader::load_from_str(front)
             .ok()
             .and_then(|docs| docs.into_iter().next());
@@ -373,6 +377,21 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn yaml_that_would_expand_is_refused_before_it_loads() {
+        let bomb = "---\na: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n---\n# T\ntext\n";
+        match read_source("AGENTS.md", bomb) {
+            Source::Skip(why) => assert!(why.contains("cannot be read safely"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // Control: the same file without anchors is read.
+        let plain = "---\na: [x]\n---\n# T\ntext\n";
+        assert!(matches!(
+            read_source("AGENTS.md", plain),
+            Source::Drafts { .. }
+        ));
     }
 
     #[test]

@@ -97,7 +97,7 @@ impl Webhook {
             .checked_shl(attempts.min(62))
             .unwrap_or(u64::MAX)
             .min(self.config.max_backoff_secs);
-        let jitter = fastrand::u64(0..=secs.div_ceil(10) * 1000);
+        let jitter = fastrand::u64(0..=secs * 100);
         Duration::from_secs(secs) + Duration::from_millis(jitter)
     }
 

@@ -97,6 +97,10 @@ impl Alerts {
                     .into(),
             );
         }
+        // A week between attempts is the most that is still a retry.
+        if self.max_backoff_secs > 7 * 86_400 {
+            return Err("alerts.max_backoff_secs must be at most 604800 (a week)".into());
+        }
         for (key, n) in [
             ("alerts.item_age_secs", self.item_age_secs),
             ("alerts.scan_secs", self.scan_secs),

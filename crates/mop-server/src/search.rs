@@ -154,6 +154,14 @@ pub struct SearchCache {
     building: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
+/// The built indexes by workspace, shared with background rebuilds, and how many times
+/// indexes were dropped (a build that began before a drop must not be served after it).
+#[derive(Debug, Default, Clone)]
+struct Built {
+    indexes: Arc<Mutex<HashMap<String, Arc<WorkspaceIndex>>>>,
+    drops: Arc<std::sync::atomic::AtomicU64>,
+}
+
 impl SearchCache {
     /// Indexes under `base/<random>/`. What servers that are gone left under `base` (a
     /// killed server leaves its last indexes behind) is removed; a running one's (its lock
@@ -198,7 +206,10 @@ impl SearchCache {
     /// Drops the index of `ws`, or of every workspace: after a hard delete or a purge the
     /// removed text must not stay searchable (nor on disk) until the next rebuild.
     pub fn forget(&self, ws: Option<&str>) {
-        let mut built = self.built.lock();
+        let mut built = self.built.indexes.lock();
+        self.built
+            .drops
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         match ws {
             Some(ws) => {
                 built.remove(ws);
@@ -217,7 +228,7 @@ impl SearchCache {
         let fresh = |c: &HashMap<String, Arc<WorkspaceIndex>>| {
             c.get(ws).filter(|i| i.revision >= revision).cloned()
         };
-        let current = self.built.lock().get(ws).cloned();
+        let current = self.built.indexes.lock().get(ws).cloned();
         if let Some(i) = current.as_ref().filter(|i| i.revision >= revision) {
             return Ok(i.clone());
         }
@@ -246,15 +257,12 @@ impl SearchCache {
             return Ok(stale);
         }
         let _one_build = lock.lock().await;
-        if let Some(i) = fresh(&self.built.lock()) {
+        if let Some(i) = fresh(&self.built.indexes.lock()) {
             return Ok(i);
         }
         build_into(&self.built, store.clone(), ws, self.dir.clone(), false).await
     }
 }
-
-/// The built indexes by workspace, shared with background rebuilds.
-type Built = Arc<Mutex<HashMap<String, Arc<WorkspaceIndex>>>>;
 
 /// Builds the index of `ws` and makes it the one served; a background rebuild
 /// (`replace_only`) only replaces one still served, since an index dropped meanwhile was
@@ -267,6 +275,7 @@ async fn build_into(
     replace_only: bool,
 ) -> Result<Arc<WorkspaceIndex>, StoreError> {
     let name = ws.to_owned();
+    let drops = built.drops.load(std::sync::atomic::Ordering::SeqCst);
     let started = std::time::Instant::now();
     let index = tokio::task::spawn_blocking(move || build(&store, &name, &dir))
         .await
@@ -279,8 +288,9 @@ async fn build_into(
         "curation search index built"
     );
     let index = Arc::new(index);
-    let mut served = built.lock();
-    if !replace_only || served.contains_key(ws) {
+    let mut served = built.indexes.lock();
+    let dropped = built.drops.load(std::sync::atomic::Ordering::SeqCst) != drops;
+    if !dropped && (!replace_only || served.contains_key(ws)) {
         served.insert(ws.to_owned(), index.clone());
     }
     Ok(index)

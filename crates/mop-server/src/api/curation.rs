@@ -81,6 +81,7 @@ pub(crate) async fn review_page(
     for (group, cards) in queue.page {
         items.extend(item(&index, group, cards)?);
     }
+    only_live_nearest(state, &ws, &mut items).await?;
     Ok(ReviewQueue {
         total: queue.entries,
         cards: queue.cards,
@@ -141,11 +142,34 @@ pub(crate) async fn group_item(
     let (store, ws2, g) = (state.store.clone(), ws.clone(), group.clone());
     let cards = blocking(move || store.group_entry(&ws2, &g)).await?;
     let index = index(state, &ws).await?;
-    item(&index, Some(group.clone()), cards)?.ok_or_else(|| {
+    let found = item(&index, Some(group.clone()), cards)?.ok_or_else(|| {
         ApiError::not_found(format!(
             "no card of group {group} waits for review in workspace {ws}"
         ))
-    })
+    })?;
+    let mut items = vec![found];
+    only_live_nearest(state, &ws, &mut items).await?;
+    Ok(items.pop().expect("one item"))
+}
+
+/// Leaves out of each entry's nearest cards those no longer live: the index may be behind
+/// the rows (rebuilt in the background, or on another server), and a card deleted for
+/// good must not be named from it.
+async fn only_live_nearest(
+    state: &Arc<AppState>,
+    ws: &str,
+    items: &mut [ReviewItem],
+) -> Result<(), ApiError> {
+    let ids: Vec<CardId> = items
+        .iter()
+        .flat_map(|i| i.nearest.iter().map(|n| n.id))
+        .collect();
+    let (store, ws) = (state.store.clone(), ws.to_owned());
+    let live = blocking(move || store.live_ids(&ws, &ids)).await?;
+    for i in items {
+        i.nearest.retain(|n| live.contains(&n.id));
+    }
+    Ok(())
 }
 
 /// What a rendering of `text` leaves out, in words.

@@ -225,7 +225,7 @@ fn fields_form(ctx: &Ctx, base: &str, card: &CardInfo) -> Markup {
                 label { "Labels " input type="text" name="labels" value=(s.labels.join(", ")) placeholder="go, backend" size="30"; }
                 label { "User " input type="text" name="user" value=(s.scope.user_id.as_deref().unwrap_or("")) placeholder="whole workspace" size="16"; }
                 label { "Asset " input type="text" name="asset" value=(s.scope.asset_id.as_deref().unwrap_or("")) placeholder="any asset" size="16"; }
-                label { "Importance " input type="number" name="importance" min="0" max="1" step="0.05" value=(s.importance); }
+                label { "Importance " input type="number" name="importance" min="0" max="1" step="any" value=(s.importance); }
             }))
         }
     }

@@ -455,8 +455,9 @@ pub fn set_fields(
             changed.push("type");
         }
         if let Some(labels) = &req.labels {
-            let mut labels = labels.clone();
-            labels.dedup();
+            // Each label once, in the order given.
+            let mut seen = std::collections::HashSet::new();
+            let labels: Vec<String> = labels.iter().filter(|l| seen.insert(*l)).cloned().collect();
             if labels != s.labels {
                 s.labels = labels;
                 changed.push("labels");

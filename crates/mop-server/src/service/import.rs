@@ -76,12 +76,12 @@ pub fn import(
         done: !req.dry_run,
         revision: None,
     };
-    store.write(|tx| {
+    // A dry run decides in a read transaction exactly as the import would in its write.
+    let run = |tx: &Tx<'_>| -> Result<()> {
         if !req.dry_run {
             store.open_workspace(tx, ws)?;
         }
-        // Lessons entered by this import, for a dry run that writes none of them.
-        let mut batch: Vec<(Lesson, CardId)> = Vec::new();
+        let mut batch = Batch::default();
         for entry in &entries {
             let Some(card) = admit(store, tx, ws, entry, &mut batch, &mut answer.skipped)? else {
                 continue;
@@ -104,8 +104,27 @@ pub fn import(
             answer.cards.push(card);
         }
         Ok(())
-    })?;
+    };
+    if req.dry_run {
+        store.read(run)?;
+    } else {
+        store.write(run)?;
+    }
     Ok(answer)
+}
+
+/// The cards this import made (or, in a dry run, would make): what later sections are
+/// compared with, so the dry run and the import decide alike.
+#[derive(Default)]
+struct Batch {
+    /// Each card's lesson, id and whether it is verified (an OKF card may be).
+    cards: Vec<(Lesson, CardId, bool)>,
+}
+
+impl Batch {
+    fn has(&self, id: &CardId) -> bool {
+        self.cards.iter().any(|(_, c, _)| c == id)
+    }
 }
 
 /// Reads one file into entries, or says why it is skipped.
@@ -183,7 +202,7 @@ fn admit(
     tx: &Tx<'_>,
     ws: &str,
     entry: &Entry,
-    batch: &mut Vec<(Lesson, CardId)>,
+    batch: &mut Batch,
     skipped: &mut Vec<ImportSkip>,
 ) -> Result<Option<ImportedCard>> {
     let s = &entry.card.summary;
@@ -209,16 +228,17 @@ fn admit(
         outcome: ImportOutcome::Created,
         with: None,
     };
+    let lesson = intake::lesson(&s.title, &entry.card.body);
     if entry.okf {
-        if store.find_row(tx, ws, &s.id)?.is_some() {
+        if batch.has(&s.id) || store.find_row(tx, ws, &s.id)?.is_some() {
             return skip(format!(
-                "card {} exists in workspace {ws}: edit it there instead",
+                "card {} exists in workspace {ws} (or earlier in this import): edit it there instead",
                 s.id
             ));
         }
+        batch.cards.push((lesson, s.id, s.trust == Trust::Verified));
         return Ok(Some(imported));
     }
-    let lesson = intake::lesson(&s.title, &entry.card.body);
     if let Some(stone) = store.rejected_lesson(tx, ws, &lesson)? {
         let r = stone.note;
         return skip(format!(
@@ -226,7 +246,12 @@ fn admit(
             r.at, r.reason, r.id
         ));
     }
-    let mut matches = store.same_lesson_cards(tx, ws, &lesson)?;
+    // The workspace's cards of the same lesson; this import's own are compared below.
+    let mut matches: Vec<_> = store
+        .same_lesson_cards(tx, ws, &lesson)?
+        .into_iter()
+        .filter(|m| !batch.has(&m.row.summary.id))
+        .collect();
     matches.sort_by(|a, b| b.score.total_cmp(&a.score));
     if let Some(m) = matches
         .iter()
@@ -250,13 +275,19 @@ fn admit(
     }
     let same = &store.intake_policy().same_lesson;
     let earlier = batch
+        .cards
         .iter()
-        .find(|(l, _)| lesson.same_as(l, same).is_some())
-        .map(|(_, id)| *id);
+        .find(|(l, _, _)| lesson.same_as(l, same).is_some());
+    if let Some((_, id, true)) = earlier {
+        return skip(format!(
+            "verified card {id}, earlier in this import, holds the same lesson"
+        ));
+    }
+    let earlier = earlier.map(|(_, id, _)| *id);
     if let Some(with) = matches.first().map(|m| m.row.summary.id).or(earlier) {
         imported.outcome = ImportOutcome::Grouped;
         imported.with = Some(with);
     }
-    batch.push((lesson, s.id));
+    batch.cards.push((lesson, s.id, false));
     Ok(Some(imported))
 }

@@ -4,8 +4,8 @@
 //! announced: a duplicate group with a card waiting (`new_group`), and a queue entry (a
 //! lone card, or a group) waiting longer than the configured age (`item_aged`). Each
 //! becomes one row, keyed by workspace, kind and subject, so it is announced once however
-//! often the check runs, and it stays until the webhook took it: a restart or a receiver
-//! that is down loses nothing. The body is made once, so every attempt sends (and signs)
+//! often the check runs (it reads only what has no row yet), and it stays until the
+//! webhook took it: a restart or a receiver that is down loses nothing. The body is made once, so every attempt sends (and signs)
 //! the same bytes. Stores never touch this table: the check reads the queue on its own
 //! schedule.
 //!
@@ -118,6 +118,8 @@ impl Store {
                      FROM duplicate_groups g
                      JOIN cards c ON c.workspace = g.workspace AND c.id = g.card_id
                      WHERE c.awaiting = 1
+                       AND NOT EXISTS (SELECT 1 FROM alerts a WHERE a.workspace = g.workspace
+                                       AND a.kind = 'new_group' AND a.subject = g.group_id)
                      GROUP BY g.workspace, g.group_id",
                     params![],
                     |r| {
@@ -137,7 +139,10 @@ impl Store {
                     "SELECT c.workspace, g.group_id, c.id, COALESCE(c.made_at, c.created_at)
                      FROM cards c
                      LEFT JOIN duplicate_groups g ON g.workspace = c.workspace AND g.card_id = c.id
-                     WHERE c.awaiting = 1 AND COALESCE(c.made_at, c.created_at) < ?1",
+                     WHERE c.awaiting = 1 AND COALESCE(c.made_at, c.created_at) < ?1
+                       AND NOT EXISTS (SELECT 1 FROM alerts a WHERE a.workspace = c.workspace
+                                       AND a.kind = 'item_aged'
+                                       AND a.subject = COALESCE(g.group_id, c.id))",
                     params![cut],
                     |r| {
                         Ok(Found {
@@ -150,6 +155,11 @@ impl Store {
                     },
                 )
                 .map_err(&e)?;
+            // Waiting cards per group not yet announced, for an aged group's event.
+            let group_sizes: std::collections::HashMap<(&str, &str), u64> = groups
+                .iter()
+                .filter_map(|f| Some(((f.workspace.as_str(), f.group.as_deref()?), f.waiting)))
+                .collect();
             let mut room = max_pending.saturating_sub(pending);
             let mut queued = 0;
             let found = groups
@@ -162,10 +172,18 @@ impl Store {
                 }
                 let subject = f.group.as_deref().unwrap_or(&f.card);
                 let waiting = match &f.group {
-                    Some(g) => groups
-                        .iter()
-                        .find(|x| x.workspace == f.workspace && x.group.as_ref() == Some(g))
-                        .map_or(f.waiting, |x| x.waiting),
+                    Some(g) => match group_sizes.get(&(f.workspace.as_str(), g.as_str())) {
+                        Some(n) => *n,
+                        None => tx
+                            .query_row(
+                                "SELECT COUNT(*) FROM duplicate_groups g
+                                 JOIN cards c ON c.workspace = g.workspace AND c.id = g.card_id
+                                 WHERE g.workspace = ?1 AND g.group_id = ?2 AND c.awaiting = 1",
+                                params![f.workspace, g],
+                                |r| r.get(0),
+                            )
+                            .map_err(&e)?,
+                    },
                     None => f.waiting,
                 };
                 let body = Body {

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::db::{Tx, params};
+use super::db::{OptionalExtension, Tx, params};
 use jiff::{Timestamp, ToSpan};
 use mop_cards::{CardId, CardSummary, CardType, Trust};
 use mop_proto::curation::{
@@ -185,9 +185,17 @@ impl<'a> Filter<'a> {
             and.push_str(" AND c.awaiting = 1");
         }
         let order = "ORDER BY c.card_type, c.title_key, c.id";
-        match page {
+        let page = page.map(|(offset, limit)| {
+            let clamp = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+            (clamp(offset), clamp(limit))
+        });
+        match &page {
             Some((offset, limit)) if self.in_sql() => {
-                let order = format!("{order} LIMIT {limit} OFFSET {offset}");
+                // Bound, not written into the SQL: one prepared statement for every page.
+                extra.push(limit);
+                extra.push(offset);
+                let n = extra.len();
+                let order = format!("{order} LIMIT ?{} OFFSET ?{}", n, n + 1);
                 read_rows(store, tx, ws, &and, &extra, &order)
             }
             _ => {
@@ -552,6 +560,27 @@ impl Store {
                 offset,
                 cards,
             })
+        })
+    }
+
+    /// Which of `ids` are live cards (enabled, not superseded, not archived) now.
+    pub fn live_ids(&self, ws: &str, ids: &[CardId]) -> Result<HashSet<CardId>> {
+        self.read(|tx| {
+            let mut live = HashSet::new();
+            for id in ids {
+                let found = tx
+                    .query_row(
+                        "SELECT 1 FROM cards WHERE workspace = ?1 AND id = ?2 AND live = 1 AND archived_at IS NULL",
+                        params![ws, id.to_string()],
+                        |r| r.get::<i64>(0),
+                    )
+                    .optional()
+                    .map_err(self.err("read cards"))?;
+                if found.is_some() {
+                    live.insert(*id);
+                }
+            }
+            Ok(live)
         })
     }
 

@@ -535,7 +535,6 @@ pub(crate) fn group_members(tx: &Tx<'_>, ws: &str, group: &str) -> db::Result<Ve
 }
 
 impl Store {
-    /// Marks each card whose lesson matches a live tombstone as previously rejected.
     /// Puts card `new` in the duplicate group of `existing` (a curator's import of the
     /// same lesson).
     pub(crate) fn group_with(
@@ -548,6 +547,7 @@ impl Store {
         join_group(tx, ws, new, existing).map_err(self.err("group a duplicate"))
     }
 
+    /// Marks each card whose lesson matches a live tombstone as previously rejected.
     pub(crate) fn mark_rejected(
         &self,
         tx: &Tx<'_>,

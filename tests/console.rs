@@ -135,6 +135,17 @@ impl Browser {
         }
     }
 
+    /// Opens the workspace's queue and logs in with `token`; the login page's 401 is
+    /// expected and taken out of the console log.
+    fn login(&self, token: &str) {
+        self.goto(&format!("/console/w/{WS}"));
+        self.wait_for("input#token");
+        self.fill("input#token", token);
+        self.click("section.login button[type=submit]");
+        self.wait_for("#queue");
+        self.console_errors();
+    }
+
     fn goto(&self, path: &str) {
         self.rt
             .block_on(self.client.goto(&format!("{}{path}", self.base)))
@@ -1152,12 +1163,7 @@ fn credentials_and_rejected_lessons_are_marked_and_handled_in_the_browser() {
     let back = again["id"].as_str().unwrap().to_owned();
 
     let b = Browser::start(&server.url);
-    b.goto(&format!("/console/w/{WS}"));
-    b.wait_for("input#token");
-    b.fill("input#token", &admin);
-    b.click("section.login button[type=submit]");
-    b.wait_for("#queue");
-    b.console_errors();
+    b.login(&admin);
 
     // The card is marked, with the kind and place, and never shows a verify button alone.
     b.goto(&format!("/console/w/{WS}/cards/{id}"));
@@ -1319,12 +1325,7 @@ fn a_curator_sees_all_an_agent_reads_before_a_one_key_verify() {
         ids.insert(*name, stored["id"].as_str().unwrap().to_owned());
     }
     let b = Browser::start(&server.url);
-    b.goto(&format!("/console/w/{WS}"));
-    b.wait_for("input#token");
-    b.fill("input#token", &admin);
-    b.click("section.login button[type=submit]");
-    b.wait_for("#queue");
-    b.console_errors();
+    b.login(&admin);
     let entry_js = |id: &str, expr: &str| {
         b.js(&format!(
             "var e = document.querySelector('article.entry[data-id=\"{id}\"]'); return e ? {expr} : null;"
@@ -1483,11 +1484,7 @@ fn a_curator_reverts_in_the_browser_and_a_rejected_card_says_so() {
     assert_eq!(code, 200, "{body}");
 
     let b = Browser::start(&server.url);
-    b.goto(&format!("/console/w/{WS}"));
-    b.wait_for("input#token");
-    b.fill("input#token", &admin);
-    b.click("section.login button[type=submit]");
-    b.wait_for("#queue");
+    b.login(&admin);
 
     // The history offers the first text back. Another curator edits the card while the
     // page is open: the revert is refused with the changed-meanwhile page, nothing lost.
@@ -1720,12 +1717,7 @@ fn the_curators_tools_in_the_browser_create_bulk_import_export_fields_and_disabl
     let admin = server.token_named("admin", &[WS], Some(CURATOR));
     let node = server.token("node", &[WS]);
     let b = Browser::start(&server.url);
-    b.goto(&format!("/console/w/{WS}"));
-    b.wait_for("input#token");
-    b.fill("input#token", &admin);
-    b.click("section.login button[type=submit]");
-    b.wait_for("#queue");
-    b.console_errors(); // the login page's 401 is expected
+    b.login(&admin);
     let set = |css: &str, value: &str| {
         b.js(&format!(
             "document.querySelector({}).value = {}; return 0;",

@@ -7,13 +7,12 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{Markup, html};
-use mop_cards::CardType;
 use mop_proto::curation::{CardInfo, ListQuery, StaleCard};
 use serde::{Deserialize, Serialize};
 
 use super::Console;
 use super::auth::Ctx;
-use super::layout::{api_error, badges, page, pager, respond};
+use super::layout::{api_error, badges, page, pager, respond, type_and_trust};
 use super::markdown::shown;
 use crate::api::curation::search_cards;
 use crate::api::{ApiError, blocking};
@@ -76,17 +75,7 @@ fn form(ws: &str, f: &SearchForm) -> Markup {
     html! {
         form.search method="get" action={ "/console/w/" (ws) "/search" } {
             input type="search" name="q" value=(f.q) placeholder="words, error codes…" aria-label="Search text";
-            select name="type" aria-label="Type" {
-                option value="" { "any type" }
-                @for t in CardType::NAMES {
-                    option value=(t) selected[f.card_type == *t] { (t) }
-                }
-            }
-            select name="unverified" aria-label="Trust" {
-                option value="" { "verified or not" }
-                option value="yes" selected[f.unverified == "yes"] { "unverified only" }
-                option value="no" selected[f.unverified == "no"] { "verified only" }
-            }
+            (type_and_trust(&f.card_type, &f.unverified))
             input type="text" name="label" value=(f.label) placeholder="label" aria-label="Label";
             input type="text" name="asset" value=(f.asset) placeholder="asset" aria-label="Asset";
             input type="text" name="user" value=(f.user) placeholder="user" aria-label="User";

@@ -165,3 +165,21 @@ pub fn pager(base: &str, offset: usize, shown: usize, total: usize, limit: usize
         }
     }
 }
+
+/// The type and trust choices of every card filter form (search, bulk, export), with
+/// `card_type` and `unverified` ("", "yes" or "no") selected.
+pub fn type_and_trust(card_type: &str, unverified: &str) -> Markup {
+    html! {
+        select name="type" aria-label="Type" {
+            option value="" { "any type" }
+            @for t in mop_cards::CardType::NAMES {
+                option value=(t) selected[t == card_type] { (t) }
+            }
+        }
+        select name="unverified" aria-label="Trust" {
+            option value="" { "verified or not" }
+            option value="yes" selected[unverified == "yes"] { "waiting for review" }
+            option value="no" selected[unverified == "no"] { "verified only" }
+        }
+    }
+}

@@ -19,7 +19,7 @@ use serde::Deserialize;
 
 use super::Console;
 use super::auth::{Ctx, Posted, check_upload};
-use super::layout::{api_error, csrf, page, respond};
+use super::layout::{api_error, csrf, page, respond, type_and_trust};
 use super::markdown::shown;
 use crate::api::admin::{export_tarball, import_files, tarball_response};
 use crate::api::{ApiError, blocking};
@@ -76,17 +76,7 @@ impl FilterForm {
 
     fn fields(&self) -> Markup {
         html! {
-            select name="type" aria-label="Type" {
-                option value="" { "any type" }
-                @for t in CardType::NAMES {
-                    option value=(t) selected[self.card_type == *t] { (t) }
-                }
-            }
-            select name="unverified" aria-label="Trust" {
-                option value="" { "verified or not" }
-                option value="yes" selected[self.unverified == "yes"] { "waiting for review" }
-                option value="no" selected[self.unverified == "no"] { "verified only" }
-            }
+            (type_and_trust(&self.card_type, &self.unverified))
             input type="text" name="label" value=(self.label) placeholder="label" aria-label="Label";
             input type="text" name="user" value=(self.user) placeholder="author or user" aria-label="User";
             input type="text" name="asset" value=(self.asset) placeholder="asset" aria-label="Asset";

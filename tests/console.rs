@@ -1971,3 +1971,144 @@ fn the_curators_tools_in_the_browser_create_bulk_import_export_fields_and_disabl
         .collect();
     assert!(errors.is_empty(), "{errors:?}");
 }
+
+/// A task's receipt, as a host reports it: `user`'s task ended with `outcome`, given
+/// `card`, which its agent gave `verdict` with `note`.
+fn verdict_receipt(task: &str, user: &str, card: &str, verdict: &str, note: &str) -> Value {
+    json!({
+        "schema": "mop.receipt/1",
+        "task_id": task,
+        "workspace": WS,
+        "host": format!("host-{user}"),
+        "generation": "e-1",
+        "profile": "default",
+        "user_id": user,
+        "prepared_at": jiff::Timestamp::now().to_string(),
+        "cards": [{"id": card, "sha256": "0".repeat(64), "tier": "L0", "rank": 1, "mounted": true, "listed": true}],
+        "left_out": [0, 0, 0],
+        "activity": {"feedback": [{"at": jiff::Timestamp::now().to_string(), "id": card, "verdict": verdict, "note": note}]},
+        "outcome": "failure",
+        "exit_code": 1,
+    })
+}
+
+#[test]
+fn a_card_agents_flag_reaches_the_queue_with_their_notes_and_a_curator_keeps_it() {
+    if !browser_available() {
+        return;
+    }
+    let server = Server::start_with("[metrics]\nenabled = true\nworkspace_names = true\n");
+    assert!(server.import(&example_cards_dir(), WS).status.success());
+    let admin = server.token_named("admin", &[WS], Some(CURATOR));
+    let node = server.token("node", &[WS]);
+    let (_, page, _) = api(
+        &server,
+        &admin,
+        reqwest::Method::GET,
+        "/cards?unverified=false",
+        None,
+        None,
+    );
+    let page: Value = serde_json::from_str(&page).unwrap();
+    let id = page["cards"][0]["summary"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let report = |receipts: Vec<Value>| {
+        let r = mop_testkit::http()
+            .post(format!("{}/v1/workspaces/{WS}/receipts", server.url))
+            .bearer_auth(&node)
+            .json(&json!({ "receipts": receipts }))
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200, "{}", r.text().unwrap());
+    };
+    let b = Browser::start(&server.url);
+    b.login(&admin);
+
+    // One user's agent says the card is wrong: below the threshold, no flag item.
+    report(vec![verdict_receipt(
+        "t-1",
+        "alice",
+        &id,
+        "wrong",
+        "the proxy moved to sq-09",
+    )]);
+    b.goto(&format!("/console/w/{WS}"));
+    b.wait_for("div.counts");
+    assert!(
+        b.js("return document.querySelectorAll('div.flag').length")
+            .as_u64()
+            == Some(0)
+    );
+    // A second user's agent agrees: the card is a flag item with both notes.
+    report(vec![verdict_receipt(
+        "t-2",
+        "bob",
+        &id,
+        "outdated",
+        "sq-02 was retired",
+    )]);
+    b.goto(&format!("/console/w/{WS}"));
+    b.wait_for("div.flag");
+    let flag = b.text("div.flag");
+    assert!(
+        flag.contains("the proxy moved to sq-09") && flag.contains("sq-02 was retired"),
+        "{flag}"
+    );
+    assert!(flag.contains("2 failed"), "{flag}");
+    assert!(
+        b.text("div.counts").contains("1 flagged by agents"),
+        "{}",
+        b.text("div.counts")
+    );
+    assert_eq!(flagged_gauge(&server), 1);
+    // The card's page has the counts.
+    b.goto(&format!("/console/w/{WS}/cards/{id}"));
+    b.wait_for("dd.feedback");
+    let verdicts = b.text("dd.feedback");
+    assert!(
+        verdicts.contains("wrong 1 / 1") && verdicts.contains("from 2 users"),
+        "{verdicts}"
+    );
+    assert!(
+        b.text("dd.outcomes").contains("0 succeeded, 2 failed"),
+        "{}",
+        b.text("dd.outcomes")
+    );
+
+    // The curator keeps it: the flag item goes, and the history names the curator.
+    b.goto(&format!("/console/w/{WS}"));
+    b.wait_for("form.keep");
+    b.fill("form.keep input.reason", "checked with the network team");
+    b.click("form.keep button");
+    b.wait_for("div.counts");
+    assert!(
+        b.js("return document.querySelectorAll('div.flag').length")
+            .as_u64()
+            == Some(0)
+    );
+    let d = details(&server, &admin, &id);
+    let last = d["history"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (last["action"].as_str(), last["actor_name"].as_str()),
+        (Some("keep"), Some(CURATOR)),
+        "{last}"
+    );
+    assert_eq!(d["card"]["usage"]["feedback"]["against_users"], 0);
+    assert_eq!(flagged_gauge(&server), 0);
+}
+
+/// `mop_server_review_queue_flagged` of workspace [`WS`] on the server's `/metrics`.
+fn flagged_gauge(server: &Server) -> u64 {
+    let body = mop_testkit::http()
+        .get(format!("{}/metrics", server.url))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let prefix = format!("mop_server_review_queue_flagged{{workspace=\"{WS}\"}} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no flagged gauge in:\n{body}"))
+}

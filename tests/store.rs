@@ -180,6 +180,7 @@ conformance!(
     a_verified_card_is_not_merged_where_fewer_tasks_see_it,
     the_queue_counts_come_from_the_per_row_flag_and_an_upgrade_fills_it,
     a_revert_restores_the_words_and_keeps_where_the_card_stands,
+    verdicts_and_outcomes_count_per_card_and_flag_verified_memory,
 );
 
 fn two_servers_on_one_database_give_the_same_revisions_and_etags(engine: Engine) {
@@ -526,7 +527,11 @@ fn migrations_are_versioned_and_newer_databases_refused(engine: Engine) {
     let db = Db::fresh(engine);
     let epoch = db.store().epoch().to_owned();
     assert_eq!(db.store().epoch(), epoch, "reopening keeps the epoch");
-    assert_eq!(db.schema_version(), 7, "migration 7: the alerts outbox");
+    assert_eq!(
+        db.schema_version(),
+        8,
+        "migration 8: verdicts and task outcomes"
+    );
     db.set_schema_version(99);
     let err = Store::connect(&db.database).unwrap_err();
     assert!(matches!(err, StoreError::TooNew { found: 99, .. }), "{err}");
@@ -740,6 +745,9 @@ fn receipt(task: &str, cards: &[&str], retrieved: &[&str]) -> mop_proto::receipt
             }],
             ..Default::default()
         },
+        outcome: None,
+        exit_code: None,
+        capture: None,
     }
 }
 
@@ -925,9 +933,13 @@ fn the_queue_counts_come_from_the_per_row_flag_and_an_upgrade_fills_it(engine: E
     db.exec("ALTER TABLE cards DROP COLUMN superseded_by");
     db.exec("ALTER TABLE cards DROP COLUMN made_at");
     db.exec("DROP TABLE alerts");
+    db.exec("DROP TABLE card_feedback");
+    db.exec("DROP TABLE card_flags");
+    db.exec("ALTER TABLE card_usage_days DROP COLUMN succeeded");
+    db.exec("ALTER TABLE card_usage_days DROP COLUMN failed");
     db.set_schema_version(4);
     let upgraded = db.store();
-    assert_eq!(db.schema_version(), 7);
+    assert_eq!(db.schema_version(), 8);
     assert_eq!(
         upgraded.alert_counts().unwrap().pending,
         0,
@@ -979,4 +991,176 @@ fn a_revert_restores_the_words_and_keeps_where_the_card_stands(engine: Engine) {
         store.card_info(WS, &d).unwrap().summary.superseded_by,
         Some(c)
     );
+}
+
+/// A receipt of `user`'s task on `host` that ended with `outcome`, with verdicts.
+fn ended(
+    task: &str,
+    user: &str,
+    host: &str,
+    outcome: mop_proto::receipts::Outcome,
+    verdicts: &[(&str, mop_proto::receipts::Verdict, Option<&str>)],
+) -> mop_proto::receipts::Receipt {
+    let mut r = receipt(task, &[A, B], &[]);
+    r.user_id = Some(user.into());
+    r.host = host.into();
+    r.outcome = Some(outcome);
+    r.activity.feedback = verdicts
+        .iter()
+        .map(|(id, verdict, note)| mop_proto::receipts::FeedbackEvent {
+            at: jiff::Timestamp::now(),
+            id: CardId::parse(id).unwrap(),
+            verdict: *verdict,
+            note: note.map(str::to_owned),
+        })
+        .collect();
+    r
+}
+
+fn verdicts_and_outcomes_count_per_card_and_flag_verified_memory(engine: Engine) {
+    use mop_proto::receipts::{Outcome, Verdict};
+    let (_db, store) = open(engine);
+    let (a, b) = (CardId::parse(A).unwrap(), CardId::parse(B).unwrap());
+    let flagged = |store: &Store| -> Vec<CardId> {
+        let q = store.review_queue(WS, None, None).unwrap();
+        q.page
+            .iter()
+            .flat_map(|(_, cards)| cards.iter().map(|(c, _)| c.summary.id))
+            .collect()
+    };
+    // One user says A is wrong, on two tasks: one user is not enough for a flag.
+    store
+        .ingest_receipts(
+            WS,
+            "tokn",
+            &[
+                ended(
+                    "t1",
+                    "alice",
+                    "host-a",
+                    Outcome::Failure,
+                    &[(A, Verdict::Wrong, Some("the port is 5433 now"))],
+                ),
+                ended(
+                    "t2",
+                    "alice",
+                    "host-b",
+                    Outcome::Success,
+                    &[(A, Verdict::Outdated, None), (B, Verdict::Helped, None)],
+                ),
+            ],
+        )
+        .unwrap();
+    assert!(flagged(&store).is_empty(), "one user flagged nothing");
+    // A second user agrees: A is a flag item; B, which helped, is not.
+    let t3 = ended(
+        "t3",
+        "bob",
+        "host-a",
+        Outcome::Failure,
+        &[(
+            A,
+            Verdict::Wrong,
+            Some("the token is xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"),
+        )],
+    );
+    store
+        .ingest_receipts(WS, "tokn", std::slice::from_ref(&t3))
+        .unwrap();
+    assert_eq!(flagged(&store), [a]);
+    let q = store.review_queue(WS, None, None).unwrap();
+    assert_eq!((q.entries, q.counts.flagged), (1, 1));
+    let u = store.card_info(WS, &a).unwrap().usage;
+    let f = &u.feedback;
+    assert_eq!((f.wrong_7d, f.outdated_7d, f.helped_7d), (2, 1, 0));
+    assert_eq!((f.users_30d, f.hosts_30d, f.against_users), (2, 2, 2));
+    assert!(f.flagged);
+    // The note with a credential lost its text here too; the other is kept.
+    let notes: Vec<&str> = f.notes.iter().map(|n| n.note.as_str()).collect();
+    assert_eq!(notes, ["the port is 5433 now"]);
+    assert_eq!(
+        (
+            u.delivered_30d,
+            u.outcomes_30d.succeeded,
+            u.outcomes_30d.failed,
+            u.outcomes_30d.unknown
+        ),
+        (3, 1, 2, 0)
+    );
+    assert_eq!(
+        store.card_info(WS, &b).unwrap().usage.feedback.helped_30d,
+        1
+    );
+    // A receipt again counts nothing again.
+    let again = store.ingest_receipts(WS, "tokn", &[t3]).unwrap();
+    assert_eq!(again.duplicates, 1);
+    assert_eq!(store.card_info(WS, &a).unwrap().usage.feedback.wrong_30d, 2);
+    // Kept: the flag goes, and the history says who kept it and why.
+    // A reason on many lines is refused; a stale version too; then kept.
+    assert!(curation::keep(&store, WS, &a, Some("a\nb"), "token:tokc", Expect::Any).is_err());
+    assert!(matches!(
+        curation::keep(
+            &store,
+            WS,
+            &a,
+            None,
+            "token:tokc",
+            Expect::IfMatch("\"0000\"")
+        ),
+        Err(StoreError::Precondition { .. })
+    ));
+    assert!(!flagged(&store).is_empty(), "a refused keep kept nothing");
+    curation::keep(
+        &store,
+        WS,
+        &a,
+        Some("checked, still right"),
+        "token:tokc",
+        Expect::Any,
+    )
+    .unwrap();
+    assert!(flagged(&store).is_empty());
+    assert_eq!(
+        store
+            .card_info(WS, &a)
+            .unwrap()
+            .usage
+            .feedback
+            .against_users,
+        0
+    );
+    let history = store.card_details(WS, &a).unwrap().history;
+    assert!(history.iter().any(|h| h.action == "keep"), "{history:?}");
+    // A verdict on a card the task was neither given nor met counts nothing.
+    let mut stray = ended(
+        "s-1",
+        "dave",
+        "host-d",
+        Outcome::Success,
+        &[(B, Verdict::Wrong, None)],
+    );
+    stray.cards.retain(|c| c.id == a);
+    store.ingest_receipts(WS, "tokn", &[stray]).unwrap();
+    assert_eq!(store.card_info(WS, &b).unwrap().usage.feedback.wrong_30d, 0);
+    // The stale report names a card delivered mostly to failing tasks once it had five.
+    for (i, outcome) in [Outcome::Failure, Outcome::Failure, Outcome::Unknown]
+        .iter()
+        .enumerate()
+    {
+        store
+            .ingest_receipts(
+                WS,
+                "tokn",
+                &[ended(&format!("f{i}"), "carol", "host-c", *outcome, &[])],
+            )
+            .unwrap();
+    }
+    let report = store.stale(WS, 30, 3).unwrap();
+    let failing: Vec<(CardId, u64, u64)> = report
+        .failing
+        .iter()
+        .map(|f| (f.card.id, f.delivered, f.outcomes.failed))
+        .collect();
+    // A went to 7 tasks (the stray one too), B to 6: 4 of each failed.
+    assert_eq!(failing, [(a, 7, 4), (b, 6, 4)]);
 }

@@ -873,10 +873,53 @@ fn setup_failures_exit_125_and_doctor_names_fixes() {
     assert!(!String::from_utf8_lossy(&out.stdout).contains("never"));
     wait_no_tasks(&env);
 
-    // doctor works for the runner…
-    let out = run(&mut as_runner(&[OsStr::new("doctor")]));
+    // doctor works for the runner, and finds mopd where its configuration puts it…
+    let socket = env.daemon.socket();
+    let conf = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        conf.path(),
+        format!(
+            "[paths]\nruntime_dir = {:?}\n",
+            socket.parent().unwrap().display().to_string()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(conf.path(), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mopd_config = [OsStr::new("--mopd-config"), conf.path().as_os_str()];
+    let out = run(&mut as_runner(
+        &[&[OsStr::new("doctor")][..], &mopd_config].concat(),
+    ));
     assert!(out.status.success(), "{}", text(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("mop doctor: ok"));
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(t.starts_with("mop doctor: ok"), "{t}");
+    assert!(
+        t.contains(&format!("mopd: answers at {}", socket.display())),
+        "{t}"
+    );
+    let out = run(&mut as_runner(
+        &[&[OsStr::new("tasks")][..], &mopd_config].concat(),
+    ));
+    assert!(
+        out.status.success(),
+        "mop tasks found the socket: {}",
+        text(&out)
+    );
+    // …and, with the daemon's socket elsewhere, says how to point mop at it.
+    let elsewhere = [OsStr::new("--socket"), OsStr::new("/nonexistent/mopd.sock")];
+    let out = run(&mut as_runner(
+        &[&[OsStr::new("doctor")][..], &elsewhere].concat(),
+    ));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        t.contains("mopd: UNREACHABLE") && t.contains("pass --socket PATH"),
+        "{t}"
+    );
+    let out = run(&mut as_runner(
+        &[&[OsStr::new("tasks")][..], &elsewhere].concat(),
+    ));
+    assert!(!out.status.success());
+    assert!(text(&out).contains("MOP_SOCKET"), "{}", text(&out));
     // …names disabled user namespaces (a user namespace of our own, with its limit at 0)…
     let out = run(Command::new("unshare")
         .args(["--user", "--map-root-user", "/bin/sh", "-c"])

@@ -414,6 +414,19 @@ mod fake {
                 })
             })
         }
+        fn feedback(
+            &self,
+            req: mop_proto::FeedbackRequest,
+        ) -> Fut<'_, Result<mop_proto::FeedbackResponse, ControlError>> {
+            Box::pin(async move {
+                Ok(mop_proto::FeedbackResponse {
+                    id: req.id,
+                    verdict: req.verdict,
+                    replaced: false,
+                    note: HOSTILE.into(),
+                })
+            })
+        }
         fn read_view(&self, _rel: &str) -> Fut<'_, std::io::Result<Vec<u8>>> {
             Box::pin(async { Ok(HOSTILE.as_bytes().to_vec()) })
         }

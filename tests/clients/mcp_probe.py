@@ -51,6 +51,16 @@ async def main(args):
                 await session.call_tool("memory_get", {"id": args["hidden_id"]})
             )
             out["list"] = tool_result(await session.call_tool("memory_list", {}))
+            out["feedback"] = tool_result(
+                await session.call_tool(
+                    "memory_feedback", {"id": first, "verdict": "helped", "note": "it held"}
+                )
+            )
+            out["feedback_hidden"] = tool_result(
+                await session.call_tool(
+                    "memory_feedback", {"id": args["hidden_id"], "verdict": "wrong"}
+                )
+            )
             out["store"] = tool_result(
                 await session.call_tool(
                     "memory_store",

@@ -213,6 +213,8 @@ fn write_guidelines(out: &mut String) {
          - `mop memory store --type <type> --title \"<title>\" --content-file <file>` proposes \
          a new card (types: fact, preference, human_correction, error_resolution, pitfall, \
          playbook, reference_doc). A person reviews it before other people's tasks see it.\n\
+         - `mop memory feedback <id> helped|wrong|outdated --note \"<what you found>\"` says \
+         whether a card you relied on held. Curators read the verdicts and fix or retire cards.\n\
          - This directory is a read-only projection: never write, edit or delete memory files \
          directly.\n",
     );

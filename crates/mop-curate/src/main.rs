@@ -238,6 +238,9 @@ enum Command {
     Archive(StateArgs),
     /// Put an archived card back.
     Unarchive(StateArgs),
+    /// Keep a card agents flagged as wrong or outdated, as it is: the verdicts so far no
+    /// longer flag it (later ones can again). `--reason` says why it still holds.
+    Keep(StateArgs),
     /// Disable a card: out of every task until enabled, kept in the listings. Asks for
     /// confirmation unless --yes.
     Disable(StateArgs),
@@ -783,6 +786,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Export { out, filters } => export(&c, &out, &filters)?,
         Command::Archive(a) => set_state(&c, "archive", a)?,
         Command::Unarchive(a) => set_state(&c, "unarchive", a)?,
+        Command::Keep(a) => keep(&c, a)?,
         Command::Disable(a) => set_state(&c, "disable", a)?,
         Command::Enable(a) => set_state(&c, "enable", a)?,
         Command::Set(a) => fields::set(&c, a)?,
@@ -923,6 +927,15 @@ fn set_state(c: &Connection, action: &str, a: StateArgs) -> Result<()> {
     } else {
         println!("card {id} was {action}d already; nothing changed");
     }
+    Ok(())
+}
+
+/// `keep`: a card agents flagged stays as it is.
+fn keep(c: &Connection, a: StateArgs) -> Result<()> {
+    let id = card_id(&a.id)?;
+    let reason = a.reason.as_deref().map(str::trim).filter(|r| !r.is_empty());
+    c.set_state(&id, "keep", reason, None)?;
+    println!("card {id}: kept as it is; the agents' verdicts so far no longer flag it");
     Ok(())
 }
 

@@ -42,6 +42,46 @@ fn trust(c: &CardInfo) -> &'static str {
     c.standing().as_str()
 }
 
+/// How the tasks a card was delivered to ended, and what agents said of it: two lines.
+pub fn verdicts(u: &Usage) -> String {
+    let o = &u.outcomes_30d;
+    let f = &u.feedback;
+    let mut out = format!(
+        "  outcomes     delivered to {} task(s) in 30 days: {} succeeded, {} failed, {} unknown (a correlation)\n  verdicts     helped {}/{}, wrong {}/{}, outdated {}/{} (7/30 days) from {} user(s) on {} host(s){}\n",
+        u.delivered_30d,
+        o.succeeded,
+        o.failed,
+        o.unknown,
+        f.helped_7d,
+        f.helped_30d,
+        f.wrong_7d,
+        f.wrong_30d,
+        f.outdated_7d,
+        f.outdated_30d,
+        f.users_30d,
+        f.hosts_30d,
+        if f.flagged {
+            format!("; FLAGGED by {} user(s)", f.against_users)
+        } else {
+            String::new()
+        }
+    );
+    for n in &f.notes {
+        let _ = writeln!(
+            out,
+            "    - {} {}{}: {}",
+            n.at,
+            n.verdict.as_str(),
+            n.user_id
+                .as_deref()
+                .map(|u| format!(" by {}", safe(u)))
+                .unwrap_or_default(),
+            safe(&n.note)
+        );
+    }
+    out
+}
+
 /// One line of usage.
 pub fn usage(u: &Usage) -> String {
     let last = u.last_delivered_at.map_or_else(
@@ -168,6 +208,7 @@ pub fn card(c: &CardInfo) -> String {
             .unwrap_or_default()
     );
     let _ = writeln!(out, "  usage        {}", usage(&c.usage));
+    out.push_str(&verdicts(&c.usage));
     if let Some(by) = &s.superseded_by {
         let _ = writeln!(out, "  superseded by {by}");
     }
@@ -398,6 +439,22 @@ pub fn stale(r: &StaleReport) -> String {
         let ids: Vec<String> = c.ids.iter().map(|i| i.to_string()).collect();
         let _ = writeln!(out, "  {} ← {}", safe(&c.title), ids.join(" → "));
     }
+    let _ = writeln!(
+        out,
+        "{} card(s) delivered mostly to failing tasks in {days} days (a correlation, not a cause):",
+        r.failing.len()
+    );
+    for f in &r.failing {
+        let _ = writeln!(
+            out,
+            "{}\n      delivered to {} task(s): {} failed, {} succeeded, {} unknown",
+            stale_line(&f.card),
+            f.delivered,
+            f.outcomes.failed,
+            f.outcomes.succeeded,
+            f.outcomes.unknown
+        );
+    }
     out
 }
 
@@ -416,6 +473,11 @@ pub fn shows_all(item: &ReviewItem) -> bool {
 /// nearest cards, numbered for `merge`.
 pub fn review_item(n: usize, total: usize, item: &ReviewItem) -> String {
     let mut out = format!("[{n}/{total}] ");
+    if item.flagged {
+        out.push_str(
+            "FLAGGED: verified memory agents called wrong or outdated; edit it, archive it, or keep it (mop-curate keep ID)\n",
+        );
+    }
     out.push_str(&card(&item.card));
     if !item.unshown.is_empty() {
         out.push_str(

@@ -130,7 +130,7 @@ fn memory_type(kind: &str) -> Option<(CardType, bool)> {
 fn topic_file(kind: &str, name: &str, description: Option<String>, body: &str) -> Source {
     let (card_type, personal) = memory_type(kind).expect("checked by the caller");
     let (mut drafts, mut refused) = (Vec::new(), Vec::new());
-    let title = name.trim().to_owned();
+    let title = title_of(name);
     let description = description
         .map(|d| d.trim().to_owned())
         .filter(|d| !d.is_empty());
@@ -152,6 +152,27 @@ fn topic_file(kind: &str, name: &str, description: Option<String>, body: &str) -
         drafts,
         refused,
     }
+}
+
+/// A topic file's `name` as a card title: Claude Code names its memories with kebab-case
+/// slugs (`never-deploy-on-fridays`, and rewrites other names so), which read as words
+/// once the dashes are spaces ("Never deploy on fridays"). Other names stay as written.
+fn title_of(name: &str) -> String {
+    let name = name.trim();
+    let slug = !name.is_empty()
+        && name.contains(['-', '_'])
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+    if !slug {
+        return name.to_owned();
+    }
+    let words = name.replace(['-', '_'], " ");
+    let mut chars = words.chars();
+    chars
+        .next()
+        .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+        .unwrap_or_default()
 }
 
 /// Why a draft cannot be a card, if it cannot.
@@ -303,6 +324,17 @@ fn enclosing(path: &[(usize, String)]) -> &[(usize, String)] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slug_names_read_as_words() {
+        assert_eq!(
+            title_of("never-deploy-on-fridays"),
+            "Never deploy on fridays"
+        );
+        assert_eq!(title_of("user_prefs_2"), "User prefs 2");
+        assert_eq!(title_of("Terse answers"), "Terse answers");
+        assert_eq!(title_of("ORA-01555-fix"), "ORA-01555-fix");
+    }
 
     fn drafts(path: &str, text: &str) -> Vec<Draft> {
         match read_source(path, text) {

@@ -1,4 +1,4 @@
-//! Agent ↔ daemon over a task's agent socket: retrieve, get, list and store, and the
+//! Agent ↔ daemon over a task's agent socket: retrieve, get, list, store and feedback, and the
 //! typed [`Agent`] client that `mop memory` and `mop mcp` both speak them through.
 
 use std::path::{Path, PathBuf};
@@ -146,6 +146,33 @@ pub struct StoreStatus {
     pub message: String,
 }
 
+/// `POST /v1/feedback` on an agent socket: the agent's word on a card its task can see.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeedbackRequest {
+    /// The card.
+    pub id: CardId,
+    /// Whether it helped, is wrong, or is outdated.
+    pub verdict: crate::receipts::Verdict,
+    /// What the agent found, in a sentence (at most
+    /// [`crate::receipts::MAX_FEEDBACK_NOTE`] characters; screened for credentials).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// The answer to a feedback.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeedbackResponse {
+    /// The card.
+    pub id: CardId,
+    /// The verdict recorded.
+    pub verdict: crate::receipts::Verdict,
+    /// True when it replaced this task's earlier verdict on the card.
+    pub replaced: bool,
+    /// What happens with it, in a sentence.
+    pub note: String,
+}
+
 /// A task's agent socket, as seen from inside its sandbox.
 #[derive(Debug, Clone)]
 pub struct Agent {
@@ -205,6 +232,13 @@ impl Agent {
     pub async fn store(&self, req: &AgentStoreRequest) -> Result<AgentStoreResponse, ControlError> {
         let body = serde_json::to_vec(req).expect("requests serialize");
         self.call("POST", &routes::STORE.path(&[]), Some(body))
+            .await
+    }
+
+    /// Says whether a card the task can see helped, is wrong or is outdated.
+    pub async fn feedback(&self, req: &FeedbackRequest) -> Result<FeedbackResponse, ControlError> {
+        let body = serde_json::to_vec(req).expect("requests serialize");
+        self.call("POST", &routes::FEEDBACK.path(&[]), Some(body))
             .await
     }
 

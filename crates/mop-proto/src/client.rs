@@ -13,7 +13,7 @@ use tokio::net::UnixStream;
 pub enum ControlError {
     /// The socket file does not exist: the daemon is not running.
     #[error(
-        "mopd is not running: the socket {0} does not exist → systemctl start mopd (or: mopd run)"
+        "mopd is not running: the socket {0} does not exist → systemctl start mopd (or: mopd run); if mopd's socket is elsewhere, pass --socket PATH (or set MOP_SOCKET)"
     )]
     Missing(PathBuf),
     /// The socket exists but nothing accepts connections.

@@ -11,6 +11,7 @@
 //! | `GET /v1/tasks` | `[`[`TaskSummary`]`]` |
 //! | `DELETE /v1/tasks/{id}` | [`ReleaseReply`] |
 //! | `POST /v1/tasks/{id}/renew` [`RenewRequest`] | [`LeaseInfo`] |
+//! | `POST /v1/tasks/{id}/finish` [`FinishRequest`] | [`FinishReply`] |
 //!
 //! Errors are `{"error": <reason>, "message": …}` with an HTTP status; [`Control`] turns
 //! them into [`ControlError::Answered`].
@@ -106,6 +107,52 @@ pub struct ReleaseReply {
     pub task_id: String,
     /// Always true in a success answer.
     pub released: bool,
+}
+
+/// `POST /v1/tasks/{id}/finish`, by the task's runner before it releases the task: how
+/// the task ended, and what `mop run` captured of the agent CLI's own memory and of the
+/// working directory's memory files. The captured cards become stores of the task, on the
+/// same path as the agent's own (`mop memory store`): the lease's provenance, the quota,
+/// screening, the same-lesson rule and the tombstones.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FinishRequest {
+    /// How the task ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<crate::receipts::Outcome>,
+    /// The agent's exit status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// What was captured, when `mop run` ran a primed agent CLI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture: Option<crate::receipts::Capture>,
+    /// The captured cards, to store (at most [`MAX_CAPTURED`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cards: Vec<CapturedCard>,
+}
+
+/// Most cards one finish stores: what a task's quota allows is the server's to say, this
+/// only keeps one request bounded.
+pub const MAX_CAPTURED: usize = 100;
+
+/// A card `mop run` captured.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CapturedCard {
+    /// The card (its scope empty: `personal` binds it).
+    pub card: crate::sync::NewCard,
+    /// Bound to the task's user (a Claude Code memory of type `user`).
+    #[serde(default)]
+    pub personal: bool,
+}
+
+/// The answer to a finish: what became of each captured card, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinishReply {
+    /// The task.
+    pub task_id: String,
+    /// One event per captured card, as the receipt records it.
+    pub stores: Vec<crate::receipts::StoreEvent>,
 }
 
 /// A held `mop run` prepare: the reservation, then the plan. The task lives as long as
@@ -219,6 +266,20 @@ impl Control {
     pub async fn receipt(&self, task_id: &str) -> Result<Receipt, ControlError> {
         self.call("GET", &routes::TASK_RECEIPT.path(&[task_id]), None)
             .await
+    }
+
+    /// Records how a task ended and stores what was captured at its end.
+    pub async fn finish(
+        &self,
+        task_id: &str,
+        req: &FinishRequest,
+    ) -> Result<FinishReply, ControlError> {
+        self.call(
+            "POST",
+            &routes::TASK_FINISH.path(&[task_id]),
+            Self::json(req),
+        )
+        .await
     }
 
     /// Extends a TTL lease.

@@ -47,6 +47,69 @@ pub struct Usage {
     /// reports: most recent first, at most 20.
     #[serde(default)]
     pub hosts: Vec<String>,
+    /// How the tasks it was delivered to in the last 30 days ended, as their runners said
+    /// (a correlation: a card given to failing tasks did not make them fail).
+    #[serde(default)]
+    pub outcomes_30d: OutcomeCounts,
+    /// What the agents that were given it said of it.
+    #[serde(default)]
+    pub feedback: FeedbackCounts,
+}
+
+/// Deliveries by how their task ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutcomeCounts {
+    /// Tasks that succeeded.
+    pub succeeded: u64,
+    /// Tasks that failed.
+    pub failed: u64,
+    /// Tasks whose runner said neither (or nothing).
+    pub unknown: u64,
+}
+
+/// Agents' verdicts on one card (one per task: its latest).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeedbackCounts {
+    /// "Helped", last 7 days.
+    pub helped_7d: u64,
+    /// "Wrong", last 7 days.
+    pub wrong_7d: u64,
+    /// "Outdated", last 7 days.
+    pub outdated_7d: u64,
+    /// "Helped", last 30 days.
+    pub helped_30d: u64,
+    /// "Wrong", last 30 days.
+    pub wrong_30d: u64,
+    /// "Outdated", last 30 days.
+    pub outdated_30d: u64,
+    /// Distinct users whose tasks gave a verdict, last 30 days.
+    pub users_30d: u64,
+    /// Distinct hosts that reported one, last 30 days.
+    pub hosts_30d: u64,
+    /// Distinct users who said "wrong" or "outdated" since a curator last kept the card
+    /// (within 30 days): the flag's measure.
+    pub against_users: u64,
+    /// The card is in the review queue as a flag item (a verified card, `against_users`
+    /// at the server's `[intake] flag_min_users` or more).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub flagged: bool,
+    /// The latest notes, newest first (at most 10), since a curator last kept the card.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<FeedbackNote>,
+}
+
+/// One agent's note on a card.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeedbackNote {
+    /// When the verdict was given.
+    pub at: Timestamp,
+    /// The verdict.
+    pub verdict: crate::receipts::Verdict,
+    /// The task's user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// The note (screened for credentials on the host and again here).
+    pub note: String,
 }
 
 /// Where an agent-stored card came from: the card's own provenance (task, author, asset)
@@ -321,6 +384,11 @@ pub struct ReviewItem {
     /// The group's other waiting cards, oldest first, each with its whole text.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub variants: Vec<Variant>,
+    /// A flag item: `card` is verified memory that agents of enough distinct users said
+    /// is wrong or outdated (`card.usage.feedback` has the counts and notes). A curator
+    /// edits it, archives it, or keeps it as it is (which clears the flag).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub flagged: bool,
 }
 
 impl ReviewItem {
@@ -417,6 +485,9 @@ impl ReviewCounts {
 pub struct ReviewCounts {
     /// Entries per card type (types with none are left out).
     pub by_type: std::collections::BTreeMap<String, usize>,
+    /// Of the entries, verified cards agents flagged as wrong or outdated.
+    #[serde(default)]
+    pub flagged: usize,
     /// Entries younger than a day.
     pub under_1d: usize,
     /// One to seven days old.
@@ -811,6 +882,21 @@ pub struct StaleReport {
     pub long_chains: Vec<Chain>,
     /// Unverified live cards older than the window.
     pub old_unverified: Vec<StaleCard>,
+    /// Live cards delivered to at least five tasks in the window, most of which failed
+    /// (by their runners' word): a correlation to look into, not a cause.
+    #[serde(default)]
+    pub failing: Vec<FailingCard>,
+}
+
+/// A card delivered mostly to failing tasks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FailingCard {
+    /// The card.
+    pub card: StaleCard,
+    /// Tasks it was delivered to in the window.
+    pub delivered: u64,
+    /// How they ended.
+    pub outcomes: OutcomeCounts,
 }
 
 /// `POST /v1/workspaces/{ws}/tokens`-style token rows are managed by `mop-server token`;

@@ -38,6 +38,11 @@ pub const MOP: &str = "/run/mop/bin/mop";
 /// holds what the adapter wrote and whatever the agent writes, gone when the task ends.
 pub const HOME: &str = "/run/mop/home";
 
+/// Where an agent CLI's own memory goes when `mop run` captures it (Claude Code's
+/// `autoMemoryDirectory`): a directory `mop run` made for the task, read when the task
+/// ends and then removed.
+pub const CAPTURE_DIR: &str = "/run/mop/capture";
+
 /// The names of the environment variables a task's sandbox carries. The runner sets them
 /// (`mop run`, `mop prepare --print-env`, the agent adapters) and the tools inside read
 /// them, so each name is spelled once.

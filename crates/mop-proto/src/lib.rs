@@ -37,5 +37,8 @@ pub mod tasks;
 pub mod time;
 
 pub use agent::*;
-pub use profile::{AgentKind, Bind, EffectiveLimits, Limits, Profile, ProfileError, exposed_by};
+pub use profile::{
+    AgentKind, Bind, CaptureSettings, EffectiveLimits, Limits, Profile, ProfileError,
+    WorkdirMemory, exposed_by,
+};
 pub use tasks::*;

@@ -72,6 +72,47 @@ pub struct Profile {
     /// loads (`mop run --agent` overrides it).
     #[serde(default)]
     pub agent: AgentKind,
+    /// What `mop run` captures at a task's end: the agent CLI's own memory, and the
+    /// working directory's memory files.
+    #[serde(default)]
+    pub capture: CaptureSettings,
+}
+
+/// A profile's `[capture]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureSettings {
+    /// On (the default): `mop run --agent claude` turns Claude Code's auto memory on, into
+    /// a directory private to the task, and stores what it wrote there as the task's
+    /// stores at the end. Off (or `mop run --no-capture`): the CLI's own memory is turned
+    /// off for the task, so nothing is written only to be lost.
+    #[serde(default = "yes")]
+    pub native_memory: bool,
+    /// The task's edits to the working directory's `CLAUDE.md`, `CLAUDE.local.md` and
+    /// `AGENTS.md`: `report` (the default) says so at exit and in the receipt; `propose`
+    /// also proposes each new or changed section as a card. The files stay the runner's.
+    #[serde(default)]
+    pub workdir_memory: WorkdirMemory,
+}
+
+impl Default for CaptureSettings {
+    fn default() -> Self {
+        CaptureSettings {
+            native_memory: true,
+            workdir_memory: WorkdirMemory::Report,
+        }
+    }
+}
+
+/// What `mop run` does with a task's edits to the working directory's memory files.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkdirMemory {
+    /// Say which files changed, at exit and in the receipt.
+    #[default]
+    Report,
+    /// That, and propose their new sections as cards.
+    Propose,
 }
 
 /// Which agent CLI a task runs: it decides what `mop run` writes into the sandbox's

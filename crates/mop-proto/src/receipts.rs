@@ -66,7 +66,227 @@ pub struct Receipt {
     pub left_out: [usize; 3],
     /// What the agent did through its socket.
     pub activity: Activity,
+    /// How the task ended, as its runner said: `mop run` from the agent's exit status,
+    /// `mop release --outcome` from the runner's own judgement. Absent when nobody said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<Outcome>,
+    /// The agent's exit status (`mop run`), or 128 plus the signal that ended it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// What `mop run` captured of the agent CLI's own memory at the task's end (its stores
+    /// are in `activity.stores`, marked `captured`), and the working directory's memory
+    /// files the task changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture: Option<Capture>,
 }
+
+/// How a task ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The task did what it was for.
+    Success,
+    /// It did not.
+    Failure,
+    /// Nobody can tell (an agent killed by a signal, a runner that does not judge).
+    Unknown,
+}
+
+impl Outcome {
+    /// Its name on the wire and on command lines.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Failure => "failure",
+            Outcome::Unknown => "unknown",
+        }
+    }
+
+    /// The outcome an exit status means: 0 succeeded, 1 to 125 failed, and the rest
+    /// (a shell's "not found" and "cannot run", a signal) tell nothing of the task.
+    pub fn of_exit(code: i32) -> Outcome {
+        match code {
+            0 => Outcome::Success,
+            1..=125 => Outcome::Failure,
+            _ => Outcome::Unknown,
+        }
+    }
+}
+
+impl std::str::FromStr for Outcome {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "success" => Ok(Outcome::Success),
+            "failure" => Ok(Outcome::Failure),
+            "unknown" => Ok(Outcome::Unknown),
+            _ => Err(format!(
+                "{s:?} is not an outcome: say success, failure or unknown"
+            )),
+        }
+    }
+}
+
+/// An agent's word on a card its task could see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The card held and the agent relied on it.
+    Helped,
+    /// The card is wrong.
+    Wrong,
+    /// The card was right once and is not any more.
+    Outdated,
+}
+
+impl Verdict {
+    /// Every verdict, in the order reports show them.
+    pub const ALL: [Verdict; 3] = [Verdict::Helped, Verdict::Wrong, Verdict::Outdated];
+
+    /// Its name on the wire and on command lines.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Helped => "helped",
+            Verdict::Wrong => "wrong",
+            Verdict::Outdated => "outdated",
+        }
+    }
+
+    /// True for the verdicts that speak against a card.
+    pub fn is_against(self) -> bool {
+        self != Verdict::Helped
+    }
+}
+
+impl std::str::FromStr for Verdict {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "helped" => Ok(Verdict::Helped),
+            "wrong" => Ok(Verdict::Wrong),
+            "outdated" => Ok(Verdict::Outdated),
+            _ => Err(format!(
+                "{s:?} is not a verdict: say helped, wrong or outdated"
+            )),
+        }
+    }
+}
+
+/// Most characters of a feedback note: a sentence on what was wrong, not a card.
+pub const MAX_FEEDBACK_NOTE: usize = 500;
+
+/// Most bytes of notes one receipt carries: past it a verdict is kept without its note,
+/// so that notes cannot take a receipt past what the server takes in one request.
+pub const MAX_NOTES_BYTES: usize = 32 * 1024;
+
+/// One verdict of the task's agent on a card (the latest per card: a later verdict on the
+/// same card replaces it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeedbackEvent {
+    /// When.
+    pub at: Timestamp,
+    /// The card.
+    pub id: CardId,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// What the agent found, at most [`MAX_FEEDBACK_NOTE`] characters, screened for
+    /// credentials as a store is: the one piece of agent text a receipt carries, because
+    /// the curator acting on a flag needs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// What `mop run` captured at a task's end.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Capture {
+    /// The agent CLI (`claude`, `codex`).
+    pub agent: String,
+    /// False when capture was off (the profile's `capture.native_memory`, or `mop run
+    /// --no-capture`): the CLI's own memory was turned off for the task too, so nothing
+    /// was written to be lost.
+    pub enabled: bool,
+    /// Memory files found new or changed at the end and proposed as stores.
+    pub files: usize,
+    /// Files left out, each once, with why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<CaptureSkip>,
+    /// The working directory's memory files (`CLAUDE.md`, `CLAUDE.local.md`,
+    /// `AGENTS.md`) the task created, changed or deleted. They stay the runner's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workdir_edits: Vec<WorkdirEdit>,
+}
+
+impl Capture {
+    /// Checks what a server stores: hashes, short reasons and the known file names only.
+    fn validate(&self) -> Result<(), (&'static str, &'static str)> {
+        if self.agent.len() > 32 || self.skipped.len() > MAX_CAPTURE_SKIPS {
+            return Err((
+                "capture",
+                "must name an agent of at most 32 bytes and list at most 100 skipped files",
+            ));
+        }
+        if self
+            .skipped
+            .iter()
+            .any(|s| s.reason.len() > 32 || s.sha256.as_deref().is_some_and(|h| !is_sha256_hex(h)))
+        {
+            return Err(("capture.skipped", "must be hashes and short reasons"));
+        }
+        if self.workdir_edits.len() > WORKDIR_MEMORY_FILES.len()
+            || self.workdir_edits.iter().any(|w| {
+                !WORKDIR_MEMORY_FILES.contains(&w.file.as_str())
+                    || !["created", "modified", "deleted"].contains(&w.change.as_str())
+                    || w.sha256.as_deref().is_some_and(|h| !is_sha256_hex(h))
+            })
+        {
+            return Err((
+                "capture.workdir_edits",
+                "must name CLAUDE.md, CLAUDE.local.md or AGENTS.md, each once, as created, modified or deleted",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Most files a capture lists as skipped (past it, the rest are not listed).
+pub const MAX_CAPTURE_SKIPS: usize = 100;
+
+/// A memory file a capture left out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureSkip {
+    /// Its content's SHA-256, when it could be read (never its name: agents name their
+    /// files after what they learned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// Why: `index` (the CLI's own index of its files), `too_large`, `not_a_file` (a link,
+    /// a directory, a hard-linked file), `unreadable`, `not_memory` (no section with text),
+    /// `too_many` (past the capture's file cap).
+    pub reason: String,
+}
+
+/// One of the working directory's memory files, as the task left it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkdirEdit {
+    /// The file, relative to the working directory (one of [`WORKDIR_MEMORY_FILES`]).
+    pub file: String,
+    /// `created`, `modified` or `deleted`.
+    pub change: String,
+    /// Its content's SHA-256 after the task, unless deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// Sections of it proposed as cards (the profile's `capture.workdir_memory =
+    /// "propose"`); their stores are in `activity.stores`, marked `captured`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub proposed: usize,
+}
+
+/// The working directory's files agent CLIs keep memory and instructions in, which `mop
+/// run` watches.
+pub const WORKDIR_MEMORY_FILES: [&str; 3] = ["CLAUDE.md", "CLAUDE.local.md", "AGENTS.md"];
 
 fn is_zero(n: &usize) -> bool {
     *n == 0
@@ -105,6 +325,9 @@ pub struct Activity {
     /// Stores, in order.
     #[serde(default)]
     pub stores: Vec<StoreEvent>,
+    /// Verdicts on cards, one per card (the latest), in the order first given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub feedback: Vec<FeedbackEvent>,
     /// Events past [`MAX_EVENTS`] of a kind: counted here, not listed.
     #[serde(default)]
     pub unlisted: u64,
@@ -210,6 +433,25 @@ pub struct StoreEvent {
     /// never the text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<String>,
+    /// True for a store `mop run` made at the task's end from the agent CLI's own memory
+    /// or the working directory's memory files, not one the agent made.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub captured: bool,
+}
+
+impl StoreEvent {
+    /// A store refused now, here or by the card server, with its HTTP status and code.
+    pub fn refused(status: u16, code: &str) -> StoreEvent {
+        StoreEvent {
+            at: Timestamp::now(),
+            outcome: StoreEventOutcome::Refused,
+            id: None,
+            status: Some(status),
+            store_id: None,
+            code: Some(code.to_owned()),
+            captured: false,
+        }
+    }
 }
 
 impl Activity {
@@ -220,6 +462,15 @@ impl Activity {
         } else {
             *unlisted += 1;
         }
+    }
+
+    /// True when the task's agent met card `id`: a retrieve returned it or a get read it
+    /// (or, with events past the cap only counted, when that cannot be told). With the
+    /// cards the task was given, the cards its verdicts may be about.
+    pub fn met(&self, id: &CardId) -> bool {
+        self.unlisted > 0
+            || self.gets.iter().any(|g| g.found && g.id == *id)
+            || self.retrieves.iter().any(|r| r.hits.contains(id))
     }
 
     /// Every card a retrieve returned, each once, in first-seen order.
@@ -306,6 +557,41 @@ impl Receipt {
                 &format!("lists at most {MAX_EVENTS} events of a kind"),
             ));
         }
+        if a.feedback.len() > MAX_EVENTS {
+            return Err(fail(
+                "activity.feedback",
+                &format!("lists at most {MAX_EVENTS} verdicts"),
+            ));
+        }
+        if a.feedback
+            .iter()
+            .filter_map(|f| f.note.as_ref())
+            .map(String::len)
+            .sum::<usize>()
+            > MAX_NOTES_BYTES
+        {
+            return Err(fail(
+                "activity.feedback",
+                &format!("carries at most {MAX_NOTES_BYTES} bytes of notes"),
+            ));
+        }
+        for f in &a.feedback {
+            if let Some(note) = &f.note
+                && (note.chars().count() > MAX_FEEDBACK_NOTE
+                    || note.chars().any(|c| c.is_control() && c != '\n'))
+            {
+                return Err(fail(
+                    "activity.feedback[].note",
+                    &format!(
+                        "must be at most {MAX_FEEDBACK_NOTE} characters, no control characters but newlines"
+                    ),
+                ));
+            }
+        }
+        if let Some(c) = &self.capture {
+            c.validate()
+                .map_err(|(field, problem)| fail(field, problem))?;
+        }
         for r in &a.retrieves {
             if !is_sha256_hex(&r.query_hash) {
                 return Err(fail(
@@ -366,6 +652,9 @@ mod tests {
             cards_unlisted: 0,
             left_out: [0; 3],
             activity: Activity::default(),
+            outcome: None,
+            exit_code: None,
+            capture: None,
         }
     }
 

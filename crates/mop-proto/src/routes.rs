@@ -123,6 +123,8 @@ pub mod control {
     pub const TASK_RENEW: Route = Route("/v1/tasks/{id}/renew");
     /// A task's receipt.
     pub const TASK_RECEIPT: Route = Route("/v1/tasks/{id}/receipt");
+    /// How a task ended, and what `mop run` captured at its end.
+    pub const TASK_FINISH: Route = Route("/v1/tasks/{id}/finish");
 }
 
 /// A task's agent socket.
@@ -137,6 +139,8 @@ pub mod agent {
     pub const RETRIEVE: Route = Route("/v1/retrieve");
     /// A store.
     pub const STORE: Route = Route("/v1/store");
+    /// The agent's word on a card.
+    pub const FEEDBACK: Route = Route("/v1/feedback");
     /// What became of a queued store.
     pub const STORE_STATUS: Route = Route("/v1/stores/{id}");
 }

@@ -133,6 +133,10 @@ pub struct Intake {
     /// embedding_model` uses): the same-lesson rule then also compares meaning
     /// (`same_lesson.dense_cosine`). Unset: words alone.
     pub embedding_model: Option<PathBuf>,
+    /// A verified card enters the review queue as a flag item once agents of this many
+    /// distinct users called it wrong or outdated (within 30 days, since a curator last
+    /// kept it). Verdicts never change what tasks are given.
+    pub flag_min_users: u64,
 }
 
 impl Default for Intake {
@@ -142,6 +146,7 @@ impl Default for Intake {
             store_answer_days: 30,
             same_lesson: mop_intake::lesson::Thresholds::default(),
             embedding_model: None,
+            flag_min_users: 2,
         }
     }
 }
@@ -152,6 +157,7 @@ impl Intake {
         crate::store::IntakePolicy {
             same_lesson: self.same_lesson,
             on_rejected: self.on_rejected,
+            flag_min_users: self.flag_min_users.max(1),
         }
     }
 }

@@ -72,6 +72,7 @@ pub struct Metrics {
     queue_items: Family<WorkspaceLabels, Gauge>,
     queue_groups: Family<WorkspaceLabels, Gauge>,
     queue_oldest: Family<WorkspaceLabels, Gauge>,
+    queue_flagged: Family<WorkspaceLabels, Gauge>,
     alerts: Family<KindLabels, Gauge>,
 }
 
@@ -151,6 +152,12 @@ impl Metrics {
             "How long the card waiting longest has waited (0 when none waits), by workspace",
             queue_oldest.clone(),
         );
+        let queue_flagged = Family::<WorkspaceLabels, Gauge>::default();
+        registry.register(
+            "review_queue_flagged",
+            "Verified cards in the review queue because agents of enough distinct users called them wrong or outdated, by workspace",
+            queue_flagged.clone(),
+        );
         let alerts = Family::<KindLabels, Gauge>::default();
         registry.register(
             "alert_webhook_events",
@@ -170,6 +177,7 @@ impl Metrics {
             queue_items,
             queue_groups,
             queue_oldest,
+            queue_flagged,
         }
     }
 
@@ -231,6 +239,7 @@ impl Metrics {
         self.queue_items.clear();
         self.queue_groups.clear();
         self.queue_oldest.clear();
+        self.queue_flagged.clear();
         let now = jiff::Timestamp::now();
         for q in queues {
             let labels = WorkspaceLabels {
@@ -246,6 +255,9 @@ impl Metrics {
                 .set(q.groups as i64);
             let age = q.oldest.map_or(0, |t| (now - t.0).as_secs().max(0));
             self.queue_oldest.get_or_create(&labels).set(age);
+            self.queue_flagged
+                .get_or_create(&labels)
+                .set(q.flagged as i64);
         }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)

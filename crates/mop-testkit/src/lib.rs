@@ -2,7 +2,7 @@
 //! worlds with: the world most tests need ([`world`]: server, daemon, tokens and the
 //! runner user, with typed helpers), real `mop-server` and `mopd` processes one by one
 //! ([`procs`]), PostgreSQL clusters ([`postgres`]), network faults ([`faults`]), the evals
-//! ([`eval`], [`lessons`]), credential samples ([`credentials`]), ARCHITECTURE.md's
+//! ([`eval`], [`lessons`]), a scripted model for the agent CLIs ([`model`]), credential samples ([`credentials`]), ARCHITECTURE.md's
 //! "must not" rules as a test ([`rooms`]), and here: loading a card
 //! directory (the example workspace under `config/examples/cards`) and building a real
 //! generation from it, the catalog and a real search index in a temporary directory.
@@ -11,6 +11,7 @@ pub mod credentials;
 pub mod eval;
 pub mod faults;
 pub mod lessons;
+pub mod model;
 pub mod postgres;
 pub mod procs;
 pub mod rooms;

@@ -12,9 +12,33 @@ use mop_proto::{Plan, PrepareRequest};
 /// Where the daemon is.
 #[derive(Args, Clone)]
 pub(crate) struct Daemon {
-    /// mopd's control socket.
-    #[arg(long, env = "MOP_SOCKET", default_value = "/run/mopd/mopd.sock")]
-    pub socket: PathBuf,
+    /// mopd's control socket [default: <paths.runtime_dir>/mopd.sock from mopd's
+    /// configuration, else /run/mopd/mopd.sock].
+    #[arg(long, env = "MOP_SOCKET")]
+    socket: Option<PathBuf>,
+    /// mopd's configuration, read (when readable) only to find its socket.
+    #[arg(long, env = "MOPD_CONFIG", default_value = "/etc/mopd/mopd.toml")]
+    mopd_config: PathBuf,
+}
+
+impl Daemon {
+    /// The control socket: `--socket` (or `MOP_SOCKET`), else where mopd's configuration
+    /// puts it, else mopd's default.
+    pub fn socket(&self) -> PathBuf {
+        self.socket.clone().unwrap_or_else(|| {
+            std::fs::read_to_string(&self.mopd_config)
+                .ok()
+                .and_then(|t| t.parse::<toml::Table>().ok())
+                .and_then(|t| {
+                    t.get("paths")?
+                        .get("runtime_dir")?
+                        .as_str()
+                        .map(PathBuf::from)
+                })
+                .unwrap_or_else(|| PathBuf::from("/run/mopd"))
+                .join("mopd.sock")
+        })
+    }
 }
 
 /// What a task is about.
@@ -68,13 +92,36 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// Turns a daemon's refusal into "<what> (<status>): <its message>"; other errors (the
-/// daemon unreachable) keep their own advice.
+/// A daemon's answer that refused or failed a request: "<what> (<status>): <its message>".
+/// Kept as a type, so that `mop run` can tell it from an unreachable daemon by its exit
+/// status.
+#[derive(Debug)]
+pub(crate) struct DaemonSaid {
+    /// What was asked, in words.
+    pub what: String,
+    /// The HTTP status of the answer.
+    pub status: u16,
+    /// The daemon's message.
+    pub message: String,
+}
+
+impl std::fmt::Display for DaemonSaid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({}): {}", self.what, self.status, self.message)
+    }
+}
+
+impl std::error::Error for DaemonSaid {}
+
+/// Turns a daemon's refusal into a [`DaemonSaid`]; other errors (the daemon unreachable)
+/// keep their own advice and type.
 pub(crate) fn refused(what: String) -> impl FnOnce(ControlError) -> anyhow::Error {
     move |e| match e {
-        ControlError::Answered { status, message } => {
-            anyhow::anyhow!("{what} ({status}): {message}")
-        }
+        ControlError::Answered { status, message } => anyhow::Error::new(DaemonSaid {
+            what,
+            status,
+            message,
+        }),
         e => e.into(),
     }
 }

@@ -5,6 +5,7 @@
 //! `mop doctor`, `mop prime`. For agents inside a sandbox: `mop memory
 //! retrieve|get|list|store`, and `mop mcp` for agent CLIs that take tools over MCP.
 
+mod capture;
 mod confine;
 mod control;
 mod doctor;
@@ -61,8 +62,9 @@ enum Command {
         daemon: Daemon,
     },
     /// Prepare a task, run CMD in a bubblewrap sandbox with the memory view mounted
-    /// read-only, release the view when CMD exits, and exit with CMD's status (125 when
-    /// the sandbox could not be set up).
+    /// read-only, release the view when CMD exits, and exit with CMD's status. When CMD
+    /// never started: 120 (mop run's own checks), 121 (mopd unreachable), 122 (the task
+    /// refused), 123 (mopd failed to prepare it), 125 (the sandbox could not be set up).
     Run {
         #[command(flatten)]
         task: TaskArgs,
@@ -88,6 +90,12 @@ enum Command {
         /// Prepare, print the plan and the bwrap command line as JSON, release; run nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Turn the agent CLI's own memory off for this task instead of capturing it
+        /// (capture is on by default, or as the profile's `capture.native_memory` says:
+        /// with --agent claude, what Claude Code's auto memory wrote becomes the task's
+        /// stores when it ends).
+        #[arg(long)]
+        no_capture: bool,
         #[command(flatten)]
         daemon: Daemon,
         /// The command and its arguments.
@@ -99,6 +107,10 @@ enum Command {
         /// The task.
         #[arg(long)]
         task_id: String,
+        /// How the task ended, by your judgement: recorded in its receipt, where curators
+        /// see per card how the tasks it was given to ended.
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(["success", "failure", "unknown"]))]
+        outcome: Option<String>,
         #[command(flatten)]
         daemon: Daemon,
     },
@@ -139,6 +151,8 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        daemon: Daemon,
     },
     /// Print the instructions an agent follows with its memory (the same text `mop run
     /// --agent` writes), for runners that build their own system prompt.
@@ -199,6 +213,19 @@ enum MemoryCommand {
     /// follow it with `store-status`). A card carrying a credential, or a lesson a curator
     /// rejected, is refused with the reason.
     Store(memory::StoreArgs),
+    /// Say whether a card you were given held: helped, wrong or outdated (once per card;
+    /// a later verdict replaces the earlier one). Curators see the verdicts with the card;
+    /// they never change what tasks are given.
+    Feedback {
+        /// Card id (a card this task can see).
+        id: String,
+        /// helped, wrong or outdated.
+        #[arg(value_parser = clap::builder::PossibleValuesParser::new(["helped", "wrong", "outdated"]))]
+        verdict: String,
+        /// What you found, in a sentence (at most 500 characters; a credential is refused).
+        #[arg(long)]
+        note: Option<String>,
+    },
     /// Where a queued store stands: still queued, stored (and as what), refused (and why)
     /// or dropped.
     StoreStatus {
@@ -298,7 +325,40 @@ fn render_receipt(r: &mop_proto::receipts::Receipt) -> String {
     for e in &a.stores {
         let id = e.id.map(|i| format!(" {i}")).unwrap_or_default();
         let status = e.status.map(|s| format!(" ({s})")).unwrap_or_default();
-        let _ = writeln!(out, "  {} store {}{id}{status}", e.at, e.outcome);
+        let code = e
+            .code
+            .as_deref()
+            .map(|c| format!(" {c}"))
+            .unwrap_or_default();
+        let by = if e.captured { " captured" } else { "" };
+        let _ = writeln!(out, "  {} store{by} {}{id}{status}{code}", e.at, e.outcome);
+    }
+    for f in &a.feedback {
+        let note = if f.note.is_some() {
+            " (with a note)"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "  {} feedback {} {}{note}",
+            f.at,
+            f.id,
+            f.verdict.as_str()
+        );
+    }
+    if let Some(o) = r.outcome {
+        let code = r
+            .exit_code
+            .map(|c| format!(" (exit {c})"))
+            .unwrap_or_default();
+        let _ = writeln!(out, "outcome: {}{code}", o.as_str());
+    }
+    if let Some(c) = &r.capture {
+        let _ = writeln!(out, "{}", capture::line(c, &a.stores));
+        for w in &c.workdir_edits {
+            let _ = writeln!(out, "  working directory: {} {}", w.file, w.change);
+        }
     }
     out
 }
@@ -354,7 +414,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 workdir: None,
             };
             req.task.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
-            let plan = runtime()?.block_on(prepare(&daemon.socket, &req))?;
+            let plan = runtime()?.block_on(prepare(&daemon.socket(), &req))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&plan)?);
             } else {
@@ -370,6 +430,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             agent,
             no_sandbox_dev_only,
             dry_run,
+            no_capture,
             daemon,
             command,
         } => run::run(run::RunArgs {
@@ -380,11 +441,32 @@ fn run(cli: Cli) -> Result<ExitCode> {
             agent: agent.map(|a| a.parse().expect("clap checked the name")),
             no_sandbox: no_sandbox_dev_only,
             dry_run,
-            socket: daemon.socket,
+            no_capture,
+            socket: daemon.socket(),
             command,
+        })
+        .or_else(|e| {
+            // Before the command started: a status of its own, never the agent's.
+            eprintln!("mop: error: {e:#}");
+            Ok(ExitCode::from(run::failure_status(&e)))
         }),
-        Command::Release { task_id, daemon } => {
-            runtime()?.block_on(release(&daemon.socket, &task_id))?;
+        Command::Release {
+            task_id,
+            outcome,
+            daemon,
+        } => {
+            let rt = runtime()?;
+            if let Some(outcome) = outcome {
+                let req = mop_proto::control::FinishRequest {
+                    outcome: Some(outcome.parse().map_err(anyhow::Error::msg)?),
+                    ..Default::default()
+                };
+                rt.block_on(Control::new(daemon.socket()).finish(&task_id, &req))
+                    .map_err(refused(format!(
+                        "recording the outcome of task {task_id} failed"
+                    )))?;
+            }
+            rt.block_on(release(&daemon.socket(), &task_id))?;
             println!("released task {task_id}");
             Ok(ExitCode::SUCCESS)
         }
@@ -394,7 +476,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             daemon,
         } => {
             let info = runtime()?
-                .block_on(Control::new(&daemon.socket).renew(&task_id, ttl))
+                .block_on(Control::new(daemon.socket()).renew(&task_id, ttl))
                 .map_err(refused(format!("renew of task {task_id} failed")))?;
             println!(
                 "task {task_id} renewed until {}",
@@ -409,7 +491,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             daemon,
         } => {
             let receipt = runtime()?
-                .block_on(Control::new(&daemon.socket).receipt(&task_id))
+                .block_on(Control::new(daemon.socket()).receipt(&task_id))
                 .map_err(refused(format!("receipt of task {task_id}")))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&receipt)?);
@@ -419,7 +501,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Guard { task_id } => Ok(guard::run(&task_id)),
-        Command::Doctor { json } => doctor_command(json),
+        Command::Doctor { json, daemon } => doctor_command(json, &daemon),
         Command::Prime { agent } => {
             let agent: AgentKind = agent.parse().map_err(anyhow::Error::msg)?;
             print!(
@@ -436,7 +518,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
 /// `mop tasks`: the live tasks of the daemon.
 fn tasks_command(json: bool, daemon: &Daemon) -> Result<ExitCode> {
     let tasks = runtime()?
-        .block_on(Control::new(&daemon.socket).tasks())
+        .block_on(Control::new(daemon.socket()).tasks())
         .map_err(refused("listing tasks failed".into()))?;
     if json {
         println!("{}", serde_json::to_string(&tasks)?);
@@ -455,32 +537,58 @@ fn tasks_command(json: bool, daemon: &Daemon) -> Result<ExitCode> {
 }
 
 /// `mop doctor`: probes bubblewrap and the kernel's confinement, and says what to fix.
-fn doctor_command(json: bool) -> Result<ExitCode> {
+fn doctor_command(json: bool, daemon: &Daemon) -> Result<ExitCode> {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let report = doctor::probe(&cwd);
+    let socket = daemon.socket();
+    // The daemon is the other half of `mop run`: reachable, and answering as the runner.
+    let mopd = match runtime()?.block_on(Control::new(&socket).status()) {
+        Ok(s) => Ok(format!(
+            "answers at {} ({} workspace{})",
+            socket.display(),
+            s.workspaces.len(),
+            if s.workspaces.len() == 1 { "" } else { "s" }
+        )),
+        Err(e) => Err(format!(
+            "{e}; if mopd's socket is elsewhere, pass --socket PATH or set MOP_SOCKET (mop reads mopd's paths.runtime_dir from --mopd-config when it can)"
+        )),
+    };
+    let ok = report.ok && mopd.is_ok();
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else if report.ok {
-        println!(
-            "mop doctor: ok — {} ({}) runs sandboxes with mop's flags for you",
-            report
-                .bwrap
-                .as_ref()
-                .map_or("bwrap".into(), |b| b.display().to_string()),
-            report.version.as_deref().unwrap_or("unknown version")
-        );
-        println!("  abstract sockets: {}", report.abstract_sockets.detail);
-        println!("  TCP ports: {}", report.tcp_ports.detail);
+        let mut v = serde_json::to_value(&report)?;
+        v["ok"] = ok.into();
+        v["daemon"] = serde_json::json!({
+            "socket": socket,
+            "reachable": mopd.is_ok(),
+            "detail": mopd.as_ref().unwrap_or_else(|e| e),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!(
-            "mop doctor: PROBLEM — {}",
-            report.problem.as_deref().unwrap_or("unknown")
-        );
-        println!("  fix: {}", report.fix.as_deref().unwrap_or("-"));
+        if report.ok {
+            println!(
+                "mop doctor: {} — {} ({}) runs sandboxes with mop's flags for you",
+                if ok { "ok" } else { "PROBLEM with mopd" },
+                report
+                    .bwrap
+                    .as_ref()
+                    .map_or("bwrap".into(), |b| b.display().to_string()),
+                report.version.as_deref().unwrap_or("unknown version")
+            );
+        } else {
+            println!(
+                "mop doctor: PROBLEM — {}",
+                report.problem.as_deref().unwrap_or("unknown")
+            );
+            println!("  fix: {}", report.fix.as_deref().unwrap_or("-"));
+        }
+        match &mopd {
+            Ok(line) => println!("  mopd: {line}"),
+            Err(why) => println!("  mopd: UNREACHABLE — {why}"),
+        }
         println!("  abstract sockets: {}", report.abstract_sockets.detail);
         println!("  TCP ports: {}", report.tcp_ports.detail);
     }
-    Ok(if report.ok {
+    Ok(if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -521,6 +629,11 @@ fn memory_command(command: MemoryCommand) -> Result<ExitCode> {
         }
         MemoryCommand::Get { id, save } => rt.block_on(memory::get(&id, save))?,
         MemoryCommand::List { json } => rt.block_on(memory::list(json))?,
+        MemoryCommand::Feedback { id, verdict, note } => rt.block_on(memory::feedback(
+            &id,
+            verdict.parse().map_err(anyhow::Error::msg)?,
+            note,
+        ))?,
         MemoryCommand::StoreStatus { store_id, json } => {
             rt.block_on(memory::store_status(&store_id, json))?
         }

@@ -265,6 +265,32 @@ pub async fn store(a: StoreArgs, user: Option<String>, asset: Option<String>) ->
     Ok(())
 }
 
+/// `mop memory feedback`.
+pub async fn feedback(
+    id: &str,
+    verdict: mop_proto::receipts::Verdict,
+    note: Option<String>,
+) -> Result<()> {
+    let agent = agent()?;
+    let id = CardId::parse(id).map_err(|_| anyhow::anyhow!("{id:?} is not a card id (a UUID)"))?;
+    let r = agent
+        .feedback(&mop_proto::FeedbackRequest { id, verdict, note })
+        .await
+        .map_err(|e| anyhow::anyhow!("feedback on card {id} refused: {}", failed(&agent, e)))?;
+    println!(
+        "{} {}{}: {}",
+        r.verdict.as_str(),
+        r.id,
+        if r.replaced {
+            " (replaces this task's earlier verdict)"
+        } else {
+            ""
+        },
+        r.note
+    );
+    Ok(())
+}
+
 /// `mop memory store-status`.
 pub async fn store_status(store_id: &str, json: bool) -> Result<()> {
     let agent = agent()?;

@@ -27,12 +27,16 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
 use mop_agent::prime::{Primed, TaskFacts, prime};
-use mop_proto::control::{Control, HeldPrepare};
+use mop_proto::control::{Control, FinishRequest, HeldPrepare};
 use mop_proto::inside::env;
-use mop_proto::{AgentKind, LeaseRequest, Plan, PrepareEvent, PrepareRequest, Reservation};
+use mop_proto::receipts::{Capture, Outcome};
+use mop_proto::{
+    AgentKind, LeaseRequest, Plan, PrepareEvent, PrepareRequest, Reservation, WorkdirMemory,
+};
 use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 
+use crate::capture::{CaptureDir, WorkdirFiles};
 use crate::confine::{self, AbstractSockets, TcpBind};
 use crate::control::{TaskArgs, refused, runtime};
 use crate::sandbox::{Spec, bwrap_args, open_dir, sandbox_env, system_layout};
@@ -41,6 +45,48 @@ use crate::{doctor, sys};
 
 /// Exit status when the sandbox could not be set up (the command never ran).
 pub const SETUP_FAILED: u8 = 125;
+
+/// Exit status when `mop run` itself could not start the task: its arguments, the working
+/// directory (as `mop run` checks it), no bubblewrap (the command never ran).
+pub const RUN_FAILED: u8 = 120;
+
+/// Exit status when the daemon could not be reached (no socket, nothing listening, no
+/// permission): the command never ran.
+pub const DAEMON_UNREACHABLE: u8 = 121;
+
+/// Exit status when the daemon refused the task (an unknown workspace or profile, a
+/// working directory it will not serve, a task id in use): the command never ran.
+pub const PREPARE_REFUSED: u8 = 122;
+
+/// Exit status when the daemon failed to prepare the task (it is not synced yet, its
+/// disk, a fault of its own): the command never ran.
+pub const PREPARE_FAILED: u8 = 123;
+
+/// The exit status of a `mop run` that ended with `e` before its command started: each
+/// kind of failure its own, so that a runner tells an infrastructure failure from the
+/// agent's own exit status (README "Running tasks").
+pub fn failure_status(e: &anyhow::Error) -> u8 {
+    use mop_proto::control::ControlError;
+    for cause in e.chain() {
+        if let Some(said) = cause.downcast_ref::<crate::control::DaemonSaid>() {
+            return if (400..500).contains(&said.status) {
+                PREPARE_REFUSED
+            } else {
+                PREPARE_FAILED
+            };
+        }
+        if let Some(c) = cause.downcast_ref::<ControlError>() {
+            return match c {
+                ControlError::Missing(_)
+                | ControlError::Refused(_)
+                | ControlError::Denied(_)
+                | ControlError::Other { .. } => DAEMON_UNREACHABLE,
+                _ => PREPARE_FAILED,
+            };
+        }
+    }
+    RUN_FAILED
+}
 
 /// What `mop run` was given.
 pub struct RunArgs {
@@ -58,6 +104,8 @@ pub struct RunArgs {
     pub no_sandbox: bool,
     /// `--dry-run`: print the plan and the bwrap command line instead of running.
     pub dry_run: bool,
+    /// `--no-capture`: the agent CLI's own memory is turned off rather than captured.
+    pub no_capture: bool,
     /// Control socket.
     pub socket: PathBuf,
     /// The command.
@@ -97,6 +145,12 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         .task
         .context(|| format!("run-{pid}-{}", jiff::Timestamp::now().as_millisecond()));
     task.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    if task.origin_user_id.is_none() {
+        eprintln!(
+            "mop: warning: task {} has no --user: its agent cannot store memory (a store needs the task's user) and no one's personal cards reach it; pass --user NAME",
+            task.task_id
+        );
+    }
     let req = PrepareRequest {
         task,
         lease: LeaseRequest::Run {
@@ -127,7 +181,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     let reservation = match next_event(&rt, &mut hold)? {
         PrepareEvent::Reserved(r) => *r,
         PrepareEvent::Failed { message } => {
-            bail!("prepare of task {} failed: {message}", req.task.task_id)
+            return Err(prepare_failed(&req.task.task_id, message));
         }
         PrepareEvent::Ready(_) => bail!("the daemon sent a plan before a reservation"),
     };
@@ -135,7 +189,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         Some(bwrap) => sandboxed(&rt, bwrap, &reservation, &mut hold, &workdir, &a),
         None => {
             let plan = ready(&rt, &mut hold, &reservation)?;
-            unsandboxed(&plan, &workdir, &a)
+            unsandboxed(&rt, &plan, &workdir, &a)
         }
     };
     drop(hold);
@@ -149,13 +203,20 @@ fn next_event(rt: &tokio::runtime::Runtime, hold: &mut HeldPrepare) -> Result<Pr
         .context("the daemon ended the prepare answer early (is it shutting down?)")
 }
 
+/// The daemon gave up preparing `task_id` after it reserved it.
+fn prepare_failed(task_id: &str, message: String) -> anyhow::Error {
+    anyhow::Error::new(crate::control::DaemonSaid {
+        what: format!("prepare of task {task_id} failed"),
+        status: 500,
+        message,
+    })
+}
+
 /// Waits for the plan (the view is complete).
 fn ready(rt: &tokio::runtime::Runtime, hold: &mut HeldPrepare, r: &Reservation) -> Result<Plan> {
     match next_event(rt, hold)? {
         PrepareEvent::Ready(plan) => Ok(*plan),
-        PrepareEvent::Failed { message } => {
-            bail!("prepare of task {} failed: {message}", r.task_id)
-        }
+        PrepareEvent::Failed { message } => Err(prepare_failed(&r.task_id, message)),
         PrepareEvent::Reserved(_) => bail!("the daemon sent a second reservation"),
     }
 }
@@ -223,13 +284,7 @@ fn sandboxed(
     ];
     let socket_dir = open_dir(&r.agent_socket_dir).map_err(anyhow::Error::msg)?;
     let agent = a.agent.unwrap_or(r.profile.agent);
-    let primed = prime(
-        agent,
-        &TaskFacts {
-            user: a.task.user.as_deref(),
-            asset: a.task.asset.as_deref(),
-        },
-    );
+    let (primed, capture_path, watch) = priming(agent, r, a, &claimed)?;
     let env = with_primed(task_env(&r.profile, &r.task_id, workdir, a)?, &primed.env);
     let primed_pipes = primed_files(&primed)?;
     // The seccomp filter refuses TIOCSTI inside the sandbox, so an interactive agent may
@@ -245,6 +300,7 @@ fn sandboxed(
     let workdir_fd = sys::inherit(&claimed.dir)?;
     let view_fds = [sys::inherit(&views[0])?, sys::inherit(&views[1])?];
     let socket_fd = sys::inherit(&socket_dir)?;
+    let capture_fd = capture_path.as_ref().map(sys::inherit).transpose()?;
     let status_fd = sys::inherit(&status_write)?;
     let seccomp_fd = sys::inherit(&seccomp_read)?;
     let primed_fds = primed_pipes
@@ -259,6 +315,7 @@ fn sandboxed(
         workdir_fd,
         view_fds,
         socket_dir_fd: socket_fd,
+        capture_fd,
         status_fd,
         seccomp_fd,
         mop_exe: &mop_exe,
@@ -293,6 +350,7 @@ fn sandboxed(
     drop(seccomp_read);
     drop(views);
     drop(socket_dir);
+    drop(capture_path);
     let bwrap_pid = nix::unistd::Pid::from_raw(child.id().context("bwrap exited at once")? as i32);
     // The command may start only once the view is complete.
     match ready(rt, hold, r) {
@@ -318,7 +376,144 @@ fn sandboxed(
     // bwrap has exited, so its status lines are all in the pipe (they are far smaller
     // than a pipe's buffer, so bwrap never waited on us to read them).
     let raw = read_available(status_read);
-    Ok(exit_code(&raw, status, forwarded, workdir))
+    let (code, ran) = exit_code(&raw, status, forwarded, workdir);
+    watch.finish(rt, &a.socket, &r.task_id, ran, &claimed);
+    Ok(code)
+}
+
+/// The agent CLI's priming files, the descriptor bwrap binds the capture directory by,
+/// and what `mop run` watches for the task's end.
+fn priming(
+    agent: AgentKind,
+    r: &Reservation,
+    a: &RunArgs,
+    claimed: &Workdir,
+) -> Result<(Primed, Option<std::os::fd::OwnedFd>, Watch)> {
+    let capture = r.profile.capture.native_memory && !a.no_capture;
+    let primed = prime(
+        agent,
+        &TaskFacts {
+            user: a.task.user.as_deref(),
+            asset: a.task.asset.as_deref(),
+            capture,
+        },
+    );
+    // Only Claude Code's memory goes to a directory of mop's choosing (see prime).
+    let dir = match (agent, capture, a.dry_run) {
+        (AgentKind::Claude, true, false) => Some(CaptureDir::create()?),
+        _ => None,
+    };
+    let path = dir
+        .as_ref()
+        .map(|c| open_dir(c.path()).map_err(anyhow::Error::msg))
+        .transpose()?;
+    let watch = Watch {
+        agent,
+        capture,
+        propose: capture && r.profile.capture.workdir_memory == WorkdirMemory::Propose,
+        dir,
+        workdir_before: WorkdirFiles::read(&claimed.dir),
+    };
+    Ok((primed, path, watch))
+}
+
+/// What `mop run` keeps an eye on for the task's end: the agent CLI's capture directory,
+/// and the working directory's memory files as they were before the task.
+struct Watch {
+    agent: AgentKind,
+    /// The CLI's own memory is captured (else it was turned off).
+    capture: bool,
+    /// New sections of the working directory's memory files are proposed as cards.
+    propose: bool,
+    dir: Option<CaptureDir>,
+    workdir_before: WorkdirFiles,
+}
+
+impl Watch {
+    /// Tells the daemon how the task ended (`exit_code`: the command's status, or 128 plus
+    /// the signal it got; none when it never ran) and hands it what was captured, before
+    /// the lease ends; then says on stderr what became of it, in one line (and one for the
+    /// working directory's memory files, when the task changed them). A daemon that
+    /// cannot be told costs the receipt its ending, never the command's exit status.
+    fn finish(
+        self,
+        rt: &tokio::runtime::Runtime,
+        socket: &Path,
+        task_id: &str,
+        exit_code: Option<i32>,
+        claimed: &Workdir,
+    ) {
+        let workdir_after = WorkdirFiles::read(&claimed.dir);
+        let found = self
+            .dir
+            .as_ref()
+            .map(CaptureDir::collect)
+            .unwrap_or_default();
+        let (workdir_edits, proposed) =
+            workdir_after.edits_since(&self.workdir_before, self.propose);
+        let primed = self.agent != AgentKind::Generic;
+        let capture = (primed || !workdir_edits.is_empty()).then(|| Capture {
+            agent: self.agent.name().to_owned(),
+            enabled: self.capture && self.agent == AgentKind::Claude,
+            files: found.files,
+            skipped: found.skipped,
+            workdir_edits,
+        });
+        let mut cards = found.cards;
+        cards.extend(proposed);
+        cards.truncate(mop_proto::control::MAX_CAPTURED);
+        // The ending goes first, alone, so that no size of what the agent wrote can cost
+        // the receipt its outcome; the cards follow in batches the socket takes.
+        let control = Control::new(socket);
+        let ending = FinishRequest {
+            outcome: exit_code.map(Outcome::of_exit),
+            exit_code,
+            capture: capture.clone(),
+            cards: Vec::new(),
+        };
+        let mut stores = Vec::new();
+        for req in
+            std::iter::once(ending).chain(crate::capture::batches(cards).into_iter().map(|cards| {
+                FinishRequest {
+                    cards,
+                    ..Default::default()
+                }
+            }))
+        {
+            match rt.block_on(control.finish(task_id, &req)) {
+                Ok(r) => stores.extend(r.stores),
+                Err(err) => {
+                    eprintln!(
+                        "mop: warning: cannot record how task {task_id} ended, or store all it captured ({err}); its receipt lacks some of it"
+                    );
+                    return;
+                }
+            }
+        }
+        let Some(c) = capture else { return };
+        if primed {
+            eprintln!(
+                "mop: {} (mop receipt {task_id})",
+                crate::capture::line(&c, &stores)
+            );
+        }
+        if !c.workdir_edits.is_empty() {
+            let files: Vec<String> = c
+                .workdir_edits
+                .iter()
+                .map(|w| format!("{} {}", w.file, w.change))
+                .collect();
+            eprintln!(
+                "mop: the task changed the working directory's memory files: {}; they stay as the task left them{}",
+                files.join(", "),
+                if self.propose {
+                    ", and their new sections were proposed as cards"
+                } else {
+                    ": review them before the next task reads them"
+                }
+            );
+        }
+    }
 }
 
 /// `mop run`'s exit code from bwrap's status lines (`raw`) and exit: the command's own, 128
@@ -328,7 +523,7 @@ fn exit_code(
     status: std::process::ExitStatus,
     forwarded: Option<Signal>,
     workdir: &Path,
-) -> ExitCode {
+) -> (ExitCode, Option<i32>) {
     // bwrap reports "exit-code" only when the command itself ran and exited; a failure to
     // set up the sandbox (a mount, execvp) ends without one.
     let exit_code = serde_json::Deserializer::from_slice(raw)
@@ -336,7 +531,7 @@ fn exit_code(
         .flatten()
         .find_map(|doc| doc.get("exit-code").and_then(|c| c.as_i64()));
     if let (None, Some(sig)) = (exit_code, forwarded) {
-        return ExitCode::from(128 + sig as u8);
+        return (ExitCode::from(128 + sig as u8), Some(128 + sig as i32));
     }
     let Some(code) = exit_code else {
         let report = doctor::probe(workdir);
@@ -351,9 +546,10 @@ fn exit_code(
         if let Some(fix) = report.fix {
             eprintln!("mop: fix: {fix}");
         }
-        return ExitCode::from(SETUP_FAILED);
+        return (ExitCode::from(SETUP_FAILED), None);
     };
-    ExitCode::from(code.clamp(0, 255) as u8)
+    let code = code.clamp(0, 255) as i32;
+    (ExitCode::from(code as u8), Some(code))
 }
 
 /// The task's environment with what the agent adapter sets in place of the same names.
@@ -555,7 +751,12 @@ fn read_available(fd: std::os::fd::OwnedFd) -> Vec<u8> {
     buf
 }
 
-fn unsandboxed(plan: &Plan, workdir: &Path, a: &RunArgs) -> Result<ExitCode> {
+fn unsandboxed(
+    rt: &tokio::runtime::Runtime,
+    plan: &Plan,
+    workdir: &Path,
+    a: &RunArgs,
+) -> Result<ExitCode> {
     let mut env = task_env(&plan.profile, &plan.task_id, workdir, a)?;
     // Saved copies go to a private directory removed when the run ends, as the sandbox's
     // tmpfs would be.
@@ -581,7 +782,23 @@ fn unsandboxed(plan: &Plan, workdir: &Path, a: &RunArgs) -> Result<ExitCode> {
         .current_dir(workdir)
         .status()
         .with_context(|| format!("cannot run {}", cmd.to_string_lossy()))?;
-    Ok(ExitCode::from(
-        status.code().unwrap_or(1).clamp(0, 255) as u8
-    ))
+    use std::os::unix::process::ExitStatusExt;
+    let code = status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1)
+        .clamp(0, 255);
+    // Nothing is captured without a sandbox (nothing was primed); the ending is kept.
+    let ending = FinishRequest {
+        outcome: Some(Outcome::of_exit(code)),
+        exit_code: Some(code),
+        ..Default::default()
+    };
+    if let Err(e) = rt.block_on(Control::new(&a.socket).finish(&plan.task_id, &ending)) {
+        eprintln!(
+            "mop: warning: cannot record how task {} ended ({e}); its receipt lacks it",
+            plan.task_id
+        );
+    }
+    Ok(ExitCode::from(code as u8))
 }

@@ -74,6 +74,9 @@ pub struct Spec<'a> {
     pub view_fds: [RawFd; 2],
     /// O_PATH descriptor of the agent socket's directory.
     pub socket_dir_fd: RawFd,
+    /// O_PATH descriptor of the directory the agent CLI's own memory is captured in,
+    /// bound read-write at [`inside::CAPTURE_DIR`].
+    pub capture_fd: Option<RawFd>,
     /// Write end of the status pipe (`--json-status-fd`).
     pub status_fd: RawFd,
     /// Read end of the seccomp pipe (`--seccomp`): the filter, completed by `mop run` once
@@ -146,6 +149,9 @@ pub fn bwrap_args(s: &Spec<'_>) -> Vec<OsString> {
     push(&[&"--ro-bind-fd", &fd(s.socket_dir_fd), &AGENT_DIR]);
     push(&[&"--ro-bind", &s.mop_exe, &mop_in]);
     push(&[&"--dir", &inside::SAVED_DIR]);
+    if let Some(c) = s.capture_fd {
+        push(&[&"--bind-fd", &fd(c), &inside::CAPTURE_DIR]);
+    }
     for d in s.primed_dirs {
         push(&[&"--dir", d]);
     }
@@ -257,6 +263,7 @@ mod tests {
             workdir_fd: 4,
             view_fds: [5, 9],
             socket_dir_fd: 6,
+            capture_fd: Some(11),
             status_fd: 7,
             seccomp_fd: 8,
             mop_exe: Path::new("/usr/bin/mop"),
@@ -279,7 +286,7 @@ mod tests {
              --die-with-parent --new-session --cap-drop ALL --disable-userns --proc /proc --dev /dev --tmpfs /tmp --tmpfs /run \
              --ro-bind /usr /usr --symlink usr/bin /bin --bind-fd 4 /w --ro-bind-fd 5 /run/mop/memory \
              --ro-bind-fd 9 /w/.claude/memory --ro-bind-fd 6 /run/mop/agent \
-             --ro-bind /usr/bin/mop /run/mop/bin/mop --dir /run/mop/saved --dir /run/mop/home \
+             --ro-bind /usr/bin/mop /run/mop/bin/mop --dir /run/mop/saved --bind-fd 11 /run/mop/capture --dir /run/mop/home \
              --file 10 /run/mop/home/.claude.json --chdir /w --json-status-fd 7 --seccomp 8 \
              -- /bin/true --x"
         );

@@ -1,5 +1,5 @@
 //! What a task's agent may ask of memory, decided in one place: which cards it may list,
-//! read and retrieve (the same hard exclusions as its view, over the generation the view
+//! read, retrieve and give its verdict on (the same hard exclusions as its view, over the generation the view
 //! was built from: another user's, another asset's, another author's unverified cards do
 //! not exist here, and a foreign id is "not found" like a missing one), and which stores
 //! it may make (the task's provenance, which the agent cannot choose, under the store
@@ -15,14 +15,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use mop_cards::{CardId, CardLine};
+use mop_proto::control::{FinishRequest, MAX_CAPTURED};
 use mop_proto::error::codes;
-use mop_proto::receipts::{Activity, GetEvent, RetrieveEvent, StoreEvent, StoreEventOutcome};
+use mop_proto::receipts::{
+    Activity, FeedbackEvent, GetEvent, MAX_EVENTS, MAX_FEEDBACK_NOTE, MAX_NOTES_BYTES,
+    RetrieveEvent, StoreEvent, StoreEventOutcome,
+};
 use mop_proto::sync::{
     CredentialFinding, Provenance, StoreOutcome, StoreRequest, StoreResponse, credential_refusal,
     store_errors,
 };
 use mop_proto::{
-    AgentCard, AgentStoreRequest, ListResponse, RetrieveRequest, RetrieveResponse, StoreStatus,
+    AgentCard, AgentStoreRequest, FeedbackRequest, FeedbackResponse, ListResponse, RetrieveRequest,
+    RetrieveResponse, StoreStatus,
 };
 
 use crate::client::ClientError;
@@ -79,6 +84,20 @@ impl AgentError {
     }
 }
 
+/// Credentials in `fields` (name, text), as the card server's screen finds them.
+fn screen<'a>(fields: impl Iterator<Item = (&'a str, &'a str)>) -> Vec<CredentialFinding> {
+    mop_intake::secrets::Screen::builtin()
+        .scan_fields(fields)
+        .into_iter()
+        .map(|f| CredentialFinding {
+            kind: f.kind,
+            field: f.field,
+            line: f.line,
+            column: f.column,
+        })
+        .collect()
+}
+
 /// The code of a store refused because the host's queue is full.
 const QUEUE_FULL: &str = "queue_full";
 
@@ -90,6 +109,9 @@ pub struct TaskMemory {
     /// are refused here, so the task cannot spend the host's store budget that other
     /// tasks need.
     quota_reached: AtomicBool,
+    /// Stores through this value are `mop run`'s captures at the task's end (marked so in
+    /// the receipt), not the agent's own.
+    captured: bool,
 }
 
 /// A card as `list` and `retrieve` show it: title and description with hidden characters
@@ -113,6 +135,15 @@ impl TaskMemory {
             tasks,
             task,
             quota_reached: AtomicBool::new(false),
+            captured: false,
+        }
+    }
+
+    /// The memory of `task` as its runner's capture at the end stores into it.
+    pub fn for_capture(tasks: Arc<Tasks>, task: Arc<Task>) -> TaskMemory {
+        TaskMemory {
+            captured: true,
+            ..TaskMemory::new(tasks, task)
         }
     }
 
@@ -124,7 +155,8 @@ impl TaskMemory {
             .record(&lease.task.task_id, lease.created_at, f);
     }
 
-    fn record_store(&self, event: StoreEvent) {
+    fn record_store(&self, mut event: StoreEvent) {
+        event.captured = self.captured;
         self.record(|a| Activity::push(&mut a.stores, &mut a.unlisted, event));
     }
 
@@ -272,14 +304,7 @@ impl TaskMemory {
     pub async fn store(&self, req: AgentStoreRequest) -> Result<StoreResponse, AgentError> {
         let lease = self.task.lease();
         let refused = |status: u16, code: &str, message: String| {
-            self.record_store(StoreEvent {
-                at: jiff::Timestamp::now(),
-                outcome: StoreEventOutcome::Refused,
-                id: None,
-                status: Some(status),
-                store_id: None,
-                code: Some(code.to_owned()),
-            });
+            self.record_store(StoreEvent::refused(status, code));
             AgentError::Refused {
                 status,
                 code: code.to_owned(),
@@ -340,6 +365,7 @@ impl TaskMemory {
                     status: None,
                     store_id: Some(store_id),
                     code: None,
+                    captured: false,
                 });
                 Ok(r)
             }
@@ -365,6 +391,170 @@ impl TaskMemory {
         }
     }
 
+    /// The agent's verdict on a card its task can see: kept in the task's receipt (one per
+    /// card, the latest), reported with it, and counted by the server for curators. It
+    /// never changes what any task is given.
+    pub async fn feedback(&self, req: FeedbackRequest) -> Result<FeedbackResponse, AgentError> {
+        let note = req
+            .note
+            .map(|n| n.trim().to_owned())
+            .filter(|n| !n.is_empty());
+        if let Some(n) = &note {
+            if n.chars().count() > MAX_FEEDBACK_NOTE
+                || n.chars().any(|c| c.is_control() && c != '\n')
+            {
+                return Err(AgentError::BadRequest(format!(
+                    "the note must be at most {MAX_FEEDBACK_NOTE} characters of text (no control characters but newlines); say what was wrong in a sentence"
+                )));
+            }
+            let findings = screen(std::iter::once(("note", n.as_str())));
+            if !findings.is_empty() {
+                return Err(AgentError::Refused {
+                    status: 422,
+                    code: store_errors::CREDENTIAL.into(),
+                    message: credential_refusal("the note", &findings),
+                });
+            }
+        }
+        let loaded = self.loaded().await?;
+        let lease = self.task.lease();
+        // Outside the task's scope looks exactly like missing, as for a get.
+        if loaded
+            .catalog
+            .ord_of(&req.id)
+            .is_none_or(|ord| !loaded.catalog.is_visible(ord, &lease.task))
+        {
+            return Err(AgentError::NotFound(format!("card {} not found", req.id)));
+        }
+        let mut event = FeedbackEvent {
+            at: jiff::Timestamp::now(),
+            id: req.id,
+            verdict: req.verdict,
+            note,
+        };
+        let mut replaced = false;
+        let mut full = false;
+        let mut unmet = false;
+        let mut note_dropped = false;
+        let given = lease.cards.iter().any(|c| c.id == req.id);
+        self.record(|a| {
+            // A verdict is on a card the agent relied on: one it was given or met.
+            if !given && !a.met(&event.id) {
+                unmet = true;
+                return;
+            }
+            let others: usize = a
+                .feedback
+                .iter()
+                .filter(|f| f.id != event.id)
+                .filter_map(|f| f.note.as_ref())
+                .map(String::len)
+                .sum();
+            if event
+                .note
+                .as_ref()
+                .is_some_and(|n| others + n.len() > MAX_NOTES_BYTES)
+            {
+                event.note = None;
+                note_dropped = true;
+            }
+            if let Some(old) = a.feedback.iter_mut().find(|f| f.id == event.id) {
+                *old = event;
+                replaced = true;
+            } else if a.feedback.len() < MAX_EVENTS {
+                a.feedback.push(event);
+            } else {
+                full = true;
+            }
+        });
+        if unmet {
+            return Err(AgentError::BadRequest(format!(
+                "card {} was neither given to this task nor read by it: read it (memory_get) before you say whether it held",
+                req.id
+            )));
+        }
+        if full {
+            return Err(AgentError::Refused {
+                status: 429,
+                code: store_errors::QUOTA.into(),
+                message: format!(
+                    "this task gave verdicts on {MAX_EVENTS} cards, the most one task may; nothing was recorded"
+                ),
+            });
+        }
+        tracing::info!(task = %lease.task.task_id, card = %req.id, verdict = req.verdict.as_str(), replaced, "feedback on a card");
+        let kept = if note_dropped {
+            format!(
+                " Its note was not kept: this task's notes reached {MAX_NOTES_BYTES} bytes; keep the rest short."
+            )
+        } else {
+            String::new()
+        };
+        Ok(FeedbackResponse {
+            id: req.id,
+            verdict: req.verdict,
+            replaced,
+            note: format!(
+                "Recorded in this task's receipt. Curators see it with the card; it never changes what tasks are given.{kept}"
+            ),
+        })
+    }
+
+    /// `mop run`'s word at the task's end: how it ended, and the cards it captured, each
+    /// stored as the agent's own stores are (this value is [`TaskMemory::for_capture`]).
+    pub async fn finish(&self, req: FinishRequest) -> Vec<StoreEvent> {
+        let lease = self.task.lease();
+        let mut events = Vec::new();
+        for c in req.cards.into_iter().take(MAX_CAPTURED) {
+            let bound = AgentStoreRequest::bound(
+                c.card,
+                c.personal,
+                false,
+                lease.task.origin_user_id.as_deref(),
+                lease.task.asset_id.as_deref(),
+            );
+            let refused = |status: u16, code: &str| StoreEvent {
+                captured: true,
+                ..StoreEvent::refused(status, code)
+            };
+            let event = match bound {
+                Err(_) => {
+                    let e = refused(403, store_errors::FORBIDDEN);
+                    self.record_store(e.clone());
+                    e
+                }
+                Ok(store) => match self.store(store).await {
+                    Ok(r) => StoreEvent {
+                        at: jiff::Timestamp::now(),
+                        outcome: r.outcome.into(),
+                        id: r.id,
+                        status: None,
+                        store_id: r.store_id,
+                        code: None,
+                        captured: true,
+                    },
+                    Err(e) => refused(e.status(), e.code()),
+                },
+            };
+            events.push(event);
+        }
+        self.tasks
+            .receipts()
+            .update(&lease.task.task_id, lease.created_at, |r| {
+                if req.outcome.is_some() {
+                    r.outcome = req.outcome;
+                }
+                if req.exit_code.is_some() {
+                    r.exit_code = req.exit_code;
+                }
+                if req.capture.is_some() {
+                    r.capture = req.capture;
+                }
+            });
+        tracing::info!(task = %lease.task.task_id, outcome = req.outcome.map_or("-", |o| o.as_str()), captured = events.len(), "task finished by its runner");
+        events
+    }
+
     /// Keeps a store on the host for the server, on disk before the agent hears `queued`.
     async fn queue(
         &self,
@@ -377,25 +567,9 @@ impl TaskMemory {
         // it: a credential is refused now (the same answer the server gives) instead of
         // waiting in the queue in the clear.
         let fields = request.card.text_fields();
-        let findings: Vec<CredentialFinding> = mop_intake::secrets::Screen::builtin()
-            .scan_fields(fields.iter().map(|(name, text)| (*name, text.as_str())))
-            .into_iter()
-            .map(|f| CredentialFinding {
-                kind: f.kind,
-                field: f.field,
-                line: f.line,
-                column: f.column,
-            })
-            .collect();
+        let findings = screen(fields.iter().map(|(name, text)| (*name, text.as_str())));
         if !findings.is_empty() {
-            self.record_store(StoreEvent {
-                at: jiff::Timestamp::now(),
-                outcome: StoreEventOutcome::Refused,
-                id: None,
-                status: Some(422),
-                store_id: None,
-                code: Some(store_errors::CREDENTIAL.into()),
-            });
+            self.record_store(StoreEvent::refused(422, store_errors::CREDENTIAL));
             return Err(AgentError::Refused {
                 status: 422,
                 code: store_errors::CREDENTIAL.into(),
@@ -421,6 +595,7 @@ impl TaskMemory {
                 status,
                 store_id: Some(store_id.clone()),
                 code: code.map(str::to_owned),
+                captured: false,
             };
         match kept {
             Ok(Ok(())) => {

@@ -70,6 +70,7 @@ async fn reload(state: &Arc<State>, workspaces: &Workspaces, why: &str) {
                 );
             }
             config.paths = old.paths.clone();
+            let server_changed = config.server != old.server;
             state.replace(config, client);
             // The model is loaded again, off the async workers' work: its files may have
             // been installed, fixed or replaced at the same path.
@@ -79,8 +80,11 @@ async fn reload(state: &Arc<State>, workspaces: &Workspaces, why: &str) {
                 loading.embedding_model();
             })
             .await;
-            tracing::info!(config = %path.display(), why, "configuration reloaded");
+            tracing::info!(config = %path.display(), why, server_changed, "configuration reloaded");
             workspaces.reconcile().await;
+            if server_changed {
+                workspaces.server_changed();
+            }
         }
         Err(e) => {
             tracing::error!(config = %path.display(), error = %format!("{e:#}"), why, "new configuration refused; keeping the running one")

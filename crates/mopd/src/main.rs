@@ -51,7 +51,7 @@ enum Command {
     },
     /// Sync workspaces now and wait for the result.
     Sync {
-        /// Workspaces [default: all configured].
+        /// Workspaces [default: all the daemon serves].
         workspaces: Vec<String>,
         /// Control socket.
         #[arg(long)]
@@ -154,13 +154,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
             socket,
             config,
         } => {
+            let control = Control::new(socket_for(socket, &config));
+            let rt = runtime()?;
+            // All of them: the daemon knows which (its configuration may be unreadable here).
             let wanted = if workspaces.is_empty() {
-                MopdConfig::load(&config)?.sync.workspaces
+                rt.block_on(control.status())?
+                    .workspaces
+                    .into_iter()
+                    .map(|w| w.workspace)
+                    .collect()
             } else {
                 workspaces
             };
-            let control = Control::new(socket_for(socket, &config));
-            let rt = runtime()?;
             let mut failed = false;
             for ws in wanted {
                 match rt.block_on(control.sync(&ws)) {

@@ -198,6 +198,12 @@ impl Receipts {
     /// receipt is written at most every [`SAVE_EVERY`], and not at all when the event was
     /// only counted (past [`MAX_EVENTS`]): a busy agent costs the disk almost nothing.
     pub fn record(&self, task_id: &str, prepared_at: Timestamp, f: impl FnOnce(&mut Activity)) {
+        self.update(task_id, prepared_at, |r| f(&mut r.activity));
+    }
+
+    /// Changes the running receipt of the task `task_id` prepared at `prepared_at` (how it
+    /// ended, what was captured), as [`Receipts::record`] does its activity.
+    pub fn update(&self, task_id: &str, prepared_at: Timestamp, f: impl FnOnce(&mut Receipt)) {
         let Some(entry) = self.entry(task_id) else {
             return;
         };
@@ -205,10 +211,11 @@ impl Receipts {
         if entry.ended || entry.local.receipt.prepared_at != prepared_at {
             return;
         }
-        let a = &mut entry.local.receipt.activity;
-        let listed = a.retrieves.len() + a.gets.len() + a.stores.len();
-        f(a);
-        let grew = a.retrieves.len() + a.gets.len() + a.stores.len() > listed;
+        let listed =
+            |a: &Activity| a.retrieves.len() + a.gets.len() + a.stores.len() + a.feedback.len();
+        let before = listed(&entry.local.receipt.activity);
+        f(&mut entry.local.receipt);
+        let grew = listed(&entry.local.receipt.activity) > before;
         entry.dirty = true;
         if grew && entry.saved_at.elapsed() >= SAVE_EVERY {
             self.save(&mut entry);
@@ -664,6 +671,9 @@ mod tests {
             cards_unlisted: 0,
             left_out: [0; 3],
             activity: Activity::default(),
+            outcome: None,
+            exit_code: None,
+            capture: None,
         }
     }
 

@@ -131,6 +131,22 @@ impl Workspaces {
         }
     }
 
+    /// After a reload that changed the card server: every workspace forgets the old
+    /// server's error (its advice was about that server) and polls the new one now,
+    /// without waiting for the answers.
+    pub fn server_changed(&self) {
+        for h in self.handles.lock().values() {
+            {
+                let mut status = h.syncer.status.lock();
+                status.last_error = None;
+                status.consecutive_failures = 0;
+            }
+            let (tx, _answer) = oneshot::channel();
+            // A full queue already has a poll coming.
+            let _ = h.trigger.try_send(tx);
+        }
+    }
+
     /// Syncs a workspace now and waits for the result; `None` when it is not configured.
     pub async fn trigger(&self, ws: &str) -> Option<Result<SyncResult, Failure>> {
         let sender = self.handles.lock().get(ws).map(|h| h.trigger.clone())?;

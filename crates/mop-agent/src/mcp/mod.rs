@@ -4,7 +4,8 @@
 //! and the resources are the files of the task's read-only view. The protocol itself
 //! (JSON-RPC framing, version negotiation, schemas) is the `rmcp` SDK's.
 //!
-//! - Tools: `memory_retrieve`, `memory_get`, `memory_list`, `memory_store`. Each answers
+//! - Tools: `memory_retrieve`, `memory_get`, `memory_list`, `memory_store`,
+//!   `memory_feedback`. Each answers
 //!   in text for the model, ending with a line on what the task's memory covers, and in
 //!   structured JSON (the agent socket's own answer) for programs.
 //! - Resources: `MEMORY.md` and each mounted card, as `mop://memory/<path in the view>`.
@@ -25,7 +26,8 @@ use std::pin::Pin;
 use mop_cards::CardId;
 use mop_proto::client::ControlError;
 use mop_proto::{
-    AgentStoreRequest, AgentStoreResponse, ListResponse, RetrieveRequest, RetrieveResponse,
+    AgentStoreRequest, AgentStoreResponse, FeedbackRequest, FeedbackResponse, ListResponse,
+    RetrieveRequest, RetrieveResponse,
 };
 
 /// A boxed future, as [`Memory`]'s methods return.
@@ -41,6 +43,8 @@ pub trait Memory: Send + Sync + 'static {
     fn list(&self) -> Fut<'_, Result<ListResponse, ControlError>>;
     /// Proposes a card.
     fn store(&self, req: AgentStoreRequest) -> Fut<'_, Result<AgentStoreResponse, ControlError>>;
+    /// The agent's verdict on a card.
+    fn feedback(&self, req: FeedbackRequest) -> Fut<'_, Result<FeedbackResponse, ControlError>>;
     /// A file of the view, by its path relative to the view's top (already checked to be
     /// `MEMORY.md` or a mounted card's path).
     fn read_view(&self, rel: &str) -> Fut<'_, std::io::Result<Vec<u8>>>;

@@ -44,6 +44,13 @@ impl Memory for SandboxMemory {
         Box::pin(async move { self.agent.store(&req).await })
     }
 
+    fn feedback(
+        &self,
+        req: mop_proto::FeedbackRequest,
+    ) -> Fut<'_, Result<mop_proto::FeedbackResponse, ControlError>> {
+        Box::pin(async move { self.agent.feedback(&req).await })
+    }
+
     fn read_view(&self, rel: &str) -> Fut<'_, std::io::Result<Vec<u8>>> {
         let rel = rel.to_owned();
         Box::pin(async move {

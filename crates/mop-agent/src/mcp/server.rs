@@ -1,4 +1,4 @@
-//! The MCP handler: four tools and the view's files as resources, each a thin layer over
+//! The MCP handler: five tools and the view's files as resources, each a thin layer over
 //! [`Memory`]. Bad arguments and refusals of the daemon (a card outside the task's scope,
 //! a store it rejects) are tool results with `isError` and a message that says what to
 //! do, as the MCP specification asks for input errors so that the model can correct
@@ -111,6 +111,27 @@ pub struct StoreArgs {
     /// Bind the card to this task's asset.
     #[serde(default)]
     pub asset: bool,
+}
+
+/// `memory_feedback`'s input.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FeedbackArgs {
+    /// The card's id (a card this task was given or retrieved).
+    pub id: String,
+    /// helped (it held and you relied on it), wrong, or outdated (right once, not now).
+    #[schemars(schema_with = "verdict_schema")]
+    pub verdict: String,
+    /// What you found, in a sentence (at most 500 characters; never a credential).
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+fn verdict_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "enum": ["helped", "wrong", "outdated"],
+    })
 }
 
 /// Arguments a tool cannot use: a tool-level error the model reads and can correct.
@@ -303,6 +324,42 @@ impl MemoryServer {
             Err(e) => Ok(refused("memory_store", e)),
         }
     }
+
+    #[tool(
+        description = "Say whether a memory card you relied on held: helped, wrong or outdated, with a short note on what you found. Once per card; a later verdict replaces the earlier one. Curators read the verdicts and fix or retire cards; a verdict changes nothing by itself."
+    )]
+    async fn memory_feedback(
+        &self,
+        Parameters(a): Parameters<FeedbackArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let Ok(id) = CardId::parse(a.id.trim()) else {
+            return Ok(bad_input(format!(
+                "memory_feedback: {:?} is not a card id (a UUID); MEMORY.md, memory_list and memory_retrieve show ids",
+                a.id.chars().take(80).collect::<String>()
+            )));
+        };
+        let verdict = match a.verdict.parse() {
+            Ok(v) => v,
+            Err(e) => return Ok(bad_input(format!("memory_feedback: {e}"))),
+        };
+        let req = mop_proto::FeedbackRequest {
+            id,
+            verdict,
+            note: a.note,
+        };
+        match self.memory.feedback(req).await {
+            Ok(r) => Ok(ok(
+                format!(
+                    "{} recorded for card {}. {}",
+                    r.verdict.as_str(),
+                    r.id,
+                    r.note
+                ),
+                serde_json::to_value(&r).expect("serializes"),
+            )),
+            Err(e) => Ok(refused("memory_feedback", e)),
+        }
+    }
 }
 
 impl MemoryServer {
@@ -475,6 +532,25 @@ mod tests {
                 })
             })
         }
+        fn feedback(
+            &self,
+            req: mop_proto::FeedbackRequest,
+        ) -> Fut<'_, Result<mop_proto::FeedbackResponse, ControlError>> {
+            Box::pin(async move {
+                if req.id != CardId::parse(ID).unwrap() {
+                    return Err(ControlError::Answered {
+                        status: 404,
+                        message: format!("card {} not found", req.id),
+                    });
+                }
+                Ok(mop_proto::FeedbackResponse {
+                    id: req.id,
+                    verdict: req.verdict,
+                    replaced: false,
+                    note: "Recorded.".into(),
+                })
+            })
+        }
         fn read_view(&self, rel: &str) -> Fut<'_, std::io::Result<Vec<u8>>> {
             let rel = rel.to_owned();
             Box::pin(async move { Ok(format!("contents of {rel}").into_bytes()) })
@@ -536,6 +612,9 @@ mod tests {
                 call(5, "memory_store", serde_json::json!({"type": "pitfall", "title": "t", "content": "c", "personal": true})),
                 call(6, "memory_store", serde_json::json!({"type": "pitfall", "title": "t", "content": "c", "asset": true})),
                 call(7, "memory_retrieve", serde_json::json!({"query": "x", "limit": 0})),
+                call(8, "memory_feedback", serde_json::json!({"id": ID, "verdict": "outdated", "note": "moved"})),
+                call(9, "memory_feedback", serde_json::json!({"id": "00000000-0000-4000-8000-000000000002", "verdict": "wrong"})),
+                call(10, "memory_feedback", serde_json::json!({"id": ID, "verdict": "great"})),
             ],
         )
         .await;
@@ -545,7 +624,8 @@ mod tests {
             .iter()
             .map(|t| t["name"].as_str().unwrap())
             .collect();
-        assert_eq!(tools.len(), 4, "{tools:?}");
+        assert_eq!(tools.len(), 5, "{tools:?}");
+        assert!(tools.contains(&"memory_feedback"), "{tools:?}");
         let retrieve = &a[1]["result"];
         let text = retrieve["content"][0]["text"].as_str().unwrap();
         assert!(
@@ -607,6 +687,23 @@ mod tests {
                 .unwrap()
                 .contains("give 1 to 50")
         );
+        // A verdict on a card is recorded; one on a card the task cannot see, or a verdict
+        // that is not one, is a tool error the model reads.
+        assert_eq!(
+            a[7]["result"]["structuredContent"]["verdict"], "outdated",
+            "{}",
+            a[7]
+        );
+        assert_eq!(a[8]["result"]["isError"], true, "{}", a[8]);
+        assert!(
+            a[8]["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .contains("not found"),
+            "{}",
+            a[8]
+        );
+        assert_eq!(a[9]["result"]["isError"], true, "{}", a[9]);
     }
 
     #[tokio::test]

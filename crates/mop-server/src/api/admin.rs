@@ -332,6 +332,8 @@ pub(crate) enum Action {
     Revert(i64),
     /// Set fields, keeping the text.
     Fields(mop_proto::curation::FieldsRequest),
+    /// Keep a card agents flagged as it is, with why when the curator said.
+    Keep(Option<String>),
 }
 
 pub(crate) async fn state(
@@ -377,10 +379,15 @@ pub(crate) async fn state(
             Action::Merge(m.into, m.into_version.filter(|_| m.verify))
         }
         "revert" => Action::Revert(json::<RevertRequest>(&body)?.seq),
+        "keep" => Action::Keep(if body.is_empty() {
+            None
+        } else {
+            json::<mop_proto::curation::StateRequest>(&body)?.reason
+        }),
         "fields" => Action::Fields(json(&body)?),
         other => {
             return Err(ApiError::not_found(format!(
-                "no card action {other:?}; actions: verify, reject, merge, revert, fields, supersede, disable, enable, archive, unarchive"
+                "no card action {other:?}; actions: verify, reject, merge, revert, fields, keep, supersede, disable, enable, archive, unarchive"
             )));
         }
     };
@@ -417,6 +424,7 @@ pub(crate) async fn act(
             }
             Action::Revert(seq) => curation::revert(&store, &ws2, &id, seq, &actor, expect),
             Action::Fields(req) => curation::set_fields(&store, &ws2, &id, &req, &actor, expect),
+            Action::Keep(why) => curation::keep(&store, &ws2, &id, why.as_deref(), &actor, expect),
         }
     })
     .await?;

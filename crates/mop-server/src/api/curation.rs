@@ -112,7 +112,10 @@ fn item(
     let mut skip: Vec<CardId> = variants.iter().map(|v| v.card.summary.id).collect();
     skip.push(card.summary.id);
     let nearest = nearest(index, &card, &skip)?;
+    // The queue holds unverified cards and, verified, only the ones agents flagged.
+    let flagged = card.summary.trust == mop_cards::Trust::Verified;
     Ok(Some(ReviewItem {
+        flagged,
         unshown: unshown(&text),
         card,
         text,

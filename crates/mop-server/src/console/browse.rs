@@ -223,6 +223,7 @@ pub(super) async fn stale(
         report.unnamed_assets.len(),
         report.old_unverified.len(),
         report.long_chains.len(),
+        report.failing.len(),
     ]
     .into_iter()
     .max()
@@ -260,6 +261,18 @@ pub(super) async fn stale(
                         @if i > 0 { " → " }
                         a href={ "/console/w/" (ws) "/cards/" (id) } { code { (id.to_string()[..8]) } }
                     }
+                }
+            }
+        }
+        h2 { "Delivered mostly to failing tasks in " (report.days) " days (" (report.failing.len()) ")" }
+        p.muted { "A correlation, by what runners said of their tasks: a card given to failing tasks did not make them fail. Read it, and the agents' verdicts on it." }
+        @if report.failing.is_empty() { p.muted { "None." } }
+        ul.failing {
+            @for c in report.failing.iter().skip(f.offset).take(PAGE) {
+                li {
+                    a href={ "/console/w/" (ws) "/cards/" (c.card.id) } { (shown(&c.card.title)) }
+                    ": delivered to " (c.delivered) " tasks, " (c.outcomes.failed) " failed, "
+                    (c.outcomes.succeeded) " succeeded, " (c.outcomes.unknown) " unknown"
                 }
             }
         }

@@ -108,7 +108,40 @@ fn facts(card: &CardInfo) -> Markup {
                 @if let Some(t) = u.last_delivered_at { " · last delivered " (t) }
                 @if !u.hosts.is_empty() { " · hosts: " @for h in &u.hosts { code { (shown(h)) } " " } }
             }
+            dt { "task outcomes" } dd.outcomes { (outcomes(u)) }
+            dt { "agents' verdicts" } dd.feedback { (feedback(&u.feedback)) }
             dt { "version" } dd { code.etag { (card.etag) } }
+        }
+    }
+}
+
+/// "Delivered to N tasks: X succeeded, Y failed, Z unknown", over 30 days.
+pub(super) fn outcomes(u: &mop_proto::curation::Usage) -> Markup {
+    let o = &u.outcomes_30d;
+    html! {
+        "delivered to " (u.delivered_30d) " tasks in 30 days: " (o.succeeded) " succeeded, "
+        (o.failed) " failed, " (o.unknown) " unknown (a correlation, not a cause)"
+    }
+}
+
+/// Agents' verdicts: counts over 7 and 30 days, from how many users and hosts, and the
+/// latest notes.
+pub(super) fn feedback(f: &mop_proto::curation::FeedbackCounts) -> Markup {
+    html! {
+        "helped " (f.helped_7d) " / " (f.helped_30d) " · wrong " (f.wrong_7d) " / " (f.wrong_30d)
+        " · outdated " (f.outdated_7d) " / " (f.outdated_30d) " (7 d / 30 d), from "
+        (f.users_30d) " users on " (f.hosts_30d) " hosts"
+        @if f.flagged { " " span.badge.flagged { "flagged by " (f.against_users) " users" } }
+        @if !f.notes.is_empty() {
+            ul.notes {
+                @for n in &f.notes {
+                    li {
+                        span.badge { (n.verdict.as_str()) } " "
+                        @if let Some(u) = &n.user_id { span.user { (shown(u)) } " " }
+                        (n.at) ": " q { (shown(&n.note)) }
+                    }
+                }
+            }
         }
     }
 }
@@ -710,6 +743,7 @@ pub(super) async fn act(
         "enable" => Action::State(CardState::Enable, reason()),
         "archive" => Action::State(CardState::Archive, reason()),
         "unarchive" => Action::State(CardState::Unarchive, reason()),
+        "keep" => Action::Keep(reason()),
         _ => {
             return Err(error_page(
                 Some(&ctx),

@@ -59,6 +59,7 @@ pub(super) fn flash(console: &Console, ctx: &Ctx, ws: &str) -> Option<Markup> {
         "enable" => "enabled",
         "archive" => "archived",
         "unarchive" => "unarchived",
+        "keep" => "kept as it is (the agents' verdicts so far no longer flag it)",
         "save" => "saved",
         "delete" => "deleted for good (its text, objects and history text are gone)",
         "lift" => "no longer refused as previously rejected (the rejection is lifted)",
@@ -81,7 +82,8 @@ pub(super) fn flash(console: &Console, ctx: &Ctx, ws: &str) -> Option<Markup> {
 fn counts(c: &ReviewCounts) -> Markup {
     html! {
         div.counts {
-            p.total { strong { (c.total()) } " waiting for review" }
+            p.total { strong { (c.total()) } " waiting for review"
+                @if c.flagged > 0 { " (" (c.flagged) " flagged by agents)" } }
             @if c.total() > 0 {
                 ul.chips {
                     @for (t, n) in &c.by_type { li { (t) ": " strong { (n) } } }
@@ -123,6 +125,13 @@ fn entry(ctx: &Ctx, ws: &str, item: &ReviewItem, back: &str) -> Markup {
                 " · delivered " (card.usage.delivered_30d) " / retrieved " (card.usage.retrieved_30d) " (30 d)"
             }
             @if let Some(d) = &s.description { p.description { (shown(d)) } }
+            @if item.flagged {
+                div.flag {
+                    strong { "Flagged: verified memory agents called wrong or outdated. " }
+                    (super::card::feedback(&card.usage.feedback)) br;
+                    (super::card::outcomes(&card.usage))
+                }
+            }
             @if !s.labels.is_empty() {
                 ul.labels { @for l in &s.labels { li { (l) } } }
             }
@@ -158,6 +167,20 @@ fn entry(ctx: &Ctx, ws: &str, item: &ReviewItem, back: &str) -> Markup {
                     }
                 }
             }
+            @if item.flagged {
+                div.actions {
+                    form.keep method="post" action={ (base) "/do/keep" } {
+                        (csrf(ctx))
+                        input type="hidden" name="etag" value=(card.etag);
+                        input type="hidden" name="back" value=(back);
+                        input.reason type="text" name="reason" maxlength="500"
+                            placeholder="why it still holds" aria-label="Why keep it";
+                        button type="submit" { "Keep as it is" }
+                    }
+                    a.button.edit href={ (base) "/edit" } { "Edit" kbd { "e" } }
+                    a.button href=(base) { "Open to archive or disable" }
+                }
+            } @else {
             div.actions {
                 @if whole {
                     form.verify method="post" action={ (base) "/do/verify" } {
@@ -191,6 +214,7 @@ fn entry(ctx: &Ctx, ws: &str, item: &ReviewItem, back: &str) -> Markup {
                     }
                 }
                 a.button.edit href={ (base) "/edit" } { "Edit" kbd { "e" } }
+            }
             }
         }
     }

@@ -341,6 +341,20 @@ fn reject_in(
     Ok(change)
 }
 
+/// Keeps a card agents flagged as it is, with the curator's reason when given (checked as
+/// a rejection's is), at the version the curator decided on.
+pub fn keep(
+    store: &Store,
+    ws: &str,
+    id: &CardId,
+    reason: Option<&str>,
+    actor: &str,
+    expect: Expect<'_>,
+) -> Result<CardChange> {
+    let reason = reason.map(check_reason).transpose()?;
+    store.keep_card(ws, id, reason, actor, expect)
+}
+
 /// A rejection's reason, trimmed: 1 to [`MAX_REASON`] characters on one line.
 fn check_reason(reason: &str) -> Result<&str> {
     let reason = reason.trim();

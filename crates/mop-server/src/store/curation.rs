@@ -29,6 +29,8 @@ pub struct QueueStats {
     pub groups: u64,
     /// When the card waiting longest reached the server.
     pub oldest: Option<Stamp>,
+    /// Verified cards agents flagged, in the queue as flag items.
+    pub flagged: u64,
 }
 
 /// A card row with the facts its own columns hold: what listings filter and sort on
@@ -297,6 +299,10 @@ pub fn summary_filter(q: &ListQuery) -> Result<Option<impl Fn(&CardSummary, bool
 }
 
 /// The moment `days` days ago (at most [`MAX_DAYS`]).
+/// The fewest deliveries in a window before the staleness report calls a card's tasks
+/// mostly failing: below it, a few unlucky tasks would decide.
+const FAILING_MIN_TASKS: i64 = 5;
+
 fn days_ago(days: u32) -> Timestamp {
     Timestamp::now() - (i64::from(days.min(MAX_DAYS)) * 24).hours()
 }
@@ -310,6 +316,8 @@ struct Entry {
     /// Its oldest card's type and when it was made.
     card_type: String,
     since: Stamp,
+    /// A verified card agents flagged (its flag's first verdict is `since`).
+    flagged: bool,
 }
 
 /// Counts queue entries by type and by age (from when each entry's oldest card was made).
@@ -319,6 +327,7 @@ fn count_queue(queue: &[Entry], now: Timestamp) -> ReviewCounts {
     let mut counts = ReviewCounts::default();
     for entry in queue {
         *counts.by_type.entry(entry.card_type.clone()).or_default() += 1;
+        counts.flagged += usize::from(entry.flagged);
         let made = &entry.since;
         if *made >= d1 {
             counts.under_1d += 1;
@@ -420,6 +429,11 @@ impl Store {
                 provenance: s.provenance,
             })
             .collect();
+        let mut usage = self.usage_of(tx, ws, &id)?;
+        // The review queue's rule (`flagged_cards`): verified, live, enough users against.
+        usage.feedback.flagged = summary.trust == Trust::Verified
+            && row.archived_at.is_none()
+            && usage.feedback.against_users >= self.intake_policy().flag_min_users.max(1);
         Ok(CardInfo {
             etag: card_etag(&row.sha, row.archived_at.is_some()),
             rejected: row.archived_at.is_some() && rejected,
@@ -428,7 +442,7 @@ impl Store {
             last_seen: row.last_seen,
             reinforcements,
             provenance,
-            usage: self.usage_of(tx, ws, &id)?,
+            usage,
             credentials: super::intake::credentials_of(tx, ws, &id).map_err(&e)?,
             duplicate_group: super::intake::duplicate_group(tx, ws, &summary.id).map_err(&e)?,
             previously_rejected: None,
@@ -511,11 +525,14 @@ impl Store {
                         |r| r.get::<u64>(0),
                     )
                     .map_err(&e)?;
+                let min_users = self.intake_policy().flag_min_users.max(1);
+                let flagged = self.flagged_cards(tx, &workspace, min_users)?.len() as u64;
                 out.push(QueueStats {
                     workspace,
                     items,
                     groups,
                     oldest,
+                    flagged,
                 });
             }
             Ok(out)
@@ -679,8 +696,22 @@ impl Store {
                     cards: vec![id],
                     card_type,
                     since,
+                    flagged: false,
                 });
             }
+            let min_users = self.intake_policy().flag_min_users.max(1);
+            for (id, card_type, since) in self.flagged_cards(tx, ws, min_users)? {
+                let Ok(id) = CardId::parse(&id) else { continue };
+                queue.push(Entry {
+                    group: None,
+                    cards: vec![id],
+                    card_type,
+                    since,
+                    flagged: true,
+                });
+            }
+            // Oldest first, flag items among the rest by their first verdict.
+            queue.sort_by_key(|e| e.since);
             let counts = count_queue(&queue, Timestamp::now());
             let entries = queue.len();
             let mut page = Vec::new();
@@ -844,6 +875,17 @@ impl Store {
                 .filter(|f| f.summary.trust == Trust::Unverified)
                 .map(&stale)
                 .collect();
+            let failing = self
+                .failing(tx, ws, &cut_text[..10])?
+                .into_iter()
+                .map(
+                    |(row, delivered, outcomes)| mop_proto::curation::FailingCard {
+                        card: stale(&row),
+                        delivered,
+                        outcomes,
+                    },
+                )
+                .collect();
             Ok(StaleReport {
                 days,
                 chain,
@@ -851,8 +893,53 @@ impl Store {
                 unnamed_assets,
                 long_chains: self.chains(tx, ws, chain)?,
                 old_unverified,
+                failing,
             })
         })
+    }
+
+    /// Live cards delivered to at least [`FAILING_MIN_TASKS`] tasks since `day`, more than
+    /// half of which failed, most failures first.
+    fn failing(
+        &self,
+        tx: &Tx<'_>,
+        ws: &str,
+        day: &str,
+    ) -> Result<Vec<(Row, u64, mop_proto::curation::OutcomeCounts)>> {
+        let sums = tx
+            .query_map(
+                "SELECT d.card_id, CAST(SUM(d.delivered) AS BIGINT), CAST(SUM(d.succeeded) AS BIGINT),
+                        CAST(SUM(d.failed) AS BIGINT)
+                 FROM card_usage_days d
+                 JOIN cards c ON c.workspace = d.workspace AND c.id = d.card_id
+                 WHERE d.workspace = ?1 AND d.day >= ?2 AND c.live = 1
+                 GROUP BY d.card_id
+                 HAVING CAST(SUM(d.delivered) AS BIGINT) >= ?3 AND SUM(d.failed) * 2 > SUM(d.delivered)
+                 ORDER BY SUM(d.failed) DESC, d.card_id",
+                params![ws, day, FAILING_MIN_TASKS],
+                |r| {
+                    Ok((
+                        r.get::<String>(0)?,
+                        r.get::<i64>(1)? as u64,
+                        r.get::<i64>(2)? as u64,
+                        r.get::<i64>(3)? as u64,
+                    ))
+                },
+            )
+            .map_err(self.err("read cards delivered to failing tasks"))?;
+        let mut out = Vec::new();
+        for (id, delivered, succeeded, failed) in sums {
+            let Ok(id) = CardId::parse(&id) else { continue };
+            if let Some(row) = self.rows_of(tx, ws, &[id])?.pop() {
+                let outcomes = mop_proto::curation::OutcomeCounts {
+                    succeeded,
+                    failed,
+                    unknown: delivered.saturating_sub(succeeded + failed),
+                };
+                out.push((row, delivered, outcomes));
+            }
+        }
+        Ok(out)
     }
 
     /// Supersede chains longer than `longer_than`, each from its oldest card to the card

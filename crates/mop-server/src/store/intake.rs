@@ -35,12 +35,25 @@ pub enum OnRejected {
 }
 
 /// The write path's settings (the server's `[intake]` configuration).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct IntakePolicy {
     /// When two lessons are the same.
     pub same_lesson: Thresholds,
     /// What a store of a rejected lesson gets.
     pub on_rejected: OnRejected,
+    /// Distinct users whose agents must call a verified card wrong or outdated before it
+    /// enters the review queue as a flag item (at least 1).
+    pub flag_min_users: u64,
+}
+
+impl Default for IntakePolicy {
+    fn default() -> Self {
+        IntakePolicy {
+            same_lesson: Thresholds::default(),
+            on_rejected: OnRejected::default(),
+            flag_min_users: 2,
+        }
+    }
 }
 
 /// The embedding model the same-lesson rule reads meaning with (`[intake]

@@ -265,6 +265,32 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT, WITHOUT ROWID;
     CREATE INDEX alerts_due ON alerts (delivered_at, failed_at, next_at);
     ",
+    // 8: what agents say of cards and how tasks ended. Deliveries per day are split by the
+    // task's outcome (the rest of `delivered` is unknown); each task's verdict on a card is
+    // a row, its note screened; a curator who keeps a flagged card clears its flag.
+    "
+    ALTER TABLE card_usage_days ADD COLUMN succeeded INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE card_usage_days ADD COLUMN failed INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE card_feedback (
+        workspace   TEXT NOT NULL,
+        card_id     TEXT NOT NULL,
+        task_id     TEXT NOT NULL,
+        prepared_at TEXT NOT NULL,
+        verdict     TEXT NOT NULL,     -- helped, wrong or outdated
+        user_id     TEXT,              -- the task's user
+        host        TEXT NOT NULL,
+        note        TEXT,
+        at          TEXT NOT NULL,
+        PRIMARY KEY (workspace, card_id, task_id, prepared_at)
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX card_feedback_at ON card_feedback (workspace, at);
+    CREATE TABLE card_flags (
+        workspace  TEXT NOT NULL,
+        card_id    TEXT NOT NULL,
+        cleared_at TEXT NOT NULL,
+        PRIMARY KEY (workspace, card_id)
+    ) STRICT, WITHOUT ROWID;
+    ",
 ];
 
 /// The same schema for PostgreSQL, version for version: migration N here leaves the tables
@@ -521,6 +547,30 @@ pub(crate) const PG_MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX alerts_due ON alerts (delivered_at, failed_at, next_at);
     "#,
+    // 8
+    r#"
+    ALTER TABLE card_usage_days ADD COLUMN succeeded BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE card_usage_days ADD COLUMN failed BIGINT NOT NULL DEFAULT 0;
+    CREATE TABLE card_feedback (
+        workspace   TEXT COLLATE "C" NOT NULL,
+        card_id     TEXT COLLATE "C" NOT NULL,
+        task_id     TEXT COLLATE "C" NOT NULL,
+        prepared_at TEXT COLLATE "C" NOT NULL,
+        verdict     TEXT COLLATE "C" NOT NULL,
+        user_id     TEXT COLLATE "C",
+        host        TEXT COLLATE "C" NOT NULL,
+        note        TEXT,
+        at          TEXT COLLATE "C" NOT NULL,
+        PRIMARY KEY (workspace, card_id, task_id, prepared_at)
+    );
+    CREATE INDEX card_feedback_at ON card_feedback (workspace, at);
+    CREATE TABLE card_flags (
+        workspace  TEXT COLLATE "C" NOT NULL,
+        card_id    TEXT COLLATE "C" NOT NULL,
+        cleared_at TEXT COLLATE "C" NOT NULL,
+        PRIMARY KEY (workspace, card_id)
+    );
+    "#,
 ];
 
 /// The tables the store keeps, in an order that satisfies their foreign keys: what the
@@ -546,6 +596,8 @@ pub(crate) const TABLES: &[&str] = &[
     "rejections",
     "store_answers",
     "alerts",
+    "card_feedback",
+    "card_flags",
 ];
 
 /// Brings an SQLite database to the newest schema.

@@ -1,14 +1,23 @@
 //! Usage from task receipts: each receipt a daemon reports is counted once (a row per
-//! task, keyed by workspace, task id and prepare time), into per-card counters per day,
-//! the hosts that saw each card, and when a task last named each asset. Nothing per
-//! delivery is kept, and no card or query text ever arrives here.
+//! task, keyed by workspace, task id and prepare time), into per-card counters per day
+//! (deliveries split by how the task ended), the hosts that saw each card, when a task
+//! last named each asset, and each task's verdict on a card (with its note, screened for
+//! credentials again here). Nothing else per delivery is kept, and no card or query text
+//! ever arrives here.
+//!
+//! A verified card that agents of enough distinct users call wrong or outdated is a flag
+//! item of the review queue until a curator keeps it ([`Store::keep_card`]) or changes
+//! it; a verdict never changes what a task is given.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::db::{OptionalExtension, Tx, params};
 use jiff::{Timestamp, ToSpan};
-use mop_proto::curation::Usage;
-use mop_proto::receipts::{Receipt, ReceiptBatchResponse};
+use mop_proto::curation::{FeedbackCounts, FeedbackNote, OutcomeCounts, Usage};
+use mop_proto::receipts::{Outcome, Receipt, ReceiptBatchResponse, Verdict};
+
+use mop_cards::CardId;
+use mop_proto::time::Stamp;
 
 use super::{Result, Store, StoreError, db, stamp};
 
@@ -31,13 +40,24 @@ fn day(t: Timestamp) -> String {
 
 /// Forgets a card's usage (it was removed for good).
 pub(crate) fn forget_card(tx: &Tx<'_>, ws: &str, id: &str) -> db::Result<()> {
-    for table in ["card_usage_days", "card_usage", "card_hosts"] {
+    for table in [
+        "card_usage_days",
+        "card_usage",
+        "card_hosts",
+        "card_feedback",
+        "card_flags",
+    ] {
         tx.execute(
             &format!("DELETE FROM {table} WHERE workspace = ?1 AND card_id = ?2"),
             params![ws, id],
         )?;
     }
     Ok(())
+}
+
+/// The stored time `days` days ago.
+fn stamp_days_ago(days: i64) -> String {
+    stamp(Timestamp::now() - (days * 24).hours())
 }
 
 /// The day `days` days before today (UTC).
@@ -142,6 +162,20 @@ impl Store {
             .optional()
             .map_err(&e)?;
         u.last_delivered_at = last.flatten().and_then(|t| t.parse().ok());
+        let (succeeded, failed) = tx
+            .query_row(
+                "SELECT CAST(COALESCE(SUM(succeeded), 0) AS BIGINT), CAST(COALESCE(SUM(failed), 0) AS BIGINT)
+                 FROM card_usage_days WHERE workspace = ?1 AND card_id = ?2 AND day >= ?3",
+                params![ws, id, month],
+                |r| Ok((r.get::<i64>(0)? as u64, r.get::<i64>(1)? as u64)),
+            )
+            .map_err(&e)?;
+        u.outcomes_30d = OutcomeCounts {
+            succeeded,
+            failed,
+            unknown: u.delivered_30d.saturating_sub(succeeded + failed),
+        };
+        u.feedback = self.feedback_of(tx, ws, id)?;
         // The hosts that saw it lately, most recent first and at most MAX_HOSTS.
         let since = stamp(Timestamp::now() - (30 * 24).hours());
         let mut stmt = tx
@@ -159,6 +193,179 @@ impl Store {
             }
         }
         Ok(u)
+    }
+
+    /// Agents' verdicts on one card: counts over 7 and 30 days, how many distinct users
+    /// said it is wrong or outdated since a curator last kept it, and the latest notes.
+    pub(crate) fn feedback_of(&self, tx: &Tx<'_>, ws: &str, id: &str) -> Result<FeedbackCounts> {
+        let e = self.err("read feedback");
+        let (week, month) = (stamp_days_ago(7), stamp_days_ago(30));
+        let mut f = FeedbackCounts::default();
+        let rows = tx
+            .query_map(
+                "SELECT verdict, CAST(COUNT(*) AS BIGINT),
+                        CAST(COALESCE(SUM(CASE WHEN at >= ?3 THEN 1 ELSE 0 END), 0) AS BIGINT)
+                 FROM card_feedback WHERE workspace = ?1 AND card_id = ?2 AND at >= ?4
+                 GROUP BY verdict",
+                params![ws, id, week, month],
+                |r| {
+                    Ok((
+                        r.get::<String>(0)?,
+                        r.get::<i64>(1)? as u64,
+                        r.get::<i64>(2)? as u64,
+                    ))
+                },
+            )
+            .map_err(&e)?;
+        for (verdict, month_n, week_n) in rows {
+            let (w, m) = match verdict.parse() {
+                Ok(Verdict::Helped) => (&mut f.helped_7d, &mut f.helped_30d),
+                Ok(Verdict::Wrong) => (&mut f.wrong_7d, &mut f.wrong_30d),
+                Ok(Verdict::Outdated) => (&mut f.outdated_7d, &mut f.outdated_30d),
+                Err(_) => continue,
+            };
+            (*w, *m) = (week_n, month_n);
+        }
+        (f.users_30d, f.hosts_30d) = tx
+            .query_row(
+                "SELECT CAST(COUNT(DISTINCT user_id) AS BIGINT), CAST(COUNT(DISTINCT host) AS BIGINT)
+                 FROM card_feedback WHERE workspace = ?1 AND card_id = ?2 AND at >= ?3",
+                params![ws, id, month],
+                |r| Ok((r.get::<i64>(0)? as u64, r.get::<i64>(1)? as u64)),
+            )
+            .map_err(&e)?;
+        let since = self.flag_since(tx, ws, id, &month)?;
+        f.against_users = tx
+            .query_row(
+                "SELECT CAST(COUNT(DISTINCT user_id) AS BIGINT) FROM card_feedback
+                 WHERE workspace = ?1 AND card_id = ?2 AND at > ?3 AND verdict <> 'helped'",
+                params![ws, id, since],
+                |r| r.get::<i64>(0),
+            )
+            .map_err(&e)? as u64;
+        let notes = tx
+            .query_map(
+                "SELECT at, verdict, user_id, note FROM card_feedback
+                 WHERE workspace = ?1 AND card_id = ?2 AND at > ?3 AND note IS NOT NULL
+                 ORDER BY at DESC, task_id LIMIT 10",
+                params![ws, id, since],
+                |r| {
+                    Ok((
+                        r.get::<String>(0)?,
+                        r.get::<String>(1)?,
+                        r.get::<Option<String>>(2)?,
+                        r.get::<String>(3)?,
+                    ))
+                },
+            )
+            .map_err(&e)?;
+        f.notes = notes
+            .into_iter()
+            .filter_map(|(at, verdict, user_id, note)| {
+                Some(FeedbackNote {
+                    at: at.parse().ok()?,
+                    verdict: verdict.parse().ok()?,
+                    user_id,
+                    note,
+                })
+            })
+            .collect();
+        Ok(f)
+    }
+
+    /// Since when verdicts count toward a card's flag: the later of `floor` and when a
+    /// curator last kept it.
+    fn flag_since(&self, tx: &Tx<'_>, ws: &str, id: &str, floor: &str) -> Result<String> {
+        let cleared: Option<String> = tx
+            .query_row(
+                "SELECT cleared_at FROM card_flags WHERE workspace = ?1 AND card_id = ?2",
+                params![ws, id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.err("read a card's flag"))?;
+        Ok(cleared
+            .filter(|c| c.as_str() > floor)
+            .unwrap_or_else(|| floor.to_owned()))
+    }
+
+    /// The verified live cards of `ws` that agents of at least `min_users` distinct users
+    /// called wrong or outdated in the last 30 days since a curator last kept them, with
+    /// their type and when the first of those verdicts came: the review queue's flag items.
+    pub(crate) fn flagged_cards(
+        &self,
+        tx: &Tx<'_>,
+        ws: &str,
+        min_users: u64,
+    ) -> Result<Vec<(String, String, Stamp)>> {
+        let month = stamp_days_ago(30);
+        tx.query_map(
+            "SELECT f.card_id, c.card_type, MIN(f.at)
+             FROM card_feedback f
+             JOIN cards c ON c.workspace = f.workspace AND c.id = f.card_id
+             LEFT JOIN card_flags k ON k.workspace = f.workspace AND k.card_id = f.card_id
+             WHERE f.workspace = ?1 AND f.at >= ?2 AND f.verdict <> 'helped'
+               AND f.at > COALESCE(k.cleared_at, '') AND c.live = 1 AND c.awaiting = 0
+             GROUP BY f.card_id, c.card_type
+             HAVING COUNT(DISTINCT f.user_id) >= ?3
+             ORDER BY MIN(f.at), f.card_id",
+            params![ws, month, min_users as i64],
+            |r| Ok((r.get::<String>(0)?, r.get::<String>(1)?, r.get::<Stamp>(2)?)),
+        )
+        .map_err(self.err("read flagged cards"))
+    }
+
+    /// A curator keeps a card agents flagged, as it is: the verdicts given so far stop
+    /// counting toward its flag (later ones count again). Audited as `keep`, with the
+    /// curator's reason; the card and the workspace's revision stay as they are.
+    pub fn keep_card(
+        &self,
+        ws: &str,
+        id: &CardId,
+        reason: Option<&str>,
+        actor: &str,
+        expect: super::cards::Expect<'_>,
+    ) -> Result<mop_proto::curation::CardChange> {
+        self.write(|tx| {
+            let e = self.err("keep a flagged card");
+            let row = super::cards::load_row(tx, ws, id)
+                .map_err(&e)?
+                .ok_or_else(|| {
+                    StoreError::NotFound(format!("card {id} not found in workspace {ws}"))
+                })?;
+            expect.check(id, &row)?;
+            tx.execute(
+                "INSERT INTO card_flags (workspace, card_id, cleared_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (workspace, card_id) DO UPDATE SET cleared_at = excluded.cleared_at",
+                params![ws, id.to_string(), stamp(Timestamp::now())],
+            )
+            .map_err(&e)?;
+            let revision = super::cards::current_revision(tx, ws).map_err(&e)?;
+            let sha = row.sha256.as_str();
+            super::cards::audit(
+                tx,
+                ws,
+                Some(id),
+                revision,
+                actor,
+                "keep",
+                Some(sha),
+                Some(sha),
+                None,
+                reason,
+            )
+            .map_err(&e)?;
+            Ok(mop_proto::curation::CardChange {
+                id: *id,
+                revision,
+                sha256: Some(row.sha256.clone()),
+                changed: false,
+                etag: Some(mop_proto::curation::card_etag(
+                    &row.sha256,
+                    row.archived_at.is_some(),
+                )),
+            })
+        })
     }
 
     /// When a task last named each asset of `ws`.
@@ -202,6 +409,11 @@ impl Store {
         )
         .map_err(&e)?;
         tx.execute(
+            "DELETE FROM card_feedback WHERE at < ?1",
+            params![stamp_ago(DAYS_KEPT)],
+        )
+        .map_err(&e)?;
+        tx.execute(
             "DELETE FROM asset_usage WHERE last_named_at < ?1",
             params![stamp_ago(ASSET_DAYS_KEPT)],
         )
@@ -215,10 +427,24 @@ impl Store {
 /// card rather than one per task and card.
 #[derive(Default)]
 struct Tally {
-    days: BTreeMap<(String, String), (i64, i64)>,
+    /// Per card and day: delivered, retrieved, delivered to tasks that succeeded, failed.
+    days: BTreeMap<(String, String), [i64; 4]>,
+    feedback: Vec<FeedbackRow>,
     hosts: BTreeMap<(String, String), String>,
     delivered_at: BTreeMap<String, String>,
     assets: BTreeMap<String, String>,
+}
+
+/// One task's verdict on one card, as stored.
+struct FeedbackRow {
+    card_id: String,
+    task_id: String,
+    prepared_at: String,
+    verdict: &'static str,
+    user_id: Option<String>,
+    host: String,
+    note: Option<String>,
+    at: String,
 }
 
 fn later(slot: &mut String, at: &str) {
@@ -232,10 +458,14 @@ impl Tally {
     fn add(&mut self, r: &Receipt) {
         let d = day(r.prepared_at);
         let at = stamp(r.prepared_at);
+        let ended = |o: Outcome| i64::from(r.outcome == Some(o));
+        let (succeeded, failed) = (ended(Outcome::Success), ended(Outcome::Failure));
         let mut seen = |id: String, delivered: i64, retrieved: i64| {
             let slot = self.days.entry((id.clone(), d.clone())).or_default();
-            slot.0 += delivered;
-            slot.1 += retrieved;
+            slot[0] += delivered;
+            slot[1] += retrieved;
+            slot[2] += delivered * succeeded;
+            slot[3] += delivered * failed;
             later(self.hosts.entry((id, r.host.clone())).or_default(), &at);
         };
         let mounted: BTreeSet<String> = r
@@ -256,21 +486,52 @@ impl Tally {
         if let Some(asset) = &r.asset_id {
             later(self.assets.entry(asset.clone()).or_default(), &at);
         }
+        let screen = mop_intake::secrets::Screen::builtin();
+        // A verdict counts only on a card the receipt says its task was given or met (a
+        // receipt that lists only part of those can say so of none).
+        let partial = r.cards_unlisted > 0;
+        let given: BTreeSet<CardId> = r.cards.iter().map(|c| c.id).collect();
+        for f in r
+            .activity
+            .feedback
+            .iter()
+            .filter(|f| partial || given.contains(&f.id) || r.activity.met(&f.id))
+        {
+            // The host screened the note; a note that still carries a credential (an old
+            // or altered host) loses its text, never its verdict.
+            let note = f.note.clone().filter(|n| {
+                screen
+                    .scan_fields(std::iter::once(("note", n.as_str())))
+                    .is_empty()
+            });
+            self.feedback.push(FeedbackRow {
+                card_id: f.id.to_string(),
+                task_id: r.task_id.clone(),
+                prepared_at: at.clone(),
+                verdict: f.verdict.as_str(),
+                user_id: r.user_id.clone(),
+                host: r.host.clone(),
+                note,
+                at: stamp(f.at.min(Timestamp::now())),
+            });
+        }
     }
 
     /// Writes the sums. Only cards of this workspace count: ids of no card here change
     /// nothing.
     fn write(self, tx: &Tx<'_>, ws: &str) -> db::Result<()> {
         let mut known = BTreeSet::new();
-        for ((id, d), (delivered, retrieved)) in &self.days {
+        for ((id, d), [delivered, retrieved, succeeded, failed]) in &self.days {
             let counted = tx.execute(
-                "INSERT INTO card_usage_days (workspace, card_id, day, delivered, retrieved)
-                 SELECT ?1, ?2, ?3, CAST(?4 AS BIGINT), CAST(?5 AS BIGINT)
+                "INSERT INTO card_usage_days (workspace, card_id, day, delivered, retrieved, succeeded, failed)
+                 SELECT ?1, ?2, ?3, CAST(?4 AS BIGINT), CAST(?5 AS BIGINT), CAST(?6 AS BIGINT), CAST(?7 AS BIGINT)
                  WHERE EXISTS (SELECT 1 FROM cards WHERE workspace = ?1 AND id = ?2)
                  ON CONFLICT (workspace, card_id, day) DO UPDATE SET
                     delivered = card_usage_days.delivered + excluded.delivered,
-                    retrieved = card_usage_days.retrieved + excluded.retrieved",
-                params![ws, id, d, delivered, retrieved],
+                    retrieved = card_usage_days.retrieved + excluded.retrieved,
+                    succeeded = card_usage_days.succeeded + excluded.succeeded,
+                    failed = card_usage_days.failed + excluded.failed",
+                params![ws, id, d, delivered, retrieved, succeeded, failed],
             )?;
             if counted > 0 {
                 known.insert(id.as_str());
@@ -297,6 +558,25 @@ impl Tally {
                     params![ws, id, at],
                 )?;
             }
+        }
+        for f in &self.feedback {
+            tx.execute(
+                "INSERT INTO card_feedback (workspace, card_id, task_id, prepared_at, verdict, user_id, host, note, at)
+                 SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9
+                 WHERE EXISTS (SELECT 1 FROM cards WHERE workspace = ?1 AND id = ?2)
+                 ON CONFLICT (workspace, card_id, task_id, prepared_at) DO NOTHING",
+                params![
+                    ws,
+                    f.card_id,
+                    f.task_id,
+                    f.prepared_at,
+                    f.verdict,
+                    f.user_id,
+                    f.host,
+                    f.note,
+                    f.at
+                ],
+            )?;
         }
         for (asset, at) in &self.assets {
             tx.execute(

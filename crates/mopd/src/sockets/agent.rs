@@ -22,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use mop_proto::routes::agent;
 use mop_proto::sync::StoreOutcome;
-use mop_proto::{AgentStoreRequest, RetrieveRequest};
+use mop_proto::{AgentStoreRequest, FeedbackRequest, RetrieveRequest};
 use tokio::net::UnixListener;
 
 use super::{Admit, CheckedListener, error, error_with_code, guarded, json_required};
@@ -63,6 +63,7 @@ impl AgentSockets for AgentServer {
                 .route(agent::RETRIEVE.template(), post(retrieve))
                 .route(agent::STORE.template(), post(store))
                 .route(agent::STORE_STATUS.template(), get(store_status))
+                .route(agent::FEEDBACK.template(), post(feedback))
                 .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") }),
         )
         .with_state(memory);
@@ -132,6 +133,17 @@ async fn store(State(m): Memory, body: Bytes) -> Response {
 /// `GET /v1/stores/{id}`: where one of this task's queued stores stands.
 async fn store_status(State(m): Memory, UrlPath(id): UrlPath<String>) -> Response {
     m.store_status(id)
+        .await
+        .map_or_else(refusal, |r| Json(r).into_response())
+}
+
+/// `POST /v1/feedback`.
+async fn feedback(State(m): Memory, body: Bytes) -> Response {
+    let req: FeedbackRequest = match json_required(&body) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    m.feedback(req)
         .await
         .map_or_else(refusal, |r| Json(r).into_response())
 }

@@ -22,7 +22,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use mop_proto::control::{
-    AckEpochReply, HELD_PREPARE_TYPE, ReleaseReply, SyncReply, VerifyReply, VerifyRequest,
+    AckEpochReply, FinishReply, FinishRequest, HELD_PREPARE_TYPE, MAX_CAPTURED, ReleaseReply,
+    SyncReply, VerifyReply, VerifyRequest,
 };
 use mop_proto::routes::control;
 use mop_proto::{LeaseRequest, PrepareEvent, PrepareRequest, RenewRequest};
@@ -83,6 +84,7 @@ pub fn router(state: ControlState) -> Router {
             .route(control::TASK.template(), delete(release))
             .route(control::TASK_RENEW.template(), post(renew))
             .route(control::TASK_RECEIPT.template(), get(receipt))
+            .route(control::TASK_FINISH.template(), post(finish))
             .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") }),
     )
     .with_state(state)
@@ -258,6 +260,37 @@ async fn release(
         .into_response(),
         Err(e) => task_error(e),
     }
+}
+
+/// `POST /v1/tasks/{id}/finish`: the task's runner says how it ended and hands over
+/// what it captured, before it releases the task.
+async fn finish(
+    AxumState(c): AxumState<ControlState>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    UrlPath(id): UrlPath<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    let req: FinishRequest = match json_body(&body) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    if req.cards.len() > MAX_CAPTURED {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("a finish carries at most {MAX_CAPTURED} captured cards"),
+        );
+    }
+    let task = match c.tasks.owned(&id, peer.uid) {
+        Ok(t) => t,
+        Err(e) => return task_error(e),
+    };
+    let memory = crate::agent::TaskMemory::for_capture(c.tasks.clone(), task);
+    let stores = memory.finish(req).await;
+    Json(FinishReply {
+        task_id: id,
+        stores,
+    })
+    .into_response()
 }
 
 async fn renew(

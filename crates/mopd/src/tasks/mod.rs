@@ -534,6 +534,9 @@ impl Tasks {
                 cards: receipt_cards.into_iter().take(MAX_RECEIPT_CARDS).collect(),
                 left_out: lease.left_out,
                 activity: Default::default(),
+                outcome: None,
+                exit_code: None,
+                capture: None,
             },
         );
         self.tasks.lock().insert(lease.task.task_id.clone(), entry);
@@ -584,6 +587,20 @@ impl Tasks {
                 }
             }
         }
+    }
+
+    /// The live task `id`, if `caller_uid` may act for it (its runner, or root).
+    pub fn owned(&self, id: &str, caller_uid: u32) -> Result<Arc<Task>, TaskError> {
+        let task = self
+            .get(id)
+            .ok_or_else(|| TaskError::NotFound(format!("no live task {id}")))?;
+        let owner = task.lease().owner_uid;
+        if caller_uid != 0 && caller_uid != owner {
+            return Err(TaskError::Forbidden(format!(
+                "task {id} belongs to uid {owner}"
+            )));
+        }
+        Ok(task)
     }
 
     /// Extends a TTL lease.

@@ -28,6 +28,8 @@ fn task(
         workspace: "acme".into(),
         origin_user_id: user.map(Into::into),
         asset_id: asset.map(Into::into),
+        project_id: None,
+        agent: None,
         title: title.into(),
         description: description.into(),
         labels: labels.iter().map(|l| l.to_string()).collect(),

@@ -46,8 +46,39 @@ struct Seen {
 
 impl Env {
     fn prepare(&self, ws: &str, task: &str, user: &str, asset: &str) -> Seen {
-        let socket = self.daemon.socket();
+        self.prepare_with(ws, task, user, asset, &[])
+    }
+
+    /// [`Env::prepare`] with more flags (`--project`, `--agent`).
+    fn prepare_with(&self, ws: &str, task: &str, user: &str, asset: &str, more: &[&str]) -> Seen {
         let title = format!("Check {MARKER} before the nightly ETL");
+        self.prepare_titled(ws, task, user, asset, &title, more)
+    }
+
+    /// The tier card `id` has in a task of `ws` whose text matches no card of this file's
+    /// (so that a baseline card stays in L0), prepared and released.
+    fn tier_unmatched(&self, ws: &str, user: &str, more: &[&str], id: &str) -> Option<String> {
+        let task = format!("tier-{}", id_tail(id));
+        let seen = self.prepare_titled(ws, &task, user, "db-prod-01", "Routine upkeep", more);
+        self.release(&task);
+        seen.plan["cards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .map(|c| c["tier"].as_str().unwrap().to_owned())
+    }
+
+    fn prepare_titled(
+        &self,
+        ws: &str,
+        task: &str,
+        user: &str,
+        asset: &str,
+        title: &str,
+        more: &[&str],
+    ) -> Seen {
+        let socket = self.daemon.socket();
         let args: Vec<&OsStr> = [
             "prepare",
             "--socket",
@@ -61,10 +92,11 @@ impl Env {
             "--asset",
             asset,
             "--title",
-            &title,
+            title,
             "--json",
         ]
         .into_iter()
+        .chain(more.iter().copied())
         .map(OsStr::new)
         .collect();
         let out = run(&mut as_runner(&args));
@@ -124,6 +156,18 @@ impl Env {
 
     /// Stores a card through the agent socket of alice's task on db-prod-01; returns its id.
     fn store(&self, plan: &Value, title: &str, body: &str, flags: &[&str]) -> String {
+        self.store_in(plan, None, title, body, flags)
+    }
+
+    /// [`Env::store`] from a task of `project`.
+    fn store_in(
+        &self,
+        plan: &Value,
+        project: Option<&str>,
+        title: &str,
+        body: &str,
+        flags: &[&str],
+    ) -> String {
         let mut args = vec![
             "store",
             "--type",
@@ -142,6 +186,9 @@ impl Env {
         cmd.env("MOP_AGENT_SOCKET", plan["agent_socket"].as_str().unwrap())
             .env("MOP_TASK_USER", "alice")
             .env("MOP_TASK_ASSET", "db-prod-01");
+        if let Some(p) = project {
+            cmd.env("MOP_TASK_PROJECT", p);
+        }
         let out =
             mop_testkit::procs::run_with_stdin(&mut cmd, format!("{MARKER}: {body}\n").as_bytes());
         assert!(out.status.success(), "{}", text(&out));
@@ -154,6 +201,25 @@ impl Env {
             .split(')')
             .next()
             .unwrap()
+            .to_owned()
+    }
+
+    /// A verified card a curator creates in `ws` with `mop-curate create <flags>`; its id.
+    fn curated(&self, ws: &str, title: &str, flags: &[&str]) -> String {
+        let mut args = vec!["create", "--title", title, "--body-file", "-"];
+        args.extend(flags);
+        let mut cmd = self.curate(&args);
+        cmd.env("MOP_WORKSPACE", ws);
+        let out = mop_testkit::procs::run_with_stdin(
+            &mut cmd,
+            format!("{MARKER}: {title}.\n").as_bytes(),
+        );
+        assert!(out.status.success(), "{}", text(&out));
+        let said = String::from_utf8_lossy(&out.stdout);
+        said.split("created card ")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no id in {said}"))
             .to_owned()
     }
 
@@ -200,6 +266,11 @@ impl Seen {
         }
         ways
     }
+}
+
+/// A task id made of a card id (its last part), unique per card.
+fn id_tail(id: &str) -> &str {
+    id.rsplit('-').next().unwrap_or(id)
 }
 
 const ALL_WAYS: [&str; 6] = ["plan", "view file", "MEMORY.md", "list", "retrieve", "get"];
@@ -286,6 +357,222 @@ fn a_marker_card_reaches_its_user_and_asset_and_nobody_else() {
         lines(strip(&bob_x.memory_md, "bob-x")),
         lines(strip(&bob_before.memory_md, "bob-before"))
     );
+}
+
+/// Project and agent-kind scope, as a control experiment: each bound card reaches the
+/// tasks of its project (or agent) by every way of looking, and no task of another project
+/// or agent, nor one that names none. An agent's store binds to its own project only.
+#[test]
+fn project_and_agent_cards_reach_their_tasks_only() {
+    let Some(env) = setup() else { return };
+    let none: [&str; 0] = [];
+    let project = env.curated(
+        "acme",
+        &format!("{MARKER} billing deploys need two approvals"),
+        &["--type", "preference", "--project", "billing"],
+    );
+    let project_asset = env.curated(
+        "acme",
+        &format!("{MARKER} billing's ledger tables live on db-prod-01"),
+        &[
+            "--type",
+            "fact",
+            "--project",
+            "billing",
+            "--asset",
+            "db-prod-01",
+        ],
+    );
+    let claude = env.curated(
+        "acme",
+        &format!("{MARKER} Claude Code: run /compact before long migrations"),
+        &["--type", "preference", "--agent", "claude"],
+    );
+    env.daemon.sync("acme");
+
+    let billing = env.prepare_with(
+        "acme",
+        "billing",
+        "alice",
+        "db-prod-01",
+        &["--project", "billing"],
+    );
+    let billing_other_asset = env.prepare_with(
+        "acme",
+        "billing-y",
+        "alice",
+        "pg-orders-01",
+        &["--project", "billing"],
+    );
+    let search = env.prepare_with(
+        "acme",
+        "search",
+        "alice",
+        "db-prod-01",
+        &["--project", "search"],
+    );
+    let no_project = env.prepare("acme", "no-project", "alice", "db-prod-01");
+    let globex = env.prepare_with(
+        "globex",
+        "globex-billing",
+        "alice",
+        "db-prod-01",
+        &["--project", "billing", "--agent", "claude"],
+    );
+    // The control: the project's tasks get both, the baseline card in L0.
+    assert_eq!(billing.ways(&env, &project), ALL_WAYS, "billing's baseline");
+    assert_eq!(
+        billing.ways(&env, &project_asset),
+        ALL_WAYS,
+        "billing on db-prod-01"
+    );
+    assert_eq!(
+        env.tier_unmatched("acme", "alice", &["--project", "billing"], &project)
+            .as_deref(),
+        Some("L0"),
+        "billing's baseline"
+    );
+    assert_eq!(
+        env.tier_unmatched("acme", "alice", &["--project", "billing"], &project_asset)
+            .as_deref(),
+        Some("L2"),
+        "billing's card of the task's asset"
+    );
+    assert_eq!(billing_other_asset.ways(&env, &project), ALL_WAYS);
+    assert_eq!(
+        billing_other_asset.ways(&env, &project_asset),
+        none,
+        "billing's card of db-prod-01, on another asset"
+    );
+    for (seen, what) in [
+        (&search, "another project"),
+        (&no_project, "a task without a project"),
+        (&globex, "another workspace"),
+    ] {
+        assert_eq!(seen.ways(&env, &project), none, "{what}");
+        assert_eq!(seen.ways(&env, &project_asset), none, "{what}");
+    }
+
+    // Agent kind: the claude card reaches tasks run for Claude Code only; a task that
+    // names no agent runs the profile's (generic).
+    let as_claude = env.prepare_with(
+        "acme",
+        "as-claude",
+        "alice",
+        "db-prod-01",
+        &["--agent", "claude"],
+    );
+    let as_codex = env.prepare_with(
+        "acme",
+        "as-codex",
+        "alice",
+        "db-prod-01",
+        &["--agent", "codex"],
+    );
+    assert_eq!(as_claude.ways(&env, &claude), ALL_WAYS, "claude's card");
+    assert_eq!(
+        env.tier_unmatched("acme", "alice", &["--agent", "claude"], &claude)
+            .as_deref(),
+        Some("L0")
+    );
+    for (seen, what) in [
+        (&as_codex, "codex"),
+        (&no_project, "the profile's generic agent"),
+        (&billing, "no --agent"),
+        (&globex, "claude in another workspace"),
+    ] {
+        assert_eq!(seen.ways(&env, &claude), none, "{what}");
+    }
+    for task in [
+        "billing",
+        "billing-y",
+        "search",
+        "no-project",
+        "as-claude",
+        "as-codex",
+    ] {
+        env.release(task);
+    }
+    env.release("globex-billing");
+
+    // An agent's store binds to its own task's project (the daemon's word, not the
+    // agent's): billing's tasks see it, search's do not.
+    let writer = env.prepare_with(
+        "acme",
+        "billing-writer",
+        "alice",
+        "db-prod-01",
+        &["--project", "billing"],
+    );
+    let stored = env.store_in(
+        &writer.plan,
+        Some("billing"),
+        &format!("{MARKER} billing's invoice job retries twice"),
+        "the invoice job retries twice, then pages.",
+        &["--project"],
+    );
+    let socket = PathBuf::from(writer.plan["agent_socket"].as_str().unwrap());
+    let forged = json!({"card": {"type": "fact", "title": format!("{MARKER} forged"), "body": "x", "scope": {"project_id": "search"}}});
+    let (code, body) = runner_socket_request(
+        &socket,
+        "POST",
+        "/v1/store",
+        Some(&serde_json::to_vec(&forged).unwrap()),
+    );
+    assert_eq!(code, 403, "{}", String::from_utf8_lossy(&body));
+    // A task of no project cannot bind to one.
+    let loose = env.prepare("acme", "loose-writer", "alice", "db-prod-01");
+    let mut cmd = as_runner(&[
+        OsStr::new("memory"),
+        OsStr::new("store"),
+        OsStr::new("--type"),
+        OsStr::new("fact"),
+        OsStr::new("--title"),
+        OsStr::new("t"),
+        OsStr::new("--project"),
+        OsStr::new("--content-stdin"),
+    ]);
+    cmd.env(
+        "MOP_AGENT_SOCKET",
+        loose.plan["agent_socket"].as_str().unwrap(),
+    );
+    let out = mop_testkit::procs::run_with_stdin(&mut cmd, b"x\n");
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("--project: this task has no project"),
+        "{}",
+        text(&out)
+    );
+    env.release("billing-writer");
+    env.release("loose-writer");
+    env.daemon.sync("acme");
+    let billing = env.prepare_with(
+        "acme",
+        "billing-2",
+        "alice",
+        "pg-orders-01",
+        &["--project", "billing"],
+    );
+    let search = env.prepare_with(
+        "acme",
+        "search-2",
+        "alice",
+        "pg-orders-01",
+        &["--project", "search"],
+    );
+    assert_eq!(
+        billing.ways(&env, &stored),
+        ALL_WAYS,
+        "its author in its project"
+    );
+    assert_eq!(
+        search.ways(&env, &stored),
+        none,
+        "its author in another project"
+    );
+    let receipt = env.receipt("billing-2");
+    assert_eq!(receipt.project_id.as_deref(), Some("billing"));
+    assert_eq!(receipt.agent.as_deref(), Some("generic"));
 }
 
 #[test]
@@ -421,4 +708,276 @@ fn retrieve_answers_do_not_depend_on_cards_the_task_cannot_see() {
         retrieve(&alice_2.plan, "ledger zqhiddenword"),
         retrieve(&alice_2.plan, "ledger zqnowhereword")
     );
+}
+
+/// The server config of the inheritance tests: acme and globex inherit `org`; initech
+/// inherits nothing.
+const INHERITANCE: &str = "[inheritance]\nacme = [\"org\"]\nglobex = [\"org\"]\n";
+/// Org's card every inheriting task gets (a baseline preference).
+const ORG_ALL: &str = "0a0a0a0a-0000-4000-8000-000000000001";
+/// Org's card acme replaces with its own.
+const ORG_REPLACED: &str = "0a0a0a0a-0000-4000-8000-000000000002";
+/// Org's card bound to bob, whose rare word must not move alice's answers.
+const ORG_BOB: &str = "0a0a0a0a-0000-4000-8000-000000000003";
+/// Acme's card that replaces [`ORG_REPLACED`].
+const ACME_OVERRIDE: &str = "0a0a0a0a-0000-4000-8000-0000000000a1";
+/// A card of acme alone.
+const ACME_ONLY: &str = "0a0a0a0a-0000-4000-8000-0000000000a2";
+/// A word only bob's org card holds.
+const RARE: &str = "qqxylophonic";
+
+/// An OKF preference file under `dir`, at its pillar path.
+fn preference(dir: &std::path::Path, id: &str, title: &str, extra: &str, body: &str) {
+    let path = dir.join(format!("conventions/preferences/{id}.md"));
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(
+        &path,
+        format!("---\nid: {id}\ntype: preference\ntitle: \"{title}\"\n{extra}---\n{body}\n"),
+    )
+    .unwrap();
+}
+
+/// acme, globex and initech hold the example cards; `org` holds three cards of its own,
+/// and acme one that replaces one of them. The daemon syncs acme, globex and initech only,
+/// with a node token of those three: `org` comes in as theirs to inherit.
+fn setup_inheriting() -> Option<Env> {
+    mop_testkit::procs::runner_user()?;
+    let server = mop_testkit::procs::Server::start_with(INHERITANCE);
+    let cards = tempfile::tempdir().unwrap();
+    let (org, acme) = (cards.path().join("org"), cards.path().join("acme"));
+    preference(
+        &org,
+        ORG_ALL,
+        &format!("{MARKER} org: every commit message names its ticket"),
+        "",
+        &format!("{MARKER}: name the ticket in every commit message."),
+    );
+    preference(
+        &org,
+        ORG_REPLACED,
+        &format!("{MARKER} org: the proxy is proxy-old:3128"),
+        "",
+        &format!("{MARKER}: use proxy-old:3128."),
+    );
+    preference(
+        &org,
+        ORG_BOB,
+        "Bob prefers terse answers",
+        "scope:\n  user_id: bob\n",
+        &format!("Bob likes {RARE} answers."),
+    );
+    preference(
+        &acme,
+        ACME_OVERRIDE,
+        &format!("{MARKER} acme: the proxy is proxy-acme:8080"),
+        &format!("supersedes: [{ORG_REPLACED}]\n"),
+        &format!("{MARKER}: acme's tasks use proxy-acme:8080."),
+    );
+    preference(
+        &acme,
+        ACME_ONLY,
+        &format!("{MARKER} acme: deploys wait for the change board"),
+        "",
+        &format!("{MARKER}: acme deploys wait for the change board."),
+    );
+    let import = |dir: &std::path::Path, ws: &str| {
+        let out = server.import(dir, ws);
+        assert!(out.status.success(), "import {ws}: {}", text(&out));
+    };
+    import(&org, "org");
+    for ws in ["acme", "globex", "initech"] {
+        import(&mop_testkit::example_cards_dir(), ws);
+    }
+    import(&acme, "acme");
+    let own = ["acme", "globex", "initech"];
+    let admin = server.token("admin", &own);
+    let daemon = mop_testkit::procs::Daemon::start(
+        &server,
+        mop_testkit::procs::DaemonOptions {
+            workspaces: &own,
+            extra: &mop_testkit::profiles_config(&[]),
+            ..Default::default()
+        },
+    );
+    daemon.wait_synced();
+    Some(Env {
+        world: World::around(server, daemon, admin, &own),
+    })
+}
+
+/// The organisation layer as a control experiment: an `org` card reaches the tasks of the
+/// workspaces that inherit it (acme, globex) by every way of looking, named as org's, and
+/// no task of a workspace that does not (initech); an acme card never reaches globex;
+/// acme's own card replaces an org card for acme's tasks only; and retrieve's answers over
+/// the combined set depend on no card the task cannot see.
+#[test]
+fn inherited_cards_reach_the_inheriting_workspaces_only() {
+    let Some(env) = setup_inheriting() else {
+        return;
+    };
+    let none: [&str; 0] = [];
+    let acme = env.prepare("acme", "acme-alice", "alice", "db-prod-01");
+    let globex = env.prepare("globex", "globex-alice", "alice", "db-prod-01");
+    let initech = env.prepare("initech", "initech-alice", "alice", "db-prod-01");
+
+    // The organisation's card: in both inheriting workspaces' tasks, in L0, named as
+    // org's in MEMORY.md and in retrieve; never in initech's.
+    assert_eq!(acme.ways(&env, ORG_ALL), ALL_WAYS, "acme inherits org");
+    assert_eq!(globex.ways(&env, ORG_ALL), ALL_WAYS, "globex inherits org");
+    assert_eq!(
+        initech.ways(&env, ORG_ALL),
+        none,
+        "initech inherits nothing"
+    );
+    assert_eq!(
+        env.tier_unmatched("acme", "alice", &[], ORG_ALL).as_deref(),
+        Some("L0")
+    );
+    let line = acme
+        .memory_md
+        .lines()
+        .find(|l| l.contains(ORG_ALL))
+        .unwrap_or_else(|| panic!("{}", acme.memory_md));
+    assert!(line.contains("_(from org)_"), "{line}");
+    assert!(acme.memory_md.contains("inherits the cards of org"));
+    let hit = acme.retrieved["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["id"] == ORG_ALL)
+        .unwrap();
+    assert_eq!(hit["workspace"], "org");
+    // An own card carries no workspace.
+    let own = acme.retrieved["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["id"] == ACME_ONLY)
+        .unwrap();
+    assert!(own.get("workspace").is_none(), "{own}");
+
+    // Acme's card reaches acme only: globex inherits org, not acme.
+    assert_eq!(acme.ways(&env, ACME_ONLY), ALL_WAYS);
+    assert_eq!(
+        globex.ways(&env, ACME_ONLY),
+        none,
+        "acme is not globex's to inherit"
+    );
+
+    // Acme overrides org's proxy card; globex, which does not, keeps it.
+    assert_eq!(acme.ways(&env, ACME_OVERRIDE), ALL_WAYS);
+    assert_eq!(acme.ways(&env, ORG_REPLACED), none, "replaced for acme");
+    assert_eq!(globex.ways(&env, ORG_REPLACED), ALL_WAYS, "kept for globex");
+
+    // Retrieve over the combined set: bob's org card is not alice's to see, and its rare
+    // word answers like a word found nowhere; bob's own task finds it (the control).
+    let ask = |seen: &Seen, q: &str| -> Value {
+        let out = env.agent(&seen.plan, &["retrieve", q, "--json"]);
+        assert!(out.status.success(), "{}", text(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let rare = ask(&acme, RARE);
+    let nowhere = ask(&acme, "zzqqnowhere");
+    assert_eq!(rare["hits"], json!([]));
+    assert_eq!(rare["searched"], nowhere["searched"]);
+    assert_eq!(
+        rare["coverage"].as_str().unwrap().replace(RARE, "Q"),
+        nowhere["coverage"]
+            .as_str()
+            .unwrap()
+            .replace("zzqqnowhere", "Q")
+    );
+    assert_eq!(acme.ways(&env, ORG_BOB), none);
+    let bob = env.prepare("acme", "acme-bob", "bob", "db-prod-01");
+    let found = ask(&bob, RARE);
+    assert_eq!(found["hits"][0]["id"], ORG_BOB, "{found}");
+    assert_eq!(found["hits"][0]["workspace"], "org");
+
+    // The inherited pool in `mopd status`, with its users, and each inheriting workspace's
+    // line naming it.
+    let (_, status) = env.daemon.status();
+    let pools = status["workspaces"].as_array().unwrap();
+    let org = pools
+        .iter()
+        .find(|w| w["workspace"] == "org")
+        .unwrap_or_else(|| panic!("{status}"));
+    assert_eq!(org["inherited_by"], json!(["acme", "globex"]));
+    let acme_status = pools.iter().find(|w| w["workspace"] == "acme").unwrap();
+    assert_eq!(acme_status["inherits"], json!(["org"]));
+    assert_eq!(acme_status["inherited"][0]["workspace"], "org");
+    let human = run(&mut env.daemon.ctl(&["status"]));
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        human.contains("workspace org (inherited by acme, globex)"),
+        "{human}"
+    );
+    assert!(human.contains("inherits     org (revision"), "{human}");
+    let receipt = env.receipt("acme-alice");
+    let card = receipt
+        .cards
+        .iter()
+        .find(|c| c.id.to_string() == ORG_ALL)
+        .unwrap();
+    assert_eq!(card.workspace.as_deref(), Some("org"));
+}
+
+/// An org card changed by org's curator reaches the inheriting workspace's next tasks
+/// after a sync, with no change in acme itself; the node token reads org only because acme
+/// inherits it, and acme's curator reads org's cards but cannot change them.
+#[test]
+fn an_inherited_change_arrives_and_tokens_read_only_what_they_inherit() {
+    let Some(env) = setup_inheriting() else {
+        return;
+    };
+    let http = mop_testkit::http();
+    let url = &env.server.url;
+    let get = |token: &str, path: &str| {
+        http.get(format!("{url}{path}"))
+            .bearer_auth(token)
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    // The node token of acme, globex and initech reads org's manifest (inherited); one of
+    // initech alone does not (the control).
+    assert_eq!(get(&env.node, "/v1/workspaces/org/manifest"), 200);
+    let initech_node = env.server.token("node", &["initech"]);
+    assert_eq!(get(&initech_node, "/v1/workspaces/org/manifest"), 404);
+    assert_eq!(get(&initech_node, "/v1/workspaces/initech/manifest"), 200);
+    // Acme's curator reads org's card, and cannot change it.
+    let card = format!("/v1/workspaces/org/cards/{ORG_ALL}");
+    assert_eq!(get(&env.admin, &card), 200);
+    let initech_admin = env.server.token("admin", &["initech"]);
+    assert_eq!(get(&initech_admin, &card), 404);
+    let disable = http
+        .post(format!("{url}/v1/workspaces/org/cards/{ORG_ALL}/disable"))
+        .bearer_auth(&env.admin)
+        .json(&json!({"reason": "not ours"}))
+        .send()
+        .unwrap();
+    assert_eq!(
+        disable.status().as_u16(),
+        404,
+        "acme's curator cannot change org"
+    );
+
+    // Org's own curator disables the card; acme's next tasks no longer get it once the
+    // daemon has synced (acme's revision did not move).
+    let before = env.revision("acme");
+    let org_admin = env.server.token("admin", &["org"]);
+    let r = http
+        .post(format!("{url}/v1/workspaces/org/cards/{ORG_ALL}/disable"))
+        .bearer_auth(&org_admin)
+        .json(&json!({"reason": "moved to the handbook"}))
+        .send()
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().unwrap());
+    let first = env.prepare("acme", "acme-before", "alice", "db-prod-01");
+    assert_eq!(first.ways(&env, ORG_ALL), ALL_WAYS, "not synced yet");
+    env.daemon.sync("acme");
+    let after = env.prepare("acme", "acme-after", "alice", "db-prod-01");
+    let none: [&str; 0] = [];
+    assert_eq!(after.ways(&env, ORG_ALL), none);
+    assert_eq!(env.revision("acme"), before, "acme itself did not change");
 }

@@ -25,6 +25,8 @@ fn task(user: Option<&str>, asset: Option<&str>) -> TaskContext {
         workspace: "acme".into(),
         origin_user_id: user.map(Into::into),
         asset_id: asset.map(Into::into),
+        project_id: None,
+        agent: None,
         title: "x".into(),
         description: String::new(),
         labels: vec![],

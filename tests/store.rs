@@ -721,6 +721,8 @@ fn receipt(task: &str, cards: &[&str], retrieved: &[&str]) -> mop_proto::receipt
         profile: "default".into(),
         user_id: Some("alice".into()),
         asset_id: Some("db-prod-01".into()),
+        project_id: None,
+        agent: None,
         prepared_at: jiff::Timestamp::now(),
         ended_at: None,
         cards: cards
@@ -733,6 +735,7 @@ fn receipt(task: &str, cards: &[&str], retrieved: &[&str]) -> mop_proto::receipt
                 rank: i as u32 + 1,
                 mounted: true,
                 listed: true,
+                workspace: None,
             })
             .collect(),
         cards_unlisted: 0,

@@ -810,6 +810,8 @@ fn a_run_lease_names_its_runners_start_time_and_is_held_as_ndjson() {
             workspace: WS.into(),
             origin_user_id: Some("alice".into()),
             asset_id: None,
+            project_id: None,
+            agent: None,
             title: "start time".into(),
             description: String::new(),
             labels: vec![],

@@ -91,6 +91,7 @@ pub fn memory_md(data: &[u8]) {
             since: None,
             cards,
             removed: vec![],
+            inherited: Vec::new(),
         },
         rules,
     )
@@ -101,6 +102,8 @@ pub fn memory_md(data: &[u8]) {
         workspace: "acme".into(),
         origin_user_id: Some("alice".into()),
         asset_id: Some("db-1".into()),
+        project_id: None,
+        agent: None,
         title: task_text.clone(),
         description: task_text,
         labels: vec![],
@@ -121,6 +124,7 @@ fn entry(n: u32, flags: u8, title: &[u8], desc: &[u8]) -> ManifestEntry {
     let scope = Scope {
         user_id: (flags & 0x10 != 0).then(|| "alice".to_owned()),
         asset_id: (flags & 0x20 != 0).then(|| "db-1".to_owned()),
+        ..Scope::default()
     };
     let trust = if flags & 0x80 != 0 {
         Trust::Unverified
@@ -142,6 +146,7 @@ fn entry(n: u32, flags: u8, title: &[u8], desc: &[u8]) -> ManifestEntry {
             updated_at: None,
             enabled: true,
             superseded_by: None,
+            supersedes: Vec::new(),
             trust,
             provenance: None,
         },
@@ -150,6 +155,7 @@ fn entry(n: u32, flags: u8, title: &[u8], desc: &[u8]) -> ManifestEntry {
         path: card_path(card_type, &id),
         occurrence: 1,
         last_seen: None,
+        inherited_from: None,
     }
 }
 
@@ -290,7 +296,7 @@ pub fn mcp_jsonrpc(data: &[u8]) {
             use rmcp::ServiceExt;
             let scope = TaskScope {
                 user: Some("alice".into()),
-                asset: None,
+                ..TaskScope::default()
             };
             if let Ok(running) = MemoryServer::new(fake::Fake, scope)
                 .serve((server_read, server_write))
@@ -356,6 +362,7 @@ mod fake {
             title: HOSTILE.into(),
             description: Some(HOSTILE.into()),
             unverified: true,
+            workspace: Some(HOSTILE.into()),
             mounted_at: Some("pitfalls/00000000-0000-4000-8000-000000000001.md".into()),
             score: Some(1.0),
         }

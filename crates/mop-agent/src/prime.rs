@@ -98,6 +98,8 @@ pub struct TaskFacts<'a> {
     pub user: Option<&'a str>,
     /// The task's asset.
     pub asset: Option<&'a str>,
+    /// The task's project.
+    pub project: Option<&'a str>,
     /// The agent CLI's own memory is captured at the end (else it is turned off).
     pub capture: bool,
 }
@@ -114,6 +116,9 @@ fn mcp_env(t: &TaskFacts<'_>) -> Vec<(&'static str, String)> {
     }
     if let Some(a) = t.asset {
         env.push((inside::env::TASK_ASSET, a.to_owned()));
+    }
+    if let Some(p) = t.project {
+        env.push((inside::env::TASK_PROJECT, p.to_owned()));
     }
     env
 }
@@ -247,8 +252,8 @@ mod tests {
             AgentKind::Claude,
             &TaskFacts {
                 user: Some("alice \"quoted\""),
-                asset: None,
                 capture: true,
+                ..TaskFacts::default()
             },
         );
         let file = |name: &str| {
@@ -305,6 +310,7 @@ mod tests {
             &TaskFacts {
                 user: Some("bob"),
                 asset: Some("db-1\"\n[x]"),
+                project: Some("billing"),
                 capture: true,
             },
         );
@@ -320,6 +326,7 @@ mod tests {
         let mop = &t["mcp_servers"]["mop"];
         assert_eq!(mop["command"].as_str(), Some("/run/mop/bin/mop"));
         assert_eq!(mop["env"]["MOP_TASK_ASSET"].as_str(), Some("db-1\"\n[x]"));
+        assert_eq!(mop["env"]["MOP_TASK_PROJECT"].as_str(), Some("billing"));
         assert!(
             p.files
                 .iter()

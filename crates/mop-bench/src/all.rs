@@ -160,6 +160,15 @@ pub fn run(smoke: bool, out: &Path, seed: u64) -> Result<()> {
     step("engine", &mut || {
         Ok(vec![crate::engine(&sizes, tasks, rounds, builds, seed)?])
     })?;
+    step("inherit", &mut || {
+        Ok(vec![crate::inherit::run(&crate::inherit::Options {
+            cards: if smoke { 200 } else { 10_000 },
+            inherited: if smoke { 20 } else { 1_000 },
+            tasks,
+            rounds,
+            seed,
+        })?])
+    })?;
     let cards = if smoke { 200 } else { 10_000 };
     step("sync", &mut || {
         crate::sync::run(&crate::sync::Options {

@@ -20,6 +20,7 @@ mod all;
 mod curation;
 mod fleet;
 mod hybrid;
+mod inherit;
 mod lessons;
 mod memory;
 mod nginx;

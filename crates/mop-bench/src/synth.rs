@@ -345,16 +345,17 @@ pub fn card(seed: u64, n: usize, total: usize, now: Timestamp) -> Card {
     let scope = match rng.below(10) {
         0..4 => Scope::default(),
         4..7 => Scope {
-            user_id: None,
             asset_id: Some(format!("asset-{}", rng.below(assets))),
+            ..Scope::default()
         },
         7..9 => Scope {
             user_id: Some(format!("user-{}", rng.below(users))),
-            asset_id: None,
+            ..Scope::default()
         },
         _ => Scope {
             user_id: Some(format!("user-{}", rng.below(users))),
             asset_id: Some(format!("asset-{}", rng.below(assets))),
+            ..Scope::default()
         },
     };
     let cjk = rng.chance(0.05);
@@ -422,6 +423,7 @@ pub fn card(seed: u64, n: usize, total: usize, now: Timestamp) -> Card {
         updated_at: None,
         enabled: !rng.chance(0.01),
         superseded_by: None,
+        supersedes: Vec::new(),
         trust,
         provenance,
     };
@@ -470,6 +472,7 @@ pub fn workspace(seed: u64, total: usize, now: Timestamp) -> Synthetic {
             since: None,
             cards: entries,
             removed: vec![],
+            inherited: Vec::new(),
         },
         cards,
         bytes,
@@ -522,6 +525,8 @@ pub fn tasks(seed: u64, count: usize, total_cards: usize) -> Vec<TaskContext> {
                 asset_id: rng
                     .chance(0.7)
                     .then(|| format!("asset-{}", rng.below(assets))),
+                project_id: None,
+                agent: None,
                 title,
                 description: words_with(&mut rng, 20, 30, cjk, total_cards * 2),
                 labels: (0..1 + rng.below(2))

@@ -19,6 +19,8 @@ pub const MAX_DESCRIPTION_CHARS: usize = 300;
 pub const MAX_ERROR_CODE_CHARS: usize = 64;
 /// Largest body, in bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Most inherited cards one card may supersede.
+pub const MAX_SUPERSEDES: usize = 64;
 /// Importance of a card that does not set one.
 pub const DEFAULT_IMPORTANCE: f64 = 0.5;
 
@@ -143,7 +145,8 @@ impl Trust {
     }
 }
 
-/// What a card is bound to. Empty means the whole workspace.
+/// What a card is bound to. Empty means the whole workspace. Every binding narrows: a
+/// task sees the card only when it matches each one the card has.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scope {
@@ -153,13 +156,57 @@ pub struct Scope {
     /// Bound to one asset (host, database, cluster …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub asset_id: Option<String>,
+    /// Bound to one project of the workspace (a repository, a service, a team): only
+    /// tasks of that project see it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    /// Bound to one kind of agent (`claude`, `codex`, `generic` …): only tasks started
+    /// for that agent see it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 impl Scope {
-    /// True when the card is bound to neither a user nor an asset.
+    /// True when the card is bound to nothing: every task of the workspace may see it.
     pub fn is_workspace(&self) -> bool {
+        self.user_id.is_none()
+            && self.asset_id.is_none()
+            && self.project_id.is_none()
+            && self.agent.is_none()
+    }
+
+    /// Each binding the card has, as (axis, name): `user`, `asset`, `project`, `agent`, in
+    /// that order; what listings and details show.
+    pub fn bindings(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        [
+            ("user", &self.user_id),
+            ("asset", &self.asset_id),
+            ("project", &self.project_id),
+            ("agent", &self.agent),
+        ]
+        .into_iter()
+        .filter_map(|(axis, v)| Some((axis, v.as_deref()?)))
+    }
+
+    /// True when the card is bound to neither a user nor an asset: within its project and
+    /// agent kind (if any), it belongs to every task, as a workspace card does.
+    pub fn is_shared(&self) -> bool {
         self.user_id.is_none() && self.asset_id.is_none()
     }
+}
+
+/// Who a task is, as the hard exclusions compare it with a card's [`Scope`]: each `None`
+/// when the task has none (and then no card bound to that axis reaches it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Viewer<'a> {
+    /// The task's user.
+    pub user: Option<&'a str>,
+    /// The task's asset.
+    pub asset: Option<&'a str>,
+    /// The task's project.
+    pub project: Option<&'a str>,
+    /// The kind of agent the task runs.
+    pub agent: Option<&'a str>,
 }
 
 /// Where a card that did not come from a curator's hand came from: an agent task's store
@@ -176,6 +223,12 @@ pub struct Provenance {
     /// The asset the task targeted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub asset_id: Option<String>,
+    /// The project the task belonged to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    /// The kind of agent the task ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     /// The curator who imported it (an admin token's name), for an imported card.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub imported_by: Option<String>,
@@ -213,6 +266,16 @@ pub enum StoreRefusal {
         "card.scope.asset_id names another asset than the task's; a task may bind a card only to its own asset"
     )]
     OtherAsset,
+    /// The card binds to another project than the task's.
+    #[error(
+        "card.scope.project_id names another project than the task's; a task may bind a card only to its own project"
+    )]
+    OtherProject,
+    /// The card binds to another kind of agent than the task's.
+    #[error(
+        "card.scope.agent names another agent than the task's; a task may bind a card only to its own kind of agent"
+    )]
+    OtherAgent,
 }
 
 /// The rules for a card a task stores, where `self` is the task's provenance (asserted by
@@ -234,15 +297,33 @@ impl Provenance {
             .ok_or(StoreRefusal::NoTask)
     }
 
-    /// Whether `scope` binds a card only to the task's own user and its own asset.
+    /// Whether `scope` binds a card only to the task's own user, asset, project and kind
+    /// of agent.
     pub fn binds(&self, scope: &Scope) -> Result<(), StoreRefusal> {
-        if scope.user_id.is_some() && scope.user_id != self.user_id {
+        let own = |card: &Option<String>, task: &Option<String>| card.is_none() || card == task;
+        if !own(&scope.user_id, &self.user_id) {
             return Err(StoreRefusal::OtherUser);
         }
-        if scope.asset_id.is_some() && scope.asset_id != self.asset_id {
+        if !own(&scope.asset_id, &self.asset_id) {
             return Err(StoreRefusal::OtherAsset);
         }
+        if !own(&scope.project_id, &self.project_id) {
+            return Err(StoreRefusal::OtherProject);
+        }
+        if !own(&scope.agent, &self.agent) {
+            return Err(StoreRefusal::OtherAgent);
+        }
         Ok(())
+    }
+
+    /// The storing task as a [`Viewer`]: what it may see of the cards.
+    pub fn viewer(&self) -> Viewer<'_> {
+        Viewer {
+            user: self.user_id.as_deref(),
+            asset: self.asset_id.as_deref(),
+            project: self.project_id.as_deref(),
+            agent: self.agent.as_deref(),
+        }
     }
 
     /// The author of what the task stores: its user.
@@ -312,6 +393,10 @@ pub struct CardSummary {
     /// The newer card that replaces this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub superseded_by: Option<CardId>,
+    /// Cards of an inherited workspace this one replaces for its own workspace's tasks
+    /// (an override of an organisation card; the inherited card itself is unchanged).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub supersedes: Vec<CardId>,
     /// Verified or unverified.
     #[serde(default, skip_serializing_if = "is_default_trust")]
     pub trust: Trust,
@@ -368,20 +453,22 @@ impl CardSummary {
         }
     }
 
-    /// The hard exclusions of OKF.md for one card: live, not bound to another user, not
-    /// bound to another asset (or to any asset when the task has none), and not an
+    /// The hard exclusions of OKF.md for one card: live, not bound to another user,
+    /// asset, project or kind of agent (nor to any when the task has none), and not an
     /// unverified card of another author. [`crate::Catalog`] applies the same rule with
     /// interned names for speed.
-    pub fn is_visible_to(&self, user: Option<&str>, asset: Option<&str>) -> bool {
+    pub fn is_visible_to(&self, who: &Viewer<'_>) -> bool {
         let ok = |card: Option<&str>, task: Option<&str>| card.is_none_or(|c| task == Some(c));
         let trusted = match self.audience() {
             Audience::Everyone => true,
-            Audience::Author(author) => user == Some(author),
+            Audience::Author(author) => who.user == Some(author),
             Audience::Nobody => false,
         };
         self.is_live()
-            && ok(self.scope.user_id.as_deref(), user)
-            && ok(self.scope.asset_id.as_deref(), asset)
+            && ok(self.scope.user_id.as_deref(), who.user)
+            && ok(self.scope.asset_id.as_deref(), who.asset)
+            && ok(self.scope.project_id.as_deref(), who.project)
+            && ok(self.scope.agent.as_deref(), who.agent)
             && trusted
     }
 
@@ -395,22 +482,31 @@ impl CardSummary {
     /// unverified card reaches only its author's tasks (and, when asset-bound, only on
     /// that asset) until a person verifies it.
     pub fn audience_sentence(&self) -> String {
-        let asset = self
-            .scope
-            .asset_id
-            .as_deref()
-            .map(|a| format!(" on asset {a}"))
-            .unwrap_or_default();
+        let scope = &self.scope;
+        let narrowed = [
+            scope.asset_id.as_deref().map(|a| format!(" on asset {a}")),
+            scope
+                .project_id
+                .as_deref()
+                .map(|p| format!(" in project {p}")),
+            scope
+                .agent
+                .as_deref()
+                .map(|a| format!(" run for agent {a}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<String>();
         match self.audience() {
             Audience::Everyone => match self.scope.user_id.as_deref() {
-                Some(u) => format!("verified: tasks of user {u}{asset} see it"),
-                None if asset.is_empty() => {
+                Some(u) => format!("verified: tasks of user {u}{narrowed} see it"),
+                None if narrowed.is_empty() => {
                     "verified: every task of the workspace may see it".into()
                 }
-                None => format!("verified: tasks{asset} see it"),
+                None => format!("verified: tasks{narrowed} see it"),
             },
             Audience::Author(author) => format!(
-                "unverified: only tasks of user {author}{asset} see it, until a curator verifies it"
+                "unverified: only tasks of user {author}{narrowed} see it, until a curator verifies it"
             ),
             Audience::Nobody => {
                 "unverified and without an author: no task sees it until a curator verifies it"
@@ -433,10 +529,23 @@ impl CardSummary {
         }
         check_scope_id("scope.user_id", self.scope.user_id.as_deref())?;
         check_scope_id("scope.asset_id", self.scope.asset_id.as_deref())?;
+        check_scope_id("scope.project_id", self.scope.project_id.as_deref())?;
+        if self
+            .scope
+            .agent
+            .as_deref()
+            .is_some_and(|a| !crate::is_slug(a))
+        {
+            return Err(CardError::field("scope.agent", Rule::Slug));
+        }
         if let Some(p) = &self.provenance {
             check_scope_id("provenance.task_id", p.task_id.as_deref())?;
             check_scope_id("provenance.user_id", p.user_id.as_deref())?;
             check_scope_id("provenance.asset_id", p.asset_id.as_deref())?;
+            check_scope_id("provenance.project_id", p.project_id.as_deref())?;
+            if p.agent.as_deref().is_some_and(|a| !crate::is_slug(a)) {
+                return Err(CardError::field("provenance.agent", Rule::Slug));
+            }
             if let Some(by) = &p.imported_by {
                 check_line("provenance.imported_by", by, 1, MAX_TITLE_CHARS)?;
             }
@@ -446,6 +555,15 @@ impl CardSummary {
         }
         if !(0.0..=1.0).contains(&self.importance) {
             return Err(CardError::field("importance", Rule::UnitInterval));
+        }
+        if self.supersedes.contains(&self.id) {
+            return Err(CardError::field("supersedes", Rule::NotSelf));
+        }
+        if self.supersedes.len() > MAX_SUPERSEDES {
+            return Err(CardError::field(
+                "supersedes",
+                Rule::TooMany(MAX_SUPERSEDES),
+            ));
         }
         if self.superseded_by == Some(self.id) {
             return Err(CardError::field("superseded_by", Rule::NotSelf));

@@ -41,6 +41,8 @@ pub enum Rule {
     },
     /// A card cannot supersede itself.
     NotSelf,
+    /// A list holds more than this many items.
+    TooMany(usize),
     /// Every frontmatter key must be a plain name.
     KeyName,
     /// Text kept verbatim (an unknown key's value) may hold no control characters but
@@ -71,6 +73,7 @@ impl fmt::Display for Rule {
                 write!(f, "is not a known key here; allowed: {}", allowed.join(", "))
             }
             Rule::NotSelf => f.write_str("must name another card, not the card itself"),
+            Rule::TooMany(n) => write!(f, "must hold at most {n} items"),
             Rule::KeyName => f.write_str(
                 "has a key that is not a plain name matching [A-Za-z_][A-Za-z0-9_-]{0,63}",
             ),

@@ -5,7 +5,8 @@
 //! - [`CardType`], [`CardSummary`], [`CardId`]: the card model; a card's path follows from
 //!   its type and UUID alone, so no card can name a path outside its pillar directory.
 //! - [`Manifest`], [`ManifestEntry`]: a workspace snapshot, as the server publishes it and
-//!   the catalog is built from (the rest of the sync protocol is in `mop-proto`).
+//!   the catalog is built from (the rest of the sync protocol is in `mop-proto`);
+//!   [`compose`]: a workspace's snapshot with those of the workspaces it inherits.
 //! - [`TaskContext`], [`CodeExtractor`]: what a task is about and the error codes in it.
 //! - [`Catalog`]: one generation's cards indexed for tier selection (L0/L1/L2) with the hard
 //!   exclusions, and the strict ranking of OKF.md; "now" is the manifest's `generated_at`.
@@ -19,6 +20,7 @@
 
 mod card;
 mod codes;
+mod compose;
 mod config;
 mod error;
 mod hidden;
@@ -34,9 +36,11 @@ mod wire;
 
 pub use card::{
     Audience, Card, CardSummary, CardType, Counters, DEFAULT_IMPORTANCE, Extra, MAX_BODY_BYTES,
-    MAX_DESCRIPTION_CHARS, MAX_TITLE_CHARS, Provenance, Scope, StoreRefusal, Trust, card_path,
+    MAX_DESCRIPTION_CHARS, MAX_TITLE_CHARS, Provenance, Scope, StoreRefusal, Trust, Viewer,
+    card_path,
 };
 pub use codes::{CodeExtractor, CodePattern, PatternError, collapse_upper, default_code_patterns};
+pub use compose::{ComposeError, compose};
 pub use config::{ConfigError, Rules, SelectionConfig};
 pub use error::{CardError, Rule};
 pub use hidden::{is_default_ignorable, is_hidden_char, one_line_for_agent, reveal_hidden};
@@ -52,4 +56,6 @@ pub use select::{
 pub use task::{TaskContext, TaskError, TaskQuery};
 pub use unshown::{MARKDOWN_OPTIONS, Unshown, unshown, unshown_in_body};
 pub use uuid::Uuid;
-pub use wire::{EntryError, Manifest, ManifestEntry, is_epoch, is_sha256_hex, sha256_hex};
+pub use wire::{
+    EntryError, InheritedVersion, Manifest, ManifestEntry, is_epoch, is_sha256_hex, sha256_hex,
+};

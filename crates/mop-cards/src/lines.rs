@@ -31,6 +31,8 @@ pub struct CardLine<'a> {
     pub unverified: bool,
     /// SHA-256 of the card file, as the manifest gave it.
     pub sha256: &'a str,
+    /// The inherited workspace it comes from; `None` for the task's own workspace.
+    pub from: Option<&'a str>,
 }
 
 impl CardLine<'_> {

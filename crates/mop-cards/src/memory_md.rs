@@ -64,6 +64,16 @@ fn write_header(
         rev = catalog.revision(),
         generated = catalog.generated_at(),
     );
+    if !catalog.sources().is_empty() {
+        let names: Vec<String> = catalog.sources().iter().map(|w| escape_inline(w)).collect();
+        let _ = writeln!(
+            out,
+            "Workspace {} inherits the cards of {}: a card marked _(from …)_ comes from there; \
+             its own cards win ties and may replace them.\n",
+            escape_inline(&task.workspace),
+            names.join(", ")
+        );
+    }
 }
 
 /// 2. The primary anchors.
@@ -152,7 +162,7 @@ fn write_recommendations(
                 "| {} | {}{} | {} | {} | [{path}]({path}) | {} | {} |",
                 c.card_type,
                 escape_inline(c.title),
-                unverified_mark(&c),
+                marks(&c),
                 escape_inline(c.description.unwrap_or("")),
                 escape_inline(c.labels),
                 c.occurrence,
@@ -235,12 +245,21 @@ fn list_item(out: &mut String, c: CardLine<'_>, tier: Tier) {
         escape_inline(c.title),
         c.path(),
         c.card_type,
-        unverified_mark(&c),
+        marks(&c),
     );
 }
 
-fn unverified_mark(c: &CardLine<'_>) -> &'static str {
-    if c.unverified { " _(unverified)_" } else { "" }
+/// What a card's line says besides its title: unverified (an agent's, not reviewed), and
+/// the inherited workspace it comes from.
+fn marks(c: &CardLine<'_>) -> String {
+    let mut m = String::new();
+    if c.unverified {
+        m.push_str(" _(unverified)_");
+    }
+    if let Some(ws) = c.from {
+        let _ = write!(m, " _(from {})_", escape_inline(ws));
+    }
+    m
 }
 
 /// Makes card text safe inside a table cell or link text: one line, whitespace runs as one

@@ -21,11 +21,13 @@ pub const MAX_FRONTMATTER_BYTES: usize = 16 * 1024;
 /// Deepest nesting of YAML collections in a frontmatter block.
 const MAX_YAML_DEPTH: usize = 8;
 
-const SCOPE_KEYS: &[&str] = &["user_id", "asset_id"];
+const SCOPE_KEYS: &[&str] = &["user_id", "asset_id", "project_id", "agent"];
 const PROVENANCE_KEYS: &[&str] = &[
     "task_id",
     "user_id",
     "asset_id",
+    "project_id",
+    "agent",
     "imported_by",
     "imported_from",
 ];
@@ -93,6 +95,8 @@ fn provenance_of(fields: Vec<Option<String>>) -> Option<Provenance> {
         task_id: next(),
         user_id: next(),
         asset_id: next(),
+        project_id: next(),
+        agent: next(),
         imported_by: next(),
         imported_from: next(),
     })
@@ -213,6 +217,7 @@ fn card_from_mapping(map: yaml_rust2::yaml::Hash, body: &str) -> Result<Card, Ca
     let mut last_seen = None;
     let mut enabled = true;
     let mut superseded_by = None;
+    let mut supersedes = Vec::new();
     let mut trust = Trust::Verified;
     let mut provenance = None;
     let mut extra = Vec::new();
@@ -238,9 +243,13 @@ fn card_from_mapping(map: yaml_rust2::yaml::Hash, body: &str) -> Result<Card, Ca
             "labels" => labels = string_list("labels", &value)?,
             "scope" => {
                 let fields = nested("scope", &value, SCOPE_KEYS)?;
+                let [user_id, asset_id, project_id, agent] =
+                    <[Option<String>; 4]>::try_from(fields).expect("one value per scope key");
                 scope = Scope {
-                    user_id: fields[0].clone(),
-                    asset_id: fields[1].clone(),
+                    user_id,
+                    asset_id,
+                    project_id,
+                    agent,
                 };
             }
             "error_codes" => error_codes = string_list("error_codes", &value)?,
@@ -260,6 +269,17 @@ fn card_from_mapping(map: yaml_rust2::yaml::Hash, body: &str) -> Result<Card, Ca
                     Yaml::Null => None,
                     v => Some(card_id("superseded_by", &v)?),
                 }
+            }
+            "supersedes" => {
+                supersedes = string_list("supersedes", &value)?
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| {
+                        CardId::parse(s).map_err(|e| {
+                            CardError::field(format!("supersedes[{i}]"), Rule::Uuid(e))
+                        })
+                    })
+                    .collect::<Result<_, _>>()?;
             }
             "trust" => {
                 trust = match string("trust", &value)? {
@@ -297,6 +317,7 @@ fn card_from_mapping(map: yaml_rust2::yaml::Hash, body: &str) -> Result<Card, Ca
         updated_at,
         enabled,
         superseded_by,
+        supersedes,
         trust,
         provenance,
     };

@@ -53,6 +53,8 @@ pub(crate) fn frontmatter(card: &Card) -> String {
             pairs(&[
                 ("user_id", &s.scope.user_id),
                 ("asset_id", &s.scope.asset_id),
+                ("project_id", &s.scope.project_id),
+                ("agent", &s.scope.agent),
             ]),
         );
     }
@@ -86,6 +88,10 @@ pub(crate) fn frontmatter(card: &Card) -> String {
     if let Some(id) = s.superseded_by {
         put("superseded_by", string(&id.to_string()));
     }
+    if !s.supersedes.is_empty() {
+        let ids: Vec<String> = s.supersedes.iter().map(ToString::to_string).collect();
+        put("supersedes", list(&ids));
+    }
     if s.trust != Trust::Verified {
         put("trust", string(s.trust.as_str()));
     }
@@ -96,6 +102,8 @@ pub(crate) fn frontmatter(card: &Card) -> String {
                 ("task_id", &p.task_id),
                 ("user_id", &p.user_id),
                 ("asset_id", &p.asset_id),
+                ("project_id", &p.project_id),
+                ("agent", &p.agent),
                 ("imported_by", &p.imported_by),
                 ("imported_from", &p.imported_from),
             ]),

@@ -2,8 +2,8 @@
 //!
 //! A [`Catalog`] is built once per generation from its full manifest: it sorts the cards by
 //! id (a card's position is its *ordinal*, shared with the search index), precomputes each
-//! card's canonical codes and decayed importance, and indexes cards by user, asset, code and
-//! tag so a task touches only the cards that can concern it. [`Catalog::select`] then applies
+//! card's canonical codes and decayed importance, and indexes cards by user, asset,
+//! project, agent kind, code and tag so a task touches only the cards that can concern it. [`Catalog::select`] then applies
 //! the hard exclusions, assigns tiers and match classes, and ranks with one strict key.
 
 use std::cmp::Ordering;
@@ -167,11 +167,11 @@ impl VisibleSet {
     }
 }
 
-/// Per-card values that do not depend on the task. User, asset and author names are
-/// interned to numbers (0 = none) so the hard exclusions are integer compares.
+/// Per-card values that do not depend on the task. User, asset, project, agent and author
+/// names are interned to numbers (0 = none) so the hard exclusions are integer compares.
 ///
 /// Every candidate of every task reads this record, so it holds only what the exclusions,
-/// tiers and ranking compare (20 bytes); the rest is in [`Cold`].
+/// tiers and ranking compare (28 bytes); the rest is in [`Cold`].
 #[derive(Debug, Clone)]
 struct Precomputed {
     live: bool,
@@ -179,6 +179,8 @@ struct Precomputed {
     card_type: CardType,
     user: u32,
     asset: u32,
+    project: u32,
+    agent: u32,
     /// The author of an unverified card (0: none, so no task may see it).
     author: u32,
     /// The card's place among all cards by the task-independent ranking keys (importance,
@@ -193,14 +195,18 @@ struct Cold {
     occurrence: u64,
     last_seen: Option<Timestamp>,
     id: CardId,
+    /// 0: the workspace's own; else 1 + its index in [`Catalog::sources`].
+    from: u16,
 }
 
-/// A task's user and asset as interned numbers; names no card mentions get `NOBODY`, which
-/// equals no card's number.
+/// A task's user, asset, project and agent as interned numbers; names no card mentions
+/// get `NOBODY`, which equals no card's number.
 #[derive(Debug, Clone, Copy)]
 struct TaskScope {
     user: u32,
     asset: u32,
+    project: u32,
+    agent: u32,
 }
 
 const NOBODY: u32 = u32::MAX;
@@ -220,6 +226,9 @@ pub enum CatalogError {
     /// The same id appears twice.
     #[error("card {0} appears twice in the manifest")]
     DuplicateId(CardId),
+    /// A card names an inherited workspace the manifest does not list.
+    #[error("card {0} comes from an inherited workspace the manifest does not list")]
+    UnknownSource(CardId),
 }
 
 /// One generation's cards, indexed for selection.
@@ -230,12 +239,18 @@ pub struct Catalog {
     generated_at: Timestamp,
     /// What listings show of each card; the manifest entries themselves are not kept.
     lines: Lines,
+    /// The inherited workspaces cards come from, in the order the manifest names them.
+    sources: Vec<String>,
     pre: Vec<Precomputed>,
     cold: Vec<Cold>,
     names: HashMap<String, u32>,
     by_user: HashMap<u32, Vec<u32>>,
     by_asset: HashMap<u32, Vec<u32>>,
     by_author: HashMap<u32, Vec<u32>>,
+    /// Verified cards bound to a project or an agent kind and to no user or asset: a
+    /// project's (or an agent's) shared cards, which no other list reaches.
+    by_project: HashMap<u32, Vec<u32>>,
+    by_agent: HashMap<u32, Vec<u32>>,
     by_code: HashMap<String, Vec<u32>>,
     by_tag: HashMap<String, Vec<u32>>,
     /// Workspace baseline cards (live, verified, of a baseline type), best first.
@@ -258,16 +273,30 @@ impl Catalog {
             return Err(CatalogError::DuplicateId(w[0].summary.id));
         }
         let now = manifest.generated_at;
+        if let Some(e) = entries.iter().find(|e| {
+            e.inherited_from
+                .as_ref()
+                .is_some_and(|w| !manifest.inherited.iter().any(|i| i.workspace == *w))
+        }) {
+            return Err(CatalogError::UnknownSource(e.summary.id));
+        }
         let mut cat = Catalog {
             epoch: manifest.epoch,
             revision: manifest.revision,
             generated_at: now,
+            sources: manifest
+                .inherited
+                .iter()
+                .map(|i| i.workspace.clone())
+                .collect(),
             pre: Vec::with_capacity(entries.len()),
             cold: Vec::with_capacity(entries.len()),
             names: HashMap::new(),
             by_user: HashMap::new(),
             by_asset: HashMap::new(),
             by_author: HashMap::new(),
+            by_project: HashMap::new(),
+            by_agent: HashMap::new(),
             by_code: HashMap::new(),
             by_tag: HashMap::new(),
             baseline: Vec::new(),
@@ -284,11 +313,17 @@ impl Catalog {
                 card_type: s.card_type,
                 user: cat.intern(s.scope.user_id.as_deref()),
                 asset: cat.intern(s.scope.asset_id.as_deref()),
+                project: cat.intern(s.scope.project_id.as_deref()),
+                agent: cat.intern(s.scope.agent.as_deref()),
                 author: cat.intern(s.restricted_to_author()),
                 unverified: s.is_unverified(),
                 rank: 0,
             };
+            let from = e.inherited_from.as_ref().map_or(0, |w| {
+                1 + cat.sources.iter().position(|s| s == w).unwrap_or(0) as u16
+            });
             cat.cold.push(Cold {
+                from,
                 id: s.id,
                 occurrence: e.occurrence,
                 importance: effective_importance(s.importance, last_seen, now, &rules.config),
@@ -302,6 +337,18 @@ impl Catalog {
                 ] {
                     if key != 0 {
                         map.entry(key).or_default().push(ord);
+                    }
+                }
+                // A project's or an agent's cards bound to a user, an asset or an author
+                // are reached through those lists; the rest through these.
+                if pre.user == 0 && pre.asset == 0 && pre.author == 0 {
+                    for (map, key) in [
+                        (&mut cat.by_project, pre.project),
+                        (&mut cat.by_agent, pre.agent),
+                    ] {
+                        if key != 0 {
+                            map.entry(key).or_default().push(ord);
+                        }
                     }
                 }
                 if s.is_open() {
@@ -331,6 +378,8 @@ impl Catalog {
                 .total_cmp(&a.importance)
                 .then(b.occurrence.cmp(&a.occurrence))
                 .then(b.last_seen.cmp(&a.last_seen))
+                // The task's own workspace wins ties with an inherited one.
+                .then(a.from.cmp(&b.from))
                 .then(a.id.cmp(&b.id))
         });
         for (rank, ord) in by_rank.into_iter().enumerate() {
@@ -358,7 +407,14 @@ impl Catalog {
         TaskScope {
             user: number(task.origin_user_id.as_ref()),
             asset: number(task.asset_id.as_ref()),
+            project: number(task.project_id.as_ref()),
+            agent: number(task.agent.as_ref()),
         }
+    }
+
+    /// The inherited workspaces whose cards this catalog holds beside its own.
+    pub fn sources(&self) -> &[String] {
+        &self.sources
     }
 
     /// The epoch of the manifest this catalog was built from.
@@ -390,6 +446,10 @@ impl Catalog {
             last_seen: c.last_seen,
             unverified: p.unverified,
             sha256,
+            from: c
+                .from
+                .checked_sub(1)
+                .map(|i| self.sources[i as usize].as_str()),
         }
     }
 
@@ -417,7 +477,7 @@ impl Catalog {
     }
 
     /// Whether a task may see a card at all: it is live, and no hard exclusion applies
-    /// (bound to another user, bound to another asset or to any asset when the task has
+    /// (bound to another user, asset, project or agent kind, or to any when the task has
     /// none, or an unverified card whose author is someone else).
     pub fn is_visible(&self, ord: u32, task: &TaskContext) -> bool {
         (ord as usize) < self.len() && self.visible_in(ord, self.scope_of(task))
@@ -428,6 +488,8 @@ impl Catalog {
         p.live
             && (p.user == 0 || p.user == scope.user)
             && (p.asset == 0 || p.asset == scope.asset)
+            && (p.project == 0 || p.project == scope.project)
+            && (p.agent == 0 || p.agent == scope.agent)
             // An unverified card reaches its author's tasks only; with no author, none.
             && (!p.unverified || (p.author != 0 && p.author == scope.user))
     }
@@ -449,6 +511,8 @@ impl Catalog {
             self.by_user.get(&scope.user),
             self.by_asset.get(&scope.asset),
             self.by_author.get(&scope.user),
+            self.by_project.get(&scope.project),
+            self.by_agent.get(&scope.agent),
         ]
         .into_iter()
         .flatten()
@@ -593,7 +657,8 @@ impl Catalog {
         let tag = flags & TAG != 0;
         let matched = code || tag || text_score.is_some();
         // Unverified cards are never baseline: only a person's verify makes them
-        // workspace memory.
+        // workspace memory. A visible project's (or agent's) shared card of a baseline
+        // type is that project's baseline, in L0 as a workspace card is.
         let baseline = !own && !asset && !p.unverified && p.card_type.is_baseline();
         if !(own || asset || matched || baseline) {
             return None;

@@ -31,6 +31,14 @@ pub struct TaskContext {
     /// What the task targets; no asset means no asset-bound card is ever selected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub asset_id: Option<String>,
+    /// The project the task belongs to; no project means no project-bound card is ever
+    /// selected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    /// The kind of agent the task runs (`claude`, `codex` …); none means no agent-bound
+    /// card is ever selected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     /// The ticket title.
     pub title: String,
     /// The ticket text.
@@ -50,11 +58,14 @@ pub enum TaskError {
     /// The workspace name is not a slug.
     #[error("workspace must be a lowercase slug matching [a-z0-9][a-z0-9._-]{{0,63}}")]
     Workspace,
-    /// A user or asset id is malformed.
+    /// A user, asset or project id is malformed.
     #[error(
         "{0} must be 1 to 128 characters with no control characters and no leading or trailing spaces"
     )]
     ScopeId(&'static str),
+    /// The agent kind is not a slug.
+    #[error("agent must be a lowercase slug matching [a-z0-9][a-z0-9._-]{{0,63}}")]
+    Agent,
     /// The title is empty, multi-line or too long.
     #[error("title must be a single non-empty line of at most {MAX_TASK_TITLE_CHARS} characters")]
     Title,
@@ -80,10 +91,14 @@ impl TaskContext {
         for (name, v) in [
             ("origin_user_id", &self.origin_user_id),
             ("asset_id", &self.asset_id),
+            ("project_id", &self.project_id),
         ] {
             if v.as_deref().is_some_and(|v| !is_scope_id(v)) {
                 return Err(TaskError::ScopeId(name));
             }
+        }
+        if self.agent.as_deref().is_some_and(|a| !is_slug(a)) {
+            return Err(TaskError::Agent);
         }
         let title_chars = self.title.chars().count();
         if self.title.trim().is_empty()
@@ -105,6 +120,29 @@ impl TaskContext {
             return Err(TaskError::Labels);
         }
         Ok(())
+    }
+
+    /// Who the task is, for the hard exclusions.
+    pub fn viewer(&self) -> crate::Viewer<'_> {
+        crate::Viewer {
+            user: self.origin_user_id.as_deref(),
+            asset: self.asset_id.as_deref(),
+            project: self.project_id.as_deref(),
+            agent: self.agent.as_deref(),
+        }
+    }
+
+    /// What a store of this task carries as its provenance: the task's own facts, which
+    /// its daemon asserts (never the agent).
+    pub fn provenance(&self) -> crate::Provenance {
+        crate::Provenance {
+            task_id: Some(self.task_id.clone()),
+            user_id: self.origin_user_id.clone(),
+            asset_id: self.asset_id.clone(),
+            project_id: self.project_id.clone(),
+            agent: self.agent.clone(),
+            ..Default::default()
+        }
     }
 
     /// Title, description and labels as one text, for BM25.
@@ -175,6 +213,8 @@ mod tests {
             workspace: "acme".into(),
             origin_user_id: Some("alice".into()),
             asset_id: None,
+            project_id: None,
+            agent: None,
             title: title.into(),
             description: String::new(),
             labels: vec![],

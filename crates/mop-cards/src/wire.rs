@@ -27,6 +27,11 @@ pub struct ManifestEntry {
     /// Server counter: when it was last reinforced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_seen: Option<Timestamp>,
+    /// The inherited workspace the card comes from, in a generation a daemon composed of
+    /// its workspace and the ones it inherits; absent for the workspace's own cards. Never
+    /// in what a server sends (a daemon refuses a manifest that claims it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inherited_from: Option<String>,
 }
 
 /// Why a manifest entry cannot be trusted.
@@ -85,6 +90,7 @@ impl ManifestEntry {
             path: card.path(),
             occurrence: card.counters.occurrence,
             last_seen: card.counters.last_seen,
+            inherited_from: None,
         }
     }
 }
@@ -132,6 +138,23 @@ pub struct Manifest {
     /// For a delta, the cards that left the manifest since `since`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub removed: Vec<CardId>,
+    /// In a generation a daemon composed: the inherited workspaces' versions its cards
+    /// come from. Never in what a server sends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inherited: Vec<InheritedVersion>,
+}
+
+/// One inherited workspace's part of a composed generation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InheritedVersion {
+    /// The inherited workspace.
+    pub workspace: String,
+    /// Its server epoch.
+    pub epoch: String,
+    /// Its revision.
+    pub revision: u64,
+    /// Its cards in the composition (after own cards that supersede or share an id).
+    pub cards: usize,
 }
 
 impl Manifest {

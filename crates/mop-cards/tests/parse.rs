@@ -165,7 +165,7 @@ fn each_field_rule() {
             "scope:\n  user: alice\n",
             "scope.user",
             Rule::UnknownKey {
-                allowed: &["user_id", "asset_id"],
+                allowed: &["user_id", "asset_id", "project_id", "agent"],
             },
         ),
         (
@@ -181,6 +181,8 @@ fn each_field_rule() {
                     "task_id",
                     "user_id",
                     "asset_id",
+                    "project_id",
+                    "agent",
                     "imported_by",
                     "imported_from",
                 ],
@@ -209,6 +211,17 @@ fn each_field_rule() {
             &format!("superseded_by: {ID}\n"),
             "superseded_by",
             Rule::NotSelf,
+        ),
+        (
+            &format!("supersedes: [{ID}]\n"),
+            "supersedes",
+            Rule::NotSelf,
+        ),
+        ("scope:\n  agent: Claude\n", "scope.agent", Rule::Slug),
+        (
+            "scope:\n  project_id: \" billing\"\n",
+            "scope.project_id",
+            Rule::ScopeId,
         ),
         (
             "description: \"two\\nlines\"\n",

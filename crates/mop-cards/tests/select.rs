@@ -6,8 +6,8 @@ mod common;
 use common::*;
 use jiff::Timestamp;
 use mop_cards::{
-    CardType, Catalog, Manifest, ManifestEntry, MatchClass, Provenance, Rules, SelectionConfig,
-    TaskContext, TaskQuery, TextHit, Tier, Trust, effective_importance,
+    CardId, CardType, Catalog, Manifest, ManifestEntry, MatchClass, Provenance, Rules,
+    SelectionConfig, TaskContext, TaskQuery, TextHit, Tier, Trust, compose, effective_importance,
 };
 
 /// Selected (card number, tier, class) in rank order.
@@ -491,6 +491,7 @@ fn duplicate_ids_and_deltas_are_refused() {
         since: None,
         cards: vec![card(1, CardType::Fact), card(1, CardType::Fact)],
         removed: vec![],
+        inherited: Vec::new(),
     };
     assert!(Catalog::new(manifest.clone(), &Rules::default()).is_err());
     let delta = Manifest {
@@ -525,19 +526,192 @@ fn catalog_visibility_agrees_with_the_per_card_rule() {
             e.summary.trust = Trust::Unverified
         }),
     ];
+    let mut cards = cards;
+    cards.extend([
+        with(card(9, CardType::Fact), project("billing")),
+        with(
+            with(card(10, CardType::Fact), project("billing")),
+            user("alice"),
+        ),
+        with(
+            with(card(11, CardType::Fact), project("search")),
+            asset("db-1"),
+        ),
+        with(card(12, CardType::Fact), for_agent("claude")),
+        with(
+            with(card(13, CardType::Fact), for_agent("codex")),
+            project("billing"),
+        ),
+        with(
+            with(card(14, CardType::Fact), agent("bob")),
+            project("search"),
+        ),
+    ]);
     let cat = catalog(cards.clone());
     for u in [None, Some("alice"), Some("bob"), Some("carol")] {
         for a in [None, Some("db-1"), Some("db-2"), Some("db-3")] {
-            let t = task(u, a, "x");
-            for e in &cards {
-                let ord = cat.ord_of(&e.summary.id).unwrap();
-                assert_eq!(
-                    cat.is_visible(ord, &t),
-                    e.summary.is_visible_to(u, a),
-                    "{:?} {u:?} {a:?}",
-                    e.summary.id
-                );
+            for p in [None, Some("billing"), Some("search"), Some("other")] {
+                for k in [None, Some("claude"), Some("codex")] {
+                    let mut t = task(u, a, "x");
+                    t.project_id = p.map(Into::into);
+                    t.agent = k.map(Into::into);
+                    let visible = cat.visible_set(&t);
+                    for e in &cards {
+                        let ord = cat.ord_of(&e.summary.id).unwrap();
+                        let rule = e.summary.is_visible_to(&t.viewer());
+                        assert_eq!(cat.is_visible(ord, &t), rule, "{:?} {t:?}", e.summary.id);
+                        assert_eq!(visible.contains(ord), rule, "{:?} {t:?}", e.summary.id);
+                    }
+                }
             }
         }
     }
+}
+
+#[test]
+fn project_and_agent_cards_take_part_in_the_tiers_of_their_tasks_only() {
+    let cat = catalog(vec![
+        card(1, CardType::Preference),
+        with(card(2, CardType::Preference), project("billing")),
+        with(
+            with(card(3, CardType::Preference), project("billing")),
+            user("alice"),
+        ),
+        with(
+            with(card(4, CardType::Fact), project("billing")),
+            asset("db-1"),
+        ),
+        with(card(5, CardType::Pitfall), project("billing")),
+        with(card(6, CardType::Preference), project("search")),
+        with(card(7, CardType::Preference), for_agent("claude")),
+        with(
+            with(card(8, CardType::Preference), for_agent("claude")),
+            project("search"),
+        ),
+    ]);
+    let of = |p: Option<&str>, k: Option<&str>| {
+        let mut t = task(Some("alice"), Some("db-1"), "x");
+        t.project_id = p.map(Into::into);
+        t.agent = k.map(Into::into);
+        let mut got = run(&cat, &t, &[]);
+        got.sort_by_key(|(n, ..)| *n);
+        got.into_iter()
+            .map(|(n, tier, _)| (n, tier))
+            .collect::<Vec<_>>()
+    };
+    // No project and no agent: the workspace's own cards only.
+    assert_eq!(of(None, None), vec![(1, Tier::L0)]);
+    // billing's baseline in L0, alice's own in L1, db-1's in L2; a plain fact of billing
+    // only when it matches, and search's convention never.
+    assert_eq!(
+        of(Some("billing"), None),
+        vec![(1, Tier::L0), (2, Tier::L0), (3, Tier::L1), (4, Tier::L2)]
+    );
+    assert_eq!(of(Some("search"), None), vec![(1, Tier::L0), (6, Tier::L0)]);
+    // The agent's card reaches tasks of that agent; with a project too, that project's.
+    assert_eq!(of(None, Some("claude")), vec![(1, Tier::L0), (7, Tier::L0)]);
+    assert_eq!(of(None, Some("codex")), vec![(1, Tier::L0)]);
+    assert_eq!(
+        of(Some("search"), Some("claude")),
+        vec![(1, Tier::L0), (6, Tier::L0), (7, Tier::L0), (8, Tier::L0)]
+    );
+}
+
+/// A manifest of `cards` at revision `rev`, as a server sends it.
+fn manifest_of(cards: Vec<ManifestEntry>, rev: u64) -> Manifest {
+    Manifest {
+        epoch: "0b6c1f3e-8d7a-4f43-9c1e-1f2a3b4c5d6e".into(),
+        revision: rev,
+        generated_at: NOW.parse().unwrap(),
+        since: None,
+        cards,
+        removed: vec![],
+        inherited: vec![],
+    }
+}
+
+#[test]
+fn composing_keeps_own_cards_and_lets_verified_own_cards_replace_inherited_ones() {
+    let mut replaces = card(10, CardType::Preference);
+    replaces.summary.supersedes = vec![id(21)];
+    let mut unverified_replaces = card(11, CardType::Preference);
+    unverified_replaces.summary.trust = Trust::Unverified;
+    unverified_replaces.summary.supersedes = vec![id(22)];
+    let own = manifest_of(
+        vec![card(1, CardType::Fact), replaces, unverified_replaces],
+        7,
+    );
+    let org = manifest_of(
+        vec![
+            card(1, CardType::Pitfall), // the same id as an own card: the own one stays
+            card(20, CardType::Fact),
+            card(21, CardType::Fact), // replaced by own card 10
+            card(22, CardType::Fact), // "replaced" by an unverified card: stays
+        ],
+        3,
+    );
+    let composed = compose(own.clone(), &[("org", &org)]).unwrap();
+    let from: Vec<(CardId, Option<&str>)> = composed
+        .cards
+        .iter()
+        .map(|e| (e.summary.id, e.inherited_from.as_deref()))
+        .collect();
+    assert_eq!(
+        from,
+        vec![
+            (id(1), None),
+            (id(10), None),
+            (id(11), None),
+            (id(20), Some("org")),
+            (id(22), Some("org")),
+        ]
+    );
+    assert_eq!(composed.cards[0].summary.card_type, CardType::Fact);
+    assert_eq!(
+        (composed.epoch.as_str(), composed.revision),
+        (own.epoch.as_str(), 7)
+    );
+    assert_eq!(composed.inherited.len(), 1);
+    assert_eq!(
+        (composed.inherited[0].revision, composed.inherited[0].cards),
+        (3, 2)
+    );
+    // The own part is what the server sent; a composed manifest is not composed again.
+    assert_eq!(composed.own().cards, {
+        let mut c = own.cards.clone();
+        c.sort_by_key(|e| e.summary.id);
+        c
+    });
+    assert!(compose(composed.clone(), &[]).is_err());
+    assert!(compose(own, &[("org", &composed)]).is_err());
+}
+
+#[test]
+fn an_own_card_wins_a_tie_and_inherited_cards_say_where_they_come_from() {
+    // Same type, importance and dates: only the id and the source tell them apart, and
+    // the inherited card has the lower id.
+    let own = manifest_of(vec![card(5, CardType::Preference)], 1);
+    let org = manifest_of(vec![card(4, CardType::Preference)], 1);
+    let cat = Catalog::new(compose(own, &[("org", &org)]).unwrap(), &Rules::default()).unwrap();
+    let order = |cat: &Catalog| -> Vec<u32> {
+        run(cat, &task(None, None, "x"), &[])
+            .iter()
+            .map(|s| s.0)
+            .collect()
+    };
+    assert_eq!(
+        order(&cat),
+        vec![5, 4],
+        "own first, though its id is higher"
+    );
+    let inherited = cat.card(cat.ord_of(&id(4)).unwrap());
+    assert_eq!(inherited.from, Some("org"));
+    assert_eq!(cat.card(cat.ord_of(&id(5)).unwrap()).from, None);
+    assert_eq!(cat.sources(), ["org".to_owned()]);
+    // Without the composition the lower id wins the tie (the control).
+    let plain = catalog(vec![
+        card(5, CardType::Preference),
+        card(4, CardType::Preference),
+    ]);
+    assert_eq!(order(&plain), vec![4, 5]);
 }

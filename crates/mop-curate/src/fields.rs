@@ -36,6 +36,18 @@ pub struct SetArgs {
     /// Bind it to no asset.
     #[arg(long)]
     no_asset: bool,
+    /// Bind it to this project.
+    #[arg(long, conflicts_with = "no_project")]
+    project: Option<String>,
+    /// Bind it to no project.
+    #[arg(long)]
+    no_project: bool,
+    /// Bind it to this kind of agent (claude, codex …).
+    #[arg(long, conflicts_with = "no_agent")]
+    agent: Option<String>,
+    /// Bind it to no kind of agent.
+    #[arg(long)]
+    no_agent: bool,
     /// Its importance, 0.0 to 1.0.
     #[arg(long)]
     importance: Option<f64>,
@@ -92,6 +104,18 @@ pub fn set(c: &Connection, a: SetArgs) -> Result<()> {
     if let Some(x) = a.asset {
         scope.asset_id = Some(x);
     }
+    if a.no_project {
+        scope.project_id = None;
+    }
+    if let Some(x) = a.project {
+        scope.project_id = Some(x);
+    }
+    if a.no_agent {
+        scope.agent = None;
+    }
+    if let Some(x) = a.agent {
+        scope.agent = Some(x);
+    }
     let req = FieldsRequest {
         card_type: card_type.filter(|t| *t != s.card_type),
         labels: (labels != s.labels).then_some(labels),
@@ -123,9 +147,15 @@ fn describe(req: &FieldsRequest, scope: &Scope) -> String {
         out.push(format!("labels [{}]", l.join(", ")));
     }
     if req.scope.is_some() {
-        let user = scope.user_id.as_deref().unwrap_or("any");
-        let asset = scope.asset_id.as_deref().unwrap_or("any");
-        out.push(format!("scope user {user}, asset {asset}"));
+        let bound: Vec<String> = scope
+            .bindings()
+            .map(|(axis, name)| format!("{axis} {}", render::safe(name)))
+            .collect();
+        if bound.is_empty() {
+            out.push("scope the whole workspace".to_owned());
+        } else {
+            out.push(format!("scope {}", bound.join(", ")));
+        }
     }
     if let Some(i) = req.importance {
         out.push(format!("importance {i}"));

@@ -103,6 +103,12 @@ struct Filters {
     /// Only cards bound to this asset.
     #[arg(long)]
     asset: Option<String>,
+    /// Only cards bound to this project.
+    #[arg(long)]
+    project: Option<String>,
+    /// Only cards bound to this kind of agent (claude, codex …).
+    #[arg(long)]
+    agent: Option<String>,
     /// Only cards bound to, or written by a task of, this user.
     #[arg(long)]
     user: Option<String>,
@@ -137,6 +143,8 @@ impl Filters {
             card_type: self.card_type.clone(),
             label: self.label.clone(),
             asset: self.asset.clone(),
+            project: self.project.clone(),
+            agent: self.agent.clone(),
             user: self.user.clone(),
             stale_days: self.stale_days,
             older_than_days: self.older_than,
@@ -510,6 +518,13 @@ struct CreateArgs {
     /// Bind the card to this asset: only its tasks get it.
     #[arg(long)]
     asset: Option<String>,
+    /// Bind the card to this project: only its tasks get it.
+    #[arg(long)]
+    project: Option<String>,
+    /// Bind the card to this kind of agent (claude, codex …): only tasks run for it get
+    /// it.
+    #[arg(long)]
+    agent: Option<String>,
     /// Bind the card to this user: only their tasks get it.
     #[arg(long)]
     user: Option<String>,
@@ -531,6 +546,8 @@ fn create(c: &Connection, args: CreateArgs) -> Result<()> {
         error_codes,
         stacks,
         asset,
+        project,
+        agent,
         user,
         body_file,
         allow_credentials,
@@ -564,6 +581,8 @@ fn create(c: &Connection, args: CreateArgs) -> Result<()> {
         scope: mop_cards::Scope {
             user_id: user,
             asset_id: asset,
+            project_id: project,
+            agent,
         },
         body,
     };

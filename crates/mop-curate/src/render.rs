@@ -164,17 +164,11 @@ pub fn card(c: &CardInfo) -> String {
         let _ = writeln!(out, "  stacks       {}", safe(&s.stacks.join(", ")));
     }
     let _ = writeln!(out, "  importance   {}", s.importance);
-    let scope = [
-        s.scope
-            .user_id
-            .as_ref()
-            .map(|u| format!("user {}", safe(u))),
-        s.scope
-            .asset_id
-            .as_ref()
-            .map(|a| format!("asset {}", safe(a))),
-    ];
-    let scope: Vec<String> = scope.into_iter().flatten().collect();
+    let scope: Vec<String> = s
+        .scope
+        .bindings()
+        .map(|(axis, name)| format!("{axis} {}", safe(name)))
+        .collect();
     let _ = writeln!(
         out,
         "  scope        {}",
@@ -188,10 +182,11 @@ pub fn card(c: &CardInfo) -> String {
         let field = |v: &Option<String>| v.as_deref().map_or_else(|| "-".to_owned(), safe);
         let _ = writeln!(
             out,
-            "  provenance   task {}, user {}, asset {}, node token {}, stored {}",
+            "  provenance   task {}, user {}, asset {}, project {}, node token {}, stored {}",
             field(&p.source.task_id),
             field(&p.source.user_id),
             field(&p.source.asset_id),
+            field(&p.source.project_id),
             field(&p.node_token),
             p.stored_at
                 .map_or_else(|| "-".to_owned(), |t| t.to_string())

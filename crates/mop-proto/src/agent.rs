@@ -37,12 +37,30 @@ pub struct AgentCard {
     pub description: Option<String>,
     /// True when the card is unverified.
     pub unverified: bool,
+    /// The inherited workspace it comes from; absent for the task's own workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
     /// Path inside the memory directory when mounted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mounted_at: Option<String>,
     /// BM25 score, for retrieval hits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub score: Option<f32>,
+}
+
+impl AgentCard {
+    /// What a listing of the card says before its title (where no title can imitate or
+    /// push it aside): `unverified`, and `from <workspace>` for an inherited card.
+    pub fn marks(&self) -> Vec<String> {
+        let mut marks = Vec::new();
+        if self.unverified {
+            marks.push("unverified".to_owned());
+        }
+        if let Some(w) = &self.workspace {
+            marks.push(format!("from {w}"));
+        }
+        marks
+    }
 }
 
 /// The answer to a retrieve.
@@ -84,17 +102,42 @@ pub enum UnboundScope {
     /// An asset card, in a task without an asset.
     #[error("this task has no asset")]
     NoAsset,
+    /// A project card, in a task without a project.
+    #[error("this task has no project")]
+    NoProject,
+}
+
+/// Which of its task's own scopes a store binds its card to; each is the task's, never a
+/// name the agent chooses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Binding {
+    /// To the task's user: a personal card.
+    pub personal: bool,
+    /// To the task's asset.
+    pub asset: bool,
+    /// To the task's project.
+    pub project: bool,
+}
+
+impl UnboundScope {
+    /// The store's option that asked for it, as the MCP tool names it (`personal`,
+    /// `asset`, `project`; `mop memory store` puts `--` before it).
+    pub fn option(self) -> &'static str {
+        match self {
+            UnboundScope::NoUser => "personal",
+            UnboundScope::NoAsset => "asset",
+            UnboundScope::NoProject => "project",
+        }
+    }
 }
 
 impl AgentStoreRequest {
-    /// The store of `card` bound to the task's own user (`personal`) and/or asset, which
-    /// the task names: how `mop memory store` and the MCP tool build one alike.
+    /// The store of `card` bound as `want` asks to the scopes of `task`: how
+    /// `mop memory store`, the MCP tool and native capture build one alike.
     pub fn bound(
         mut card: crate::sync::NewCard,
-        personal: bool,
-        asset: bool,
-        task_user: Option<&str>,
-        task_asset: Option<&str>,
+        want: Binding,
+        task: &mop_cards::Viewer<'_>,
     ) -> Result<AgentStoreRequest, UnboundScope> {
         let pick = |wanted: bool, value: Option<&str>, missing: UnboundScope| match (wanted, value)
         {
@@ -103,8 +146,10 @@ impl AgentStoreRequest {
             (true, None) => Err(missing),
         };
         card.scope = mop_cards::Scope {
-            user_id: pick(personal, task_user, UnboundScope::NoUser)?,
-            asset_id: pick(asset, task_asset, UnboundScope::NoAsset)?,
+            user_id: pick(want.personal, task.user, UnboundScope::NoUser)?,
+            asset_id: pick(want.asset, task.asset, UnboundScope::NoAsset)?,
+            project_id: pick(want.project, task.project, UnboundScope::NoProject)?,
+            agent: None,
         };
         Ok(AgentStoreRequest { card })
     }

@@ -310,6 +310,12 @@ pub struct ListQuery {
     /// Only cards bound to this asset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub asset: Option<String>,
+    /// Only cards bound to this project.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// Only cards bound to this kind of agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     /// Only cards bound to (or, unverified, authored by) this user.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,

@@ -63,4 +63,6 @@ pub mod env {
     pub const TASK_USER: &str = "MOP_TASK_USER";
     /// The task's asset, a hint for stores (the lease decides).
     pub const TASK_ASSET: &str = "MOP_TASK_ASSET";
+    /// The task's project, a hint for stores (the lease decides).
+    pub const TASK_PROJECT: &str = "MOP_TASK_PROJECT";
 }

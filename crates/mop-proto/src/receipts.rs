@@ -51,6 +51,12 @@ pub struct Receipt {
     /// What the task targeted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub asset_id: Option<String>,
+    /// The project it belonged to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    /// The kind of agent it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     /// When the task was prepared; with the task id, what makes a receipt unique (a task
     /// id may be used again once its task has ended).
     pub prepared_at: Timestamp,
@@ -310,6 +316,9 @@ pub struct ReceiptCard {
     /// Listed by name in MEMORY.md (Primary Anchors or the recommendations table), not
     /// only mounted.
     pub listed: bool,
+    /// The inherited workspace it came from; absent for the task's own workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
 }
 
 /// What an agent did through its task's socket.
@@ -522,7 +531,14 @@ impl Receipt {
                 "must be 1 to 128 characters, no control characters",
             ));
         }
-        for (field, v) in [("user_id", &self.user_id), ("asset_id", &self.asset_id)] {
+        if self.agent.as_deref().is_some_and(|a| !is_slug(a)) {
+            return Err(fail("agent", "must be a lowercase slug"));
+        }
+        for (field, v) in [
+            ("user_id", &self.user_id),
+            ("asset_id", &self.asset_id),
+            ("project_id", &self.project_id),
+        ] {
             if v.as_deref().is_some_and(|v| !is_scope_id(v)) {
                 return Err(fail(
                     field,
@@ -543,6 +559,9 @@ impl Receipt {
             ));
         }
         for c in &self.cards {
+            if c.workspace.as_deref().is_some_and(|w| !is_slug(w)) {
+                return Err(fail("cards[].workspace", "must be a workspace slug"));
+            }
             if !is_sha256_hex(&c.sha256) {
                 return Err(fail("cards[].sha256", "must be 64 lowercase hex digits"));
             }
@@ -646,6 +665,8 @@ mod tests {
             profile: "default".into(),
             user_id: Some("alice".into()),
             asset_id: None,
+            project_id: None,
+            agent: None,
             prepared_at: Timestamp::UNIX_EPOCH,
             ended_at: None,
             cards: vec![],

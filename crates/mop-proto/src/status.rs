@@ -294,6 +294,17 @@ pub struct WorkspaceStatus {
     /// Counters.
     #[serde(default)]
     pub stats: SyncStats,
+    /// The workspaces this one inherits, as its server said at the last poll (server.toml
+    /// `[inheritance]`); its tasks get their cards too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inherits: Vec<String>,
+    /// The inherited workspaces' versions in the current generation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inherited: Vec<mop_cards::InheritedVersion>,
+    /// For an inherited pool: the configured workspaces that inherit it (it is synced for
+    /// them, and no task of its own is served).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inherited_by: Vec<String>,
 }
 
 #[cfg(test)]

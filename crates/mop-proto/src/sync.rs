@@ -131,6 +131,7 @@ impl NewCard {
             updated_at: None,
             enabled: true,
             superseded_by: None,
+            supersedes: Vec::new(),
             trust,
             provenance,
         };
@@ -356,6 +357,11 @@ pub struct ObjectBatchRequest {
 
 /// The content type of a batch answer.
 pub const OBJECT_BATCH_TYPE: &str = "application/x-mop-objects";
+
+/// The header of every manifest answer (a 304 too) of a workspace that inherits others:
+/// their names, comma-separated, in the order the server's `[inheritance]` gives them.
+/// Absent: it inherits none.
+pub const INHERITS_HEADER: &str = "mop-inherits";
 
 /// Longest header line of a batch item (`<64 hex> <size>`), with room to spare.
 const MAX_HEADER: usize = 200;

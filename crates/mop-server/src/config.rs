@@ -30,6 +30,56 @@ pub struct ServerConfig {
     pub intake: Intake,
     /// `[alerts]`.
     pub alerts: Alerts,
+    /// `[inheritance]`: workspace → the workspaces whose cards its tasks get as well.
+    pub inheritance: Inheritance,
+}
+
+/// `[inheritance]`: which workspaces inherit the cards of which others (for example every
+/// team workspace from `org`). Configured here, so that every host agrees: a node token of
+/// an inheriting workspace reads the inherited workspaces' manifests and objects, and an
+/// admin token of it reads (never changes) their cards.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(transparent)]
+pub struct Inheritance(pub std::collections::BTreeMap<String, Vec<String>>);
+
+impl Inheritance {
+    /// The workspaces `ws` inherits from, in the order configured (empty: none).
+    pub fn of(&self, ws: &str) -> &[String] {
+        self.0.get(ws).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether a token of `own` may read `ws`: it is one of them, or one inherits it.
+    pub fn reaches(&self, own: &[String], ws: &str) -> bool {
+        own.iter()
+            .any(|w| w == ws || self.of(w).iter().any(|i| i == ws))
+    }
+
+    /// One level only: an inherited workspace inherits nothing itself, so that what a
+    /// task gets is always its own cards and those of the workspaces named for it.
+    fn check(&self) -> Result<(), String> {
+        for (ws, from) in &self.0 {
+            for name in std::iter::once(ws).chain(from) {
+                if !mop_cards::is_slug(name) {
+                    return Err(format!(
+                        "inheritance: {name:?} is not a workspace name (a lowercase slug)"
+                    ));
+                }
+            }
+            if from.iter().any(|f| f == ws) {
+                return Err(format!("inheritance.{ws} names {ws} itself"));
+            }
+            if let Some(f) = from.iter().find(|f| self.0.contains_key(*f)) {
+                return Err(format!(
+                    "inheritance.{ws} names {f}, which inherits from others itself; inheritance is one level: name every workspace {ws} inherits directly"
+                ));
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            if let Some(f) = from.iter().find(|f| !seen.insert(*f)) {
+                return Err(format!("inheritance.{ws} names {f} twice"));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `[alerts]`: a webhook told when the review queue needs a curator. Off until
@@ -389,6 +439,7 @@ impl ServerConfig {
     /// Checks ranges.
     pub fn validate(&self) -> Result<(), String> {
         self.alerts.check()?;
+        self.inheritance.check()?;
         if self.server.max_body_bytes < 4096 {
             return Err("server.max_body_bytes must be at least 4096".into());
         }

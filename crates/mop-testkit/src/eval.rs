@@ -135,6 +135,8 @@ pub fn asker(user: Option<&str>) -> TaskContext {
         workspace: "acme".into(),
         origin_user_id: user.map(Into::into),
         asset_id: None,
+        project_id: None,
+        agent: None,
         title: "x".into(),
         description: String::new(),
         labels: vec![],

@@ -186,6 +186,7 @@ pub fn load_cards(dir: &Path, generated_at: Timestamp) -> Workspace {
             since: None,
             cards: entries,
             removed: vec![],
+            inherited: Vec::new(),
         },
         cards,
     }

@@ -56,6 +56,10 @@ pub(crate) struct TaskArgs {
     /// What the task targets (host, database, cluster …).
     #[arg(long)]
     pub asset: Option<String>,
+    /// The project the task belongs to (a repository, a service, a team): that project's
+    /// cards join the task, and no other project's.
+    #[arg(long)]
+    pub project: Option<String>,
     /// The ticket title.
     #[arg(long)]
     pub title: String,
@@ -77,6 +81,8 @@ impl TaskArgs {
             workspace: self.workspace.clone(),
             origin_user_id: self.user.clone(),
             asset_id: self.asset.clone(),
+            project_id: self.project.clone(),
+            agent: None,
             title: self.title.clone(),
             description: self.description.clone(),
             labels: self.labels.clone(),

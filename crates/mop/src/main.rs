@@ -52,6 +52,10 @@ enum Command {
     Prepare {
         #[command(flatten)]
         task: TaskArgs,
+        /// The agent CLI the task will run (generic, claude, codex): cards bound to that
+        /// kind of agent join it [default: the profile's `agent`].
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(AgentKind::NAMES))]
+        agent: Option<String>,
         /// Lease lifetime in seconds [default: the daemon's tasks.lease_ttl_secs].
         #[arg(long)]
         ttl: Option<u64>,
@@ -264,6 +268,8 @@ fn render_receipt(r: &mop_proto::receipts::Receipt) -> String {
     let who = [
         r.user_id.as_deref().map(|u| format!("user {u}")),
         r.asset_id.as_deref().map(|a| format!("asset {a}")),
+        r.project_id.as_deref().map(|p| format!("project {p}")),
+        r.agent.as_deref().map(|a| format!("agent {a}")),
     ];
     let who: Vec<String> = who.into_iter().flatten().collect();
     if !who.is_empty() {
@@ -399,6 +405,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Prepare {
             task,
+            agent,
             ttl,
             json,
             daemon,
@@ -407,8 +414,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 .task_id
                 .clone()
                 .context("--task-id is required for mop prepare")?;
+            let mut context = task.context(|| id.clone());
+            context.agent = agent;
             let req = PrepareRequest {
-                task: task.context(|| id.clone()),
+                task: context,
                 lease: LeaseRequest::Ttl { ttl_secs: ttl },
                 profile: task.profile.clone(),
                 workdir: None,
@@ -597,7 +606,6 @@ fn doctor_command(json: bool, daemon: &Daemon) -> Result<ExitCode> {
 
 /// `mop mcp`: the task's memory as MCP tools on stdin and stdout.
 fn mcp_command() -> Result<ExitCode> {
-    let (user, asset) = memory::task_scope_from_env();
     let var = |k: &str, default: &str| {
         std::env::var_os(k).map_or_else(|| PathBuf::from(default), PathBuf::from)
     };
@@ -614,7 +622,7 @@ fn mcp_command() -> Result<ExitCode> {
     runtime()?
         .block_on(mop_agent::mcp::serve_stdio(
             memory,
-            mop_agent::mcp::TaskScope { user, asset },
+            mop_agent::mcp::TaskScope::from_env(),
         ))
         .map_err(|e| anyhow::anyhow!("mop mcp: {e}"))?;
     Ok(ExitCode::SUCCESS)
@@ -638,8 +646,7 @@ fn memory_command(command: MemoryCommand) -> Result<ExitCode> {
             rt.block_on(memory::store_status(&store_id, json))?
         }
         MemoryCommand::Store(args) => {
-            let (user, task_asset) = memory::task_scope_from_env();
-            rt.block_on(memory::store(args, user, task_asset))?
+            rt.block_on(memory::store(args, mop_agent::mcp::TaskScope::from_env()))?
         }
     }
     Ok(ExitCode::SUCCESS)

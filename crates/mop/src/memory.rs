@@ -5,11 +5,12 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
+use mop_agent::mcp::TaskScope;
 use mop_cards::{CardId, CardType, MAX_BODY_BYTES, MAX_DESCRIPTION_CHARS, MAX_TITLE_CHARS, Scope};
 use mop_proto::client::ControlError;
 use mop_proto::inside;
 use mop_proto::sync::NewCard;
-use mop_proto::{Agent, AgentStoreRequest, RetrieveRequest, UnboundScope};
+use mop_proto::{Agent, AgentStoreRequest, Binding, RetrieveRequest};
 
 /// The task's agent socket, from `MOP_AGENT_SOCKET` (which `mop run` sets).
 pub fn agent() -> Result<Agent> {
@@ -48,14 +49,11 @@ pub async fn retrieve(query: &str, limit: Option<usize>, json: bool) -> Result<(
         return Ok(());
     }
     for h in &r.hits {
-        let marks = [
-            h.unverified.then_some("unverified"),
-            h.mounted_at.as_ref().map(|_| "mounted"),
-        ]
-        .into_iter()
-        .flatten()
-        .collect::<Vec<_>>()
-        .join(", ");
+        let mut marks = h.marks();
+        if h.mounted_at.is_some() {
+            marks.push("mounted".to_owned());
+        }
+        let marks = marks.join(", ");
         // The marks come before the title, where no title can imitate or push them aside.
         println!(
             "{}  {}  {}{}",
@@ -141,11 +139,16 @@ pub async fn list(json: bool) -> Result<()> {
         return Ok(());
     }
     for c in &r.cards {
+        let marks = c.marks();
         println!(
             "{}  {}  {}{}  {}",
             c.id,
             c.card_type,
-            if c.unverified { "(unverified)  " } else { "" },
+            if marks.is_empty() {
+                String::new()
+            } else {
+                format!("({})  ", marks.join(", "))
+            },
             c.title,
             c.mounted_at.as_deref().unwrap_or("")
         );
@@ -185,6 +188,9 @@ pub struct StoreArgs {
     /// Bind the card to the task's asset.
     #[arg(long)]
     pub asset: bool,
+    /// Bind the card to the task's project: only tasks of that project will see it.
+    #[arg(long)]
+    pub project: bool,
     /// Read the card text from this file.
     #[arg(long)]
     pub content_file: Option<PathBuf>,
@@ -194,7 +200,7 @@ pub struct StoreArgs {
 }
 
 /// `mop memory store`.
-pub async fn store(a: StoreArgs, user: Option<String>, asset: Option<String>) -> Result<()> {
+pub async fn store(a: StoreArgs, task: TaskScope) -> Result<()> {
     let card_type = CardType::parse(&a.card_type).with_context(|| {
         format!(
             "--type {:?}: must be one of {}",
@@ -250,12 +256,13 @@ pub async fn store(a: StoreArgs, user: Option<String>, asset: Option<String>) ->
         scope: Scope::default(),
         body,
     };
-    let req =
-        AgentStoreRequest::bound(card, a.personal, a.asset, user.as_deref(), asset.as_deref())
-            .map_err(|e| match e {
-                UnboundScope::NoUser => anyhow::anyhow!("--personal: {e}"),
-                UnboundScope::NoAsset => anyhow::anyhow!("--asset: {e}"),
-            })?;
+    let want = Binding {
+        personal: a.personal,
+        asset: a.asset,
+        project: a.project,
+    };
+    let req = AgentStoreRequest::bound(card, want, &task.viewer())
+        .map_err(|e| anyhow::anyhow!("--{}: {e}", e.option()))?;
     let agent = agent()?;
     let r = agent
         .store(&req)
@@ -313,13 +320,4 @@ pub async fn store_status(store_id: &str, json: bool) -> Result<()> {
         if s.attempts == 1 { "y" } else { "ies" }
     );
     Ok(())
-}
-
-/// The task's user and asset, which the agent socket knows; `store --personal/--asset`
-/// needs them only to fill the scope, and the daemon checks them again.
-pub fn task_scope_from_env() -> (Option<String>, Option<String>) {
-    (
-        std::env::var(inside::env::TASK_USER).ok(),
-        std::env::var(inside::env::TASK_ASSET).ok(),
-    )
 }

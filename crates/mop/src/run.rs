@@ -141,9 +141,11 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         Some(mop_proto::host::find_bwrap(Some(&workdir)).map_err(anyhow::Error::msg)?)
     };
     let pid = std::process::id();
-    let task = a
+    let mut task = a
         .task
         .context(|| format!("run-{pid}-{}", jiff::Timestamp::now().as_millisecond()));
+    // Without --agent the daemon fills in the profile's, which this run then primes.
+    task.agent = a.agent.map(|k| k.name().to_owned());
     task.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     if task.origin_user_id.is_none() {
         eprintln!(
@@ -263,6 +265,9 @@ fn task_env(
     }
     if let Some(asset) = &a.task.asset {
         env.push((env::TASK_ASSET.into(), asset.clone()));
+    }
+    if let Some(project) = &a.task.project {
+        env.push((env::TASK_PROJECT.into(), project.clone()));
     }
     Ok(env)
 }
@@ -395,6 +400,7 @@ fn priming(
         &TaskFacts {
             user: a.task.user.as_deref(),
             asset: a.task.asset.as_deref(),
+            project: a.task.project.as_deref(),
             capture,
         },
     );

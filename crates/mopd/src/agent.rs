@@ -22,12 +22,11 @@ use mop_proto::receipts::{
     RetrieveEvent, StoreEvent, StoreEventOutcome,
 };
 use mop_proto::sync::{
-    CredentialFinding, Provenance, StoreOutcome, StoreRequest, StoreResponse, credential_refusal,
-    store_errors,
+    CredentialFinding, StoreOutcome, StoreRequest, StoreResponse, credential_refusal, store_errors,
 };
 use mop_proto::{
-    AgentCard, AgentStoreRequest, FeedbackRequest, FeedbackResponse, ListResponse, RetrieveRequest,
-    RetrieveResponse, StoreStatus,
+    AgentCard, AgentStoreRequest, Binding, FeedbackRequest, FeedbackResponse, ListResponse,
+    RetrieveRequest, RetrieveResponse, StoreStatus,
 };
 
 use crate::client::ClientError;
@@ -123,6 +122,7 @@ fn agent_card(line: CardLine<'_>, mounted_at: Option<String>, score: Option<f32>
         title: mop_cards::one_line_for_agent(line.title),
         description: line.description.map(mop_cards::one_line_for_agent),
         unverified: line.unverified,
+        workspace: line.from.map(str::to_owned),
         mounted_at,
         score,
     }
@@ -311,12 +311,7 @@ impl TaskMemory {
                 message,
             }
         };
-        let provenance = Provenance {
-            task_id: Some(lease.task.task_id.clone()),
-            user_id: lease.task.origin_user_id.clone(),
-            asset_id: lease.task.asset_id.clone(),
-            ..Default::default()
-        };
+        let provenance = lease.task.provenance();
         // A task without a user is refused now rather than storing into the void: nobody
         // could see the card until a person verified it (OKF.md "Tiers").
         if let Err(e) = provenance.permits(&req.card.scope) {
@@ -506,13 +501,11 @@ impl TaskMemory {
         let lease = self.task.lease();
         let mut events = Vec::new();
         for c in req.cards.into_iter().take(MAX_CAPTURED) {
-            let bound = AgentStoreRequest::bound(
-                c.card,
-                c.personal,
-                false,
-                lease.task.origin_user_id.as_deref(),
-                lease.task.asset_id.as_deref(),
-            );
+            let want = Binding {
+                personal: c.personal,
+                ..Binding::default()
+            };
+            let bound = AgentStoreRequest::bound(c.card, want, &lease.task.viewer());
             let refused = |status: u16, code: &str| StoreEvent {
                 captured: true,
                 ..StoreEvent::refused(status, code)

@@ -98,9 +98,53 @@ fn without_url(e: &reqwest::Error) -> String {
 #[derive(Debug)]
 pub enum ManifestFetch {
     /// `304 Not Modified`.
-    NotModified,
+    NotModified {
+        /// The workspaces it inherits (the `Mop-Inherits` header).
+        inherits: Vec<String>,
+    },
     /// A manifest (full or delta) and the bytes it took on the wire.
-    Manifest(Box<Manifest>),
+    Manifest {
+        /// The manifest.
+        manifest: Box<Manifest>,
+        /// The workspaces it inherits (the `Mop-Inherits` header).
+        inherits: Vec<String>,
+    },
+}
+
+impl ManifestFetch {
+    /// The workspaces the answer says the workspace inherits.
+    pub fn inherits(&self) -> &[String] {
+        match self {
+            ManifestFetch::NotModified { inherits } | ManifestFetch::Manifest { inherits, .. } => {
+                inherits
+            }
+        }
+    }
+}
+
+/// The workspaces a manifest answer's `Mop-Inherits` header names; each must be a
+/// workspace name, as they name pools on this host.
+fn inherits_of(headers: &reqwest::header::HeaderMap) -> Result<Vec<String>, ClientError> {
+    let Some(value) = headers.get(mop_proto::sync::INHERITS_HEADER) else {
+        return Ok(Vec::new());
+    };
+    let text = value.to_str().map_err(|_| {
+        ClientError::BadResponse("the Mop-Inherits header is not plain text".into())
+    })?;
+    text.split(',')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            if mop_cards::is_slug(w) {
+                Ok(w.to_owned())
+            } else {
+                Err(ClientError::BadResponse(format!(
+                    "the Mop-Inherits header names {:?}, which is not a workspace name",
+                    w.chars().take(80).collect::<String>()
+                )))
+            }
+        })
+        .collect()
 }
 
 /// One server a client knows: the URL as configured, the base its requests go to, and the
@@ -339,6 +383,10 @@ impl ServerClient {
                 }
             })
             .await?;
+        let inherits = match response.status() {
+            StatusCode::NOT_MODIFIED | StatusCode::OK => inherits_of(response.headers())?,
+            _ => Vec::new(),
+        };
         match response.status() {
             StatusCode::NOT_MODIFIED => {
                 // A 304 must name the version held, or it answers some other question.
@@ -350,7 +398,7 @@ impl ServerClient {
                     (Some(tag), Some(v)) if tag != v.etag() => Err(ClientError::BadResponse(
                         format!("304 for {tag}, but {} is held", v.etag()),
                     )),
-                    _ => Ok(ManifestFetch::NotModified),
+                    _ => Ok(ManifestFetch::NotModified { inherits }),
                 };
             }
             StatusCode::OK => {}
@@ -382,7 +430,10 @@ impl ServerClient {
                 "ETag {etag} does not match the manifest's version {version}"
             )));
         }
-        Ok(ManifestFetch::Manifest(Box::new(manifest)))
+        Ok(ManifestFetch::Manifest {
+            manifest: Box::new(manifest),
+            inherits,
+        })
     }
 
     /// POSTs JSON to a server path and reads its JSON answer.

@@ -11,8 +11,6 @@ use clap::{Parser, Subcommand};
 use mop_proto::control::{Control, ControlError, VerifyReply};
 use mop_proto::status::SyncResult;
 use mopd::config::{DEFAULT_CONFIG, MopdConfig};
-use mopd::pool::Pool;
-use parking_lot::Mutex;
 
 #[derive(Parser)]
 #[command(
@@ -257,9 +255,7 @@ fn verify(config_path: &Path, repair: bool, only: Option<String>, json: bool) ->
                 Arc::new(client),
                 config_path.to_owned(),
             ));
-            let pool = Pool::open(state.paths(), ws)?;
-            let status = Arc::new(Mutex::new(mopd::sync::record::load(state.paths(), ws)));
-            let syncer = mopd::sync::Syncer::new(ws.clone(), pool, status, state);
+            let syncer = mopd::sync::Syncer::open(&state, ws)?;
             let (report, repaired_generation) = rt
                 .block_on(syncer.verify(repair))
                 .map_err(|f| anyhow::anyhow!("{ws}: {}", f.message))?;

@@ -665,6 +665,8 @@ mod tests {
             profile: "default".into(),
             user_id: None,
             asset_id: None,
+            project_id: None,
+            agent: None,
             prepared_at,
             ended_at: None,
             cards: vec![],

@@ -37,6 +37,8 @@ pub struct State {
     pub metrics: crate::metrics::Metrics,
     /// The dense ranker's model, if configured.
     pub embedding: crate::embedding::Embedding,
+    /// Every workspace's syncer: the configured ones and the pools they inherit.
+    pub syncers: crate::sync::inherit::Registry,
 }
 
 impl State {
@@ -53,6 +55,7 @@ impl State {
             published: tokio::sync::broadcast::channel(64).0,
             metrics: crate::metrics::Metrics::new(),
             embedding: Default::default(),
+            syncers: Default::default(),
         }
     }
 

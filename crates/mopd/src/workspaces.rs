@@ -1,6 +1,7 @@
 //! The configured workspaces, each with its sync loop: started and stopped to match the
 //! config in force ([`Workspaces::reconcile`]), forced to sync, verified, told to accept a
-//! new epoch. A workspace that leaves the config loses its pool and its state.
+//! new epoch. A workspace that leaves the config loses its pool and its state, and so does
+//! an inherited pool (see [`crate::sync::inherit`]) that no configured workspace inherits.
 //!
 //! Owns the sync loops' handles. Syncing itself is [`crate::sync`]'s; the pool's files are
 //! [`crate::pool`]'s.
@@ -8,7 +9,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use anyhow::Context;
 use mop_proto::status::SyncResult;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -42,16 +42,18 @@ impl Workspaces {
     }
 
     fn start(&self, ws: &str) -> anyhow::Result<()> {
-        let paths = self.state.paths();
-        let pool = Pool::open(paths, ws)
-            .with_context(|| format!("cannot open the pool of workspace {ws}"))?;
-        // Leftovers of an interrupted run: partial generations, downloads in tmp/.
-        if let Err(e) = pool.collect(&self.state.pinned(ws), None) {
-            tracing::warn!(workspace = ws, error = %e, "cannot collect leftovers");
-        }
-        let status = Arc::new(Mutex::new(crate::sync::record::load(paths, ws)));
-        self.state.set_status(ws, Some(status.clone()));
-        let syncer = Syncer::new(ws.to_owned(), pool, status, self.state.clone());
+        // Leftovers of an interrupted run (partial generations, downloads in tmp/) are
+        // collected as the pool opens.
+        // An inherited pool that is now configured itself keeps its syncer, so that one
+        // lock still guards what it publishes.
+        let syncer = match self.state.syncers.get(ws) {
+            Some(known) => known,
+            None => {
+                let opened = Syncer::open(&self.state, ws)?;
+                self.state.syncers.insert(opened.clone());
+                opened
+            }
+        };
         let (trigger, triggers) = mpsc::channel(16);
         let (stop, stop_rx) = watch::channel(false);
         let (ready_tx, ready) = watch::channel(false);
@@ -84,6 +86,7 @@ impl Workspaces {
             }
         }
         self.state.set_status(ws, None);
+        self.state.syncers.remove(ws);
         if remove_pool {
             let paths = self.state.paths();
             match Pool::remove(paths, ws) {
@@ -115,6 +118,12 @@ impl Workspaces {
                 self.stop(ws, true).await;
             }
         }
+        // Pools the configured workspaces inherit stay, synced by their rounds.
+        let inherited: Vec<String> = wanted
+            .iter()
+            .flat_map(|ws| crate::sync::record::load(self.state.paths(), ws).inherits)
+            .filter(|ws| !wanted.contains(ws))
+            .collect();
         for ws in &wanted {
             if !running.contains(ws)
                 && let Err(e) = self.start(ws)
@@ -125,8 +134,13 @@ impl Workspaces {
         let pools = self.state.paths().pools();
         for e in std::fs::read_dir(&pools).into_iter().flatten().flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if !wanted.contains(&name) {
+            if !wanted.contains(&name) && !inherited.contains(&name) {
                 self.stop(&name, true).await;
+            }
+        }
+        for ws in &inherited {
+            if let Err(f) = self.state.syncers.get_or_open(&self.state, ws) {
+                tracing::warn!(workspace = %ws, error = %f.message, "cannot open an inherited pool");
             }
         }
     }

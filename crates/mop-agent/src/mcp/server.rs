@@ -11,7 +11,7 @@ use mop_cards::{CardId, CardType, Scope};
 use mop_proto::client::ControlError;
 use mop_proto::inside;
 use mop_proto::sync::NewCard;
-use mop_proto::{AgentCard, AgentStoreRequest, RetrieveRequest, UnboundScope};
+use mop_proto::{AgentCard, AgentStoreRequest, Binding, RetrieveRequest};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
@@ -37,6 +37,31 @@ pub struct TaskScope {
     pub user: Option<String>,
     /// The task's asset (`MOP_TASK_ASSET`).
     pub asset: Option<String>,
+    /// The task's project (`MOP_TASK_PROJECT`).
+    pub project: Option<String>,
+}
+
+impl TaskScope {
+    /// The task's scope from its environment, as `mop run` and the agent configuration
+    /// set it.
+    pub fn from_env() -> TaskScope {
+        let var = |k: &str| std::env::var(k).ok();
+        TaskScope {
+            user: var(mop_proto::inside::env::TASK_USER),
+            asset: var(mop_proto::inside::env::TASK_ASSET),
+            project: var(mop_proto::inside::env::TASK_PROJECT),
+        }
+    }
+
+    /// The scope as the store rules compare it (the agent kind is the daemon's to know).
+    pub fn viewer(&self) -> mop_cards::Viewer<'_> {
+        mop_cards::Viewer {
+            user: self.user.as_deref(),
+            asset: self.asset.as_deref(),
+            project: self.project.as_deref(),
+            agent: None,
+        }
+    }
 }
 
 /// The MCP server of one task.
@@ -111,6 +136,9 @@ pub struct StoreArgs {
     /// Bind the card to this task's asset.
     #[serde(default)]
     pub asset: bool,
+    /// Bind the card to this task's project.
+    #[serde(default)]
+    pub project: bool,
 }
 
 /// `memory_feedback`'s input.
@@ -156,10 +184,7 @@ fn ok(text: String, structured: serde_json::Value) -> CallToolResult {
 
 /// One card as a line (and its description as a second), for the model.
 fn card_line(c: &AgentCard) -> String {
-    let mut marks = Vec::new();
-    if c.unverified {
-        marks.push("unverified".to_owned());
-    }
+    let mut marks = c.marks();
     if let Some(p) = &c.mounted_at {
         marks.push(format!("mounted at {p}"));
     }
@@ -298,21 +323,17 @@ impl MemoryServer {
             scope: Scope::default(),
             body: a.content,
         };
-        let req = match AgentStoreRequest::bound(
-            card,
-            a.personal,
-            a.asset,
-            self.scope.user.as_deref(),
-            self.scope.asset.as_deref(),
-        ) {
+        let want = Binding {
+            personal: a.personal,
+            asset: a.asset,
+            project: a.project,
+        };
+        let req = match AgentStoreRequest::bound(card, want, &self.scope.viewer()) {
             Ok(r) => r,
             Err(e) => {
-                let flag = match e {
-                    UnboundScope::NoUser => "personal",
-                    UnboundScope::NoAsset => "asset",
-                };
                 return Ok(bad_input(format!(
-                    "memory_store: {flag} is true, but {e}; store without it"
+                    "memory_store: {} is true, but {e}; store without it",
+                    e.option()
                 )));
             }
         };
@@ -475,6 +496,7 @@ mod tests {
             title: "Title with \"quotes\"\nand a line break".into(),
             description: None,
             unverified: true,
+            workspace: None,
             mounted_at: Some(format!("pitfalls/{ID}.md")),
             score: None,
         }
@@ -562,7 +584,7 @@ mod tests {
         let (client, server_io) = tokio::io::duplex(1 << 16);
         let scope = TaskScope {
             user: Some("alice".into()),
-            asset: None,
+            ..TaskScope::default()
         };
         let server = tokio::spawn(async move {
             let running = MemoryServer::new(memory, scope)

@@ -28,6 +28,7 @@ pub fn card(n: u32, card_type: CardType) -> ManifestEntry {
             updated_at: None,
             enabled: true,
             superseded_by: None,
+            supersedes: vec![],
             trust: Trust::Verified,
             provenance: None,
         },
@@ -36,6 +37,7 @@ pub fn card(n: u32, card_type: CardType) -> ManifestEntry {
         path: card_path(card_type, &id(n)),
         occurrence: 1,
         last_seen: None,
+        inherited_from: None,
     }
 }
 
@@ -54,6 +56,16 @@ pub fn asset(a: &str) -> impl FnOnce(&mut ManifestEntry) {
     move |e| e.summary.scope.asset_id = Some(a)
 }
 
+pub fn project(p: &str) -> impl FnOnce(&mut ManifestEntry) {
+    let p = p.to_owned();
+    move |e| e.summary.scope.project_id = Some(p)
+}
+
+pub fn for_agent(a: &str) -> impl FnOnce(&mut ManifestEntry) {
+    let a = a.to_owned();
+    move |e| e.summary.scope.agent = Some(a)
+}
+
 pub fn catalog(cards: Vec<ManifestEntry>) -> Catalog {
     let manifest = Manifest {
         epoch: "0b6c1f3e-8d7a-4f43-9c1e-1f2a3b4c5d6e".into(),
@@ -62,6 +74,7 @@ pub fn catalog(cards: Vec<ManifestEntry>) -> Catalog {
         since: None,
         cards,
         removed: vec![],
+        inherited: vec![],
     };
     Catalog::new(manifest, &Rules::default()).unwrap()
 }
@@ -72,6 +85,8 @@ pub fn task(user: Option<&str>, asset: Option<&str>, title: &str) -> TaskContext
         workspace: "acme".into(),
         origin_user_id: user.map(Into::into),
         asset_id: asset.map(Into::into),
+        project_id: None,
+        agent: None,
         title: title.into(),
         description: String::new(),
         labels: vec![],

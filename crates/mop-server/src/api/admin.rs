@@ -56,6 +56,20 @@ pub(crate) fn admin_on(
     id.map(card_id).transpose()
 }
 
+/// Like [`admin_on`], for the reads a curator may make of a workspace their own inherits
+/// (server.toml `[inheritance]`): its cards, their details and history, listings, search
+/// and export. Every change needs [`admin_on`].
+pub(crate) fn admin_reads(
+    state: &AppState,
+    caller: &Caller,
+    ws: &str,
+    id: Option<&str>,
+) -> Result<Option<CardId>, ApiError> {
+    caller.reads(state, ws)?;
+    caller.admin()?;
+    id.map(card_id).transpose()
+}
+
 fn changed(state: &AppState, ws: &str, change: &CardChange, what: &str, caller: &Caller) {
     state.note_revision(ws, change.revision);
     if change.changed {
@@ -110,7 +124,7 @@ pub(crate) async fn read(
     caller: Caller,
     Path((ws, id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let id = admin_on(&state, &caller, &ws, Some(&id))?.expect("id given");
+    let id = admin_reads(&state, &caller, &ws, Some(&id))?.expect("id given");
     let store = state.store.clone();
     let (raw, archived) = blocking(move || store.card_text(&ws, &id)).await?;
     let etag = card_etag(&mop_cards::sha256_hex(&raw), archived.is_some());
@@ -181,7 +195,7 @@ pub(crate) async fn export(
     Path(ws): Path<String>,
     Query(q): Query<mop_proto::curation::ListQuery>,
 ) -> Result<Response, ApiError> {
-    admin_on(&state, &caller, &ws, None)?;
+    admin_reads(&state, &caller, &ws, None)?;
     let (bytes, cards) = export_tarball(&state, &ws, q).await?;
     tracing::info!(workspace = %ws, cards, bytes = bytes.len(), token = %caller.0.id, "export");
     Ok(tarball_response(bytes, &ws))
@@ -437,7 +451,7 @@ pub(crate) async fn history(
     caller: Caller,
     Path((ws, id)): Path<(String, String)>,
 ) -> Result<Json<Vec<HistoryRow>>, ApiError> {
-    let id = admin_on(&state, &caller, &ws, Some(&id))?.expect("id given");
+    let id = admin_reads(&state, &caller, &ws, Some(&id))?.expect("id given");
     let store = state.store.clone();
     Ok(Json(blocking(move || store.history(&ws, &id)).await?))
 }

@@ -14,7 +14,7 @@ use mop_proto::curation::{
     StaleReport, Variant,
 };
 
-use super::admin::admin_on;
+use super::admin::{admin_on, admin_reads};
 use super::{ApiError, Caller, blocking};
 use crate::search::WorkspaceIndex;
 use crate::state::AppState;
@@ -32,7 +32,7 @@ pub(crate) async fn list(
     Path(ws): Path<String>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<CardPage>, ApiError> {
-    admin_on(&state, &caller, &ws, None)?;
+    admin_reads(&state, &caller, &ws, None)?;
     if q.q.is_some() {
         return Err(ApiError::bad_request(
             "q is the text of a search: send it to /v1/workspaces/{ws}/search",
@@ -47,7 +47,7 @@ pub(crate) async fn details(
     caller: Caller,
     Path((ws, id)): Path<(String, String)>,
 ) -> Result<Json<CardDetails>, ApiError> {
-    let id = admin_on(&state, &caller, &ws, Some(&id))?.expect("id given");
+    let id = admin_reads(&state, &caller, &ws, Some(&id))?.expect("id given");
     let store = state.store.clone();
     Ok(Json(blocking(move || store.card_details(&ws, &id)).await?))
 }
@@ -227,7 +227,7 @@ pub(crate) async fn search(
     Path(ws): Path<String>,
     Query(filters): Query<ListQuery>,
 ) -> Result<Json<SearchResults>, ApiError> {
-    admin_on(&state, &caller, &ws, None)?;
+    admin_reads(&state, &caller, &ws, None)?;
     Ok(Json(search_cards(&state, ws, filters).await?))
 }
 

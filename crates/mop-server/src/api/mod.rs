@@ -336,10 +336,23 @@ pub struct Caller(pub Arc<TokenInfo>);
 impl Caller {
     /// Checks that `ws` is in scope and exists; both failures look the same (404).
     pub fn workspace(&self, state: &AppState, ws: &str) -> Result<u64, ApiError> {
-        let missing = || ApiError::not_found(format!("workspace {ws} not found"));
         if !self.0.workspaces.iter().any(|w| w == ws) {
-            return Err(missing());
+            return Err(ApiError::not_found(format!("workspace {ws} not found")));
         }
+        Self::exists(state, ws)
+    }
+
+    /// Checks that `ws` may be read: in scope, or inherited by a workspace in scope
+    /// (server.toml `[inheritance]`), and exists. Writes need [`Caller::workspace`].
+    pub fn reads(&self, state: &AppState, ws: &str) -> Result<u64, ApiError> {
+        if !state.config.inheritance.reaches(&self.0.workspaces, ws) {
+            return Err(ApiError::not_found(format!("workspace {ws} not found")));
+        }
+        Self::exists(state, ws)
+    }
+
+    fn exists(state: &AppState, ws: &str) -> Result<u64, ApiError> {
+        let missing = || ApiError::not_found(format!("workspace {ws} not found"));
         if let Some(rev) = state.revision(ws) {
             return Ok(rev);
         }

@@ -65,7 +65,28 @@ pub(crate) async fn manifest(
     Query(query): Query<ManifestQuery>,
     conditional: Conditional,
 ) -> Result<Response, ApiError> {
-    let revision = caller.workspace(&state, &ws)?;
+    let revision = caller.reads(&state, &ws)?;
+    let inherits = state.config.inheritance.of(&ws).join(",");
+    let mut response = manifest_answer(&state, ws, revision, query, conditional).await?;
+    // On every answer, a 304 too: a host learns of a change of the relation at its next
+    // poll, whether or not a card changed.
+    if !inherits.is_empty() {
+        response.headers_mut().insert(
+            mop_proto::sync::INHERITS_HEADER,
+            HeaderValue::from_str(&inherits).expect("workspace slugs are header-safe"),
+        );
+    }
+    Ok(response)
+}
+
+async fn manifest_answer(
+    state: &Arc<AppState>,
+    ws: String,
+    revision: u64,
+    query: ManifestQuery,
+    conditional: Conditional,
+) -> Result<Response, ApiError> {
+    let state = state.clone();
     let current = Version {
         epoch: state.store.epoch().to_owned(),
         revision,
@@ -237,7 +258,7 @@ pub(crate) async fn object(
     caller: Caller,
     Path((ws, sha)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    caller.workspace(&state, &ws)?;
+    caller.reads(&state, &ws)?;
     check_sha(&sha)?;
     let store = state.store.clone();
     let (ws2, sha2) = (ws.clone(), sha.clone());
@@ -268,7 +289,7 @@ pub(crate) async fn objects_batch(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    caller.workspace(&state, &ws)?;
+    caller.reads(&state, &ws)?;
     let body = read_body(&state, &headers, body).await?;
     let req: ObjectBatchRequest = json(&body)?;
     let max = state.config.sync.max_batch_objects;

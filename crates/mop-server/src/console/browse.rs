@@ -29,6 +29,7 @@ pub(super) struct SearchForm {
     card_type: String,
     label: String,
     asset: String,
+    project: String,
     user: String,
     /// "", "yes" or "no".
     unverified: String,
@@ -61,6 +62,7 @@ impl SearchForm {
             card_type: opt(&self.card_type),
             label: opt(&self.label),
             asset: opt(&self.asset),
+            project: opt(&self.project),
             user: opt(&self.user),
             stale_days,
             archived: (self.archived == "on").then_some(true),
@@ -78,6 +80,7 @@ fn form(ws: &str, f: &SearchForm) -> Markup {
             (type_and_trust(&f.card_type, &f.unverified))
             input type="text" name="label" value=(f.label) placeholder="label" aria-label="Label";
             input type="text" name="asset" value=(f.asset) placeholder="asset" aria-label="Asset";
+            input type="text" name="project" value=(f.project) placeholder="project" aria-label="Project";
             input type="text" name="user" value=(f.user) placeholder="user" aria-label="User";
             input type="number" name="stale_days" min="0" value=(f.stale_days) placeholder="not delivered in (days)" aria-label="Not delivered in (days)";
             label.check { input type="checkbox" name="archived" checked[f.archived == "on"]; " archived too" }
@@ -90,7 +93,7 @@ fn rows(ws: &str, cards: &[(&CardInfo, Option<f32>)]) -> Markup {
     html! {
         div.scroll {
             table.cards {
-                thead { tr { th { "card" } th { "asset / user" } th { "delivered 30 d" } th { "score" } } }
+                thead { tr { th { "card" } th { "bound to" } th { "delivered 30 d" } th { "score" } } }
                 tbody {
                     @for (c, score) in cards {
                         @let s = &c.summary;
@@ -100,8 +103,7 @@ fn rows(ws: &str, cards: &[(&CardInfo, Option<f32>)]) -> Markup {
                                 br; (badges(c))
                             }
                             td {
-                                @if let Some(a) = &s.scope.asset_id { code { (shown(a)) } " " }
-                                @if let Some(u) = &s.scope.user_id { code { (shown(u)) } }
+                                @for (axis, name) in s.scope.bindings() { (axis) " " code { (shown(name)) } " " }
                             }
                             td { (c.usage.delivered_30d) }
                             td { @if let Some(x) = score { (format!("{x:.2}")) } }

@@ -81,8 +81,7 @@ fn facts(card: &CardInfo) -> Markup {
             @if let Some(d) = &s.description { dt { "description" } dd { (shown(d)) } }
             @if !s.labels.is_empty() { dt { "labels" } dd { ul.labels { @for l in &s.labels { li { (l) } } } } }
             dt { "audience" } dd { (s.audience_sentence()) }
-            @if let Some(a) = &s.scope.asset_id { dt { "asset" } dd { code { (shown(a)) } } }
-            @if let Some(u) = &s.scope.user_id { dt { "user" } dd { code { (shown(u)) } } }
+            @for (axis, name) in s.scope.bindings() { dt { (axis) } dd { code { (shown(name)) } } }
             @if !s.error_codes.is_empty() { dt { "error codes" } dd { @for c in &s.error_codes { code { (c) } " " } } }
             @if !s.stacks.is_empty() { dt { "stacks" } dd { @for c in &s.stacks { code { (c) } " " } } }
             dt { "importance" } dd { (s.importance) }
@@ -96,6 +95,7 @@ fn facts(card: &CardInfo) -> Markup {
                     @if let Some(t) = &p.source.task_id { "task " code { (shown(t)) } " " }
                     @if let Some(u) = &p.source.user_id { "by " code { (shown(u)) } " " }
                     @if let Some(a) = &p.source.asset_id { "on " code { (shown(a)) } " " }
+                    @if let Some(x) = &p.source.project_id { "in project " code { (shown(x)) } " " }
                     @if let Some(n) = &p.node_token { "via node token " code { (n) } " " }
                     @if let Some(at) = &p.stored_at { "at " (at) }
                 }
@@ -258,6 +258,8 @@ fn fields_form(ctx: &Ctx, base: &str, card: &CardInfo) -> Markup {
                 label { "Labels " input type="text" name="labels" value=(s.labels.join(", ")) placeholder="go, backend" size="30"; }
                 label { "User " input type="text" name="user" value=(s.scope.user_id.as_deref().unwrap_or("")) placeholder="whole workspace" size="16"; }
                 label { "Asset " input type="text" name="asset" value=(s.scope.asset_id.as_deref().unwrap_or("")) placeholder="any asset" size="16"; }
+                label { "Project " input type="text" name="project" value=(s.scope.project_id.as_deref().unwrap_or("")) placeholder="any project" size="16"; }
+                label { "Agent " input type="text" name="agent" value=(s.scope.agent.as_deref().unwrap_or("")) placeholder="any agent" size="10"; }
                 label { "Importance " input type="number" name="importance" min="0" max="1" step="any" value=(s.importance); }
             }))
         }
@@ -607,6 +609,8 @@ pub(super) struct ActForm {
     labels: Option<String>,
     user: Option<String>,
     asset: Option<String>,
+    project: Option<String>,
+    agent: Option<String>,
     importance: Option<String>,
 }
 
@@ -651,6 +655,8 @@ impl ActForm {
             scope: Some(mop_cards::Scope {
                 user_id: id(&self.user),
                 asset_id: id(&self.asset),
+                project_id: id(&self.project),
+                agent: id(&self.agent),
             }),
             importance,
         })

@@ -40,6 +40,7 @@ pub(super) struct FilterForm {
     unverified: String,
     label: String,
     asset: String,
+    project: String,
     user: String,
     older_than_days: String,
     group: String,
@@ -66,6 +67,7 @@ impl FilterForm {
             card_type: opt(&self.card_type),
             label: opt(&self.label),
             asset: opt(&self.asset),
+            project: opt(&self.project),
             user: opt(&self.user),
             older_than_days,
             group: opt(&self.group),
@@ -80,6 +82,7 @@ impl FilterForm {
             input type="text" name="label" value=(self.label) placeholder="label" aria-label="Label";
             input type="text" name="user" value=(self.user) placeholder="author or user" aria-label="User";
             input type="text" name="asset" value=(self.asset) placeholder="asset" aria-label="Asset";
+            input type="text" name="project" value=(self.project) placeholder="project" aria-label="Project";
             input type="number" name="older_than_days" min="0" value=(self.older_than_days) placeholder="older than (days)" aria-label="Older than (days)";
             input type="text" name="group" value=(self.group) placeholder="duplicate group" aria-label="Group";
             label.check { input type="checkbox" name="archived" checked[self.archived == "on"]; " archived too" }
@@ -111,6 +114,8 @@ pub(super) async fn show(
                 label { "Labels " input type="text" name="labels" placeholder="go, backend"; }
                 label { "User " input type="text" name="user" placeholder="whole workspace"; }
                 label { "Asset " input type="text" name="asset" placeholder="any asset"; }
+                label { "Project " input type="text" name="project" placeholder="any project"; }
+                label { "Agent " input type="text" name="agent" placeholder="any agent (claude, codex …)"; }
                 label.wide { "Text (Markdown) " textarea name="body" rows="8" required {} }
                 button type="submit" { "Create" }
             }
@@ -172,6 +177,10 @@ pub(super) struct CreateForm {
     user: String,
     #[serde(default)]
     asset: String,
+    #[serde(default)]
+    project: String,
+    #[serde(default)]
+    agent: String,
     body: String,
 }
 
@@ -204,6 +213,8 @@ pub(super) async fn create(
         scope: Scope {
             user_id: opt(&form.user),
             asset_id: opt(&form.asset),
+            project_id: opt(&form.project),
+            agent: opt(&form.agent),
         },
         body: form.body.replace("\r\n", "\n"),
     };
@@ -312,7 +323,7 @@ fn bulk_page(ctx: &Ctx, ws: &str, form: &BulkForm, a: &BulkAnswer) -> Markup {
             form.tool method="post" action={ "/console/w/" (ws) "/bulk" } {
                 (csrf(ctx))
                 @for (name, value) in [("type", &f.card_type), ("unverified", &f.unverified), ("label", &f.label),
-                    ("asset", &f.asset), ("user", &f.user), ("older_than_days", &f.older_than_days),
+                    ("asset", &f.asset), ("project", &f.project), ("user", &f.user), ("older_than_days", &f.older_than_days),
                     ("group", &f.group), ("archived", &f.archived), ("action", &form.action),
                     ("reason", &form.reason), ("add_label", &form.add_label)] {
                     input type="hidden" name=(name) value=(value);

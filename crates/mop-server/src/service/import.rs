@@ -176,7 +176,7 @@ fn read_file(
 fn draft_card(d: Draft, file: &str, user: Option<&str>, curator: &str) -> Card {
     let scope = Scope {
         user_id: user.filter(|_| d.personal).map(str::to_owned),
-        asset_id: None,
+        ..Scope::default()
     };
     let fields = NewCard {
         card_type: d.card_type,

@@ -143,6 +143,7 @@ pub fn prepare(req: &StoreRequest, key: Option<&str>) -> Result<PreparedStore> {
     for (key, value) in [
         ("provenance.user_id", &p.user_id),
         ("provenance.asset_id", &p.asset_id),
+        ("provenance.project_id", &p.project_id),
     ] {
         if value.as_deref().is_some_and(|v| !is_scope_id(v)) {
             return Err(invalid(format!(
@@ -211,7 +212,7 @@ fn judge_rejection(
     };
     // Named only to a task that could have seen the rejected card: another user's
     // rejected lesson is not theirs to learn of (the curators still see the mark).
-    let theirs = stone.seen.by(p.user_id.as_deref(), p.asset_id.as_deref());
+    let theirs = stone.seen.by(&p.viewer());
     match (on_rejected, theirs) {
         (OnRejected::Refuse, true) => Err(StoreError::Rejected { note: stone.note }),
         (OnRejected::Queue, true) => Ok(Rejected::Theirs(stone.note)),
@@ -290,7 +291,7 @@ fn decide(
         store.same_lesson_cards(tx, ws, &prepared.lesson)?
     };
     rank(&mut matches);
-    let visible = |s: &CardSummary| s.is_visible_to(p.user_id.as_deref(), p.asset_id.as_deref());
+    let visible = |s: &CardSummary| s.is_visible_to(&p.viewer());
     if let Some(m) = matches.iter().find(|m| visible(&m.row.summary)) {
         return reinforce(store, tx, ws, by, m, &detail, prepared.now);
     }

@@ -214,6 +214,8 @@ impl<'a> Filter<'a> {
         let q = self.q;
         q.label.is_none()
             && q.asset.is_none()
+            && q.project.is_none()
+            && q.agent.is_none()
             && q.user.is_none()
             && q.stale_days.is_none()
             && q.unverified != Some(false)
@@ -277,6 +279,12 @@ impl<'a> Filter<'a> {
             && q.asset
                 .as_ref()
                 .is_none_or(|a| s.scope.asset_id.as_ref() == Some(a))
+            && q.project
+                .as_ref()
+                .is_none_or(|p| s.scope.project_id.as_ref() == Some(p))
+            && q.agent
+                .as_ref()
+                .is_none_or(|a| s.scope.agent.as_ref() == Some(a))
             && q.user.as_ref().is_none_or(|u| {
                 s.scope.user_id.as_ref() == Some(u)
                     || (unverified

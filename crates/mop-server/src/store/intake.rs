@@ -304,6 +304,12 @@ pub(crate) struct Seen {
     /// The card's asset binding.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub asset: Option<String>,
+    /// The card's project binding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// The card's agent binding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     /// For an unverified card, its author (`Some(None)`: no author, nobody).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub author: Option<Option<String>>,
@@ -314,22 +320,26 @@ impl Seen {
         Seen {
             user: s.scope.user_id.clone(),
             asset: s.scope.asset_id.clone(),
+            project: s.scope.project_id.clone(),
+            agent: s.scope.agent.clone(),
             author: (s.trust == mop_cards::Trust::Unverified)
                 .then(|| s.restricted_to_author().map(str::to_owned)),
         }
     }
 
-    /// Whether a task of `user` on `asset` could have seen the card.
-    pub fn by(&self, user: Option<&str>, asset: Option<&str>) -> bool {
+    /// Whether the task `who` could have seen the card.
+    pub fn by(&self, who: &mop_cards::Viewer<'_>) -> bool {
         let ok = |card: &Option<String>, task: Option<&str>| {
             card.as_deref().is_none_or(|c| task == Some(c))
         };
-        ok(&self.user, user)
-            && ok(&self.asset, asset)
+        ok(&self.user, who.user)
+            && ok(&self.asset, who.asset)
+            && ok(&self.project, who.project)
+            && ok(&self.agent, who.agent)
             && self
                 .author
                 .as_ref()
-                .is_none_or(|a| a.is_some() && a.as_deref() == user)
+                .is_none_or(|a| a.is_some() && a.as_deref() == who.user)
     }
 }
 

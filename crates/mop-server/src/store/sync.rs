@@ -61,6 +61,7 @@ impl Store {
                     since: None,
                     cards: entries(tx, ws, None).map_err(&e)?.0,
                     removed: Vec::new(),
+                    inherited: Vec::new(),
                 },
             })
         })
@@ -117,6 +118,7 @@ impl Store {
                     since: Some(since),
                     cards,
                     removed,
+                    inherited: Vec::new(),
                 },
             }))
         })
@@ -260,6 +262,7 @@ fn entries(
             size: size as u64,
             occurrence: occurrence as u64,
             last_seen: last_seen.and_then(|t| t.parse().ok()),
+            inherited_from: None,
         });
     }
     Ok((cards, removed))

@@ -251,6 +251,7 @@ mod tests {
             since: None,
             cards,
             removed: vec![],
+            inherited: Vec::new(),
         };
         (pool, manifest)
     }

@@ -151,6 +151,38 @@ impl Pool {
         fs::metadata(self.object_path(sha256)).is_ok_and(|m| m.is_file() && m.len() == size)
     }
 
+    /// Gives this pool the objects of `entries` it lacks, as hardlinks of `from`'s (the pool
+    /// of a workspace this one inherits, which verified them when they arrived): a composed
+    /// generation then builds from this pool alone. Returns how many were linked.
+    pub fn import_objects(
+        &self,
+        from: &Pool,
+        entries: &[&mop_cards::ManifestEntry],
+    ) -> Result<usize, PoolError> {
+        let mut linked = 0;
+        for e in entries {
+            if self.has_object(&e.sha256, e.size) {
+                continue;
+            }
+            if !from.has_object(&e.sha256, e.size) {
+                return Err(PoolError::MissingObject(format!(
+                    "{} (card {} of inherited workspace {})",
+                    e.sha256,
+                    e.summary.id,
+                    from.workspace()
+                )));
+            }
+            let (source, dest) = (from.object_path(&e.sha256), self.object_path(&e.sha256));
+            make_dir(dest.parent().expect("objects have a fan-out directory"))?;
+            match fs::hard_link(&source, &dest) {
+                Ok(()) => linked += 1,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_err(&dest)(e)),
+            }
+        }
+        Ok(linked)
+    }
+
     /// Starts taking an arriving object of `size` bytes (at most 1 MiB: the fetcher's
     /// decoder refuses larger ones).
     pub fn new_object(&self, sha256: &str, size: u64) -> Result<ObjectWriter, PoolError> {

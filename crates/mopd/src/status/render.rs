@@ -148,7 +148,16 @@ fn render_workspace(
     now: Timestamp,
 ) {
     use std::fmt::Write;
-    let _ = writeln!(out, "\nworkspace {}", w.workspace);
+    if w.inherited_by.is_empty() {
+        let _ = writeln!(out, "\nworkspace {}", w.workspace);
+    } else {
+        let _ = writeln!(
+            out,
+            "\nworkspace {} (inherited by {})",
+            w.workspace,
+            w.inherited_by.join(", ")
+        );
+    }
     match (&w.epoch, w.revision) {
         (Some(e), Some(r)) => {
             let _ = writeln!(
@@ -166,6 +175,17 @@ fn render_workspace(
                 human_bytes(w.pool_bytes)
             );
         }
+    }
+    if !w.inherits.is_empty() {
+        let held: Vec<String> = w
+            .inherits
+            .iter()
+            .map(|ws| match w.inherited.iter().find(|i| i.workspace == *ws) {
+                Some(i) => format!("{ws} (revision {}, {} cards)", i.revision, i.cards),
+                None => format!("{ws} (none yet)"),
+            })
+            .collect();
+        let _ = writeln!(out, "  inherits     {}", held.join(", "));
     }
     match &w.last_sync {
         Some(s) => {

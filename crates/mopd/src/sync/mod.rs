@@ -8,6 +8,7 @@
 //! Owns each workspace's sync loop and its status updates; must not touch task views.
 
 pub mod fetch;
+pub mod inherit;
 pub mod plan;
 pub mod record;
 
@@ -249,7 +250,11 @@ impl Syncer {
         &self,
         _publishing: &tokio::sync::MutexGuard<'_, ()>,
     ) -> Result<SyncResult, Failure> {
-        let Poll { server, outcome } = self.poll().await;
+        let Poll {
+            server,
+            outcome,
+            inherits,
+        } = self.poll().await;
         let now = Timestamp::now();
         if let Err(f) = &outcome
             && f.reached
@@ -257,7 +262,15 @@ impl Syncer {
             // A server that answered with something refused is not asked first again.
             self.state.client().distrust_last_answer();
         }
-        let status = self.update(|s| record_sync(s, now, &outcome, server));
+        let status = self.update(|s| {
+            record_sync(s, now, &outcome, server);
+            if let Some(inherits) = inherits {
+                if s.inherits != inherits {
+                    tracing::info!(workspace = %s.workspace, inherits = ?inherits, "the server names the workspaces this one inherits");
+                }
+                s.inherits = inherits;
+            }
+        });
         let metrics = &self.state.metrics;
         let label = match &outcome {
             Ok(polled) => polled.label(),
@@ -277,6 +290,7 @@ impl Syncer {
                 return Poll {
                     server: None,
                     outcome: Err(f),
+                    inherits: None,
                 };
             }
         };
@@ -294,15 +308,30 @@ impl Syncer {
             Err(e) if e.is_offline() => None,
             _ => Some(client.answered_by().to_owned()),
         };
+        // An inherited pool's answer names nothing it inherits: inheritance is one level.
+        let inherits = fetched.as_ref().ok().map(|f| {
+            f.inherits()
+                .iter()
+                .filter(|w| **w != self.ws)
+                .cloned()
+                .collect::<Vec<_>>()
+        });
         let outcome = match fetched {
             Err(e) => Err(e.into()),
-            Ok(ManifestFetch::NotModified) => {
+            Ok(ManifestFetch::NotModified { .. }) => {
                 self.behind.store(0, std::sync::atomic::Ordering::Relaxed);
                 Ok(Polled::NotModified { http_status: 304 })
             }
-            Ok(ManifestFetch::Manifest(m)) => self.apply(&*client, *m).await,
+            Ok(ManifestFetch::Manifest { manifest, .. }) => {
+                let composing = inherits.clone().unwrap_or_default();
+                self.apply(&*client, *manifest, &composing).await
+            }
         };
-        Poll { server, outcome }
+        Poll {
+            server,
+            outcome,
+            inherits,
+        }
     }
 
     /// Before the server is asked: the pool's layout is complete, the current
@@ -319,23 +348,24 @@ impl Syncer {
         self.held_version().await
     }
 
-    /// Applies a manifest the server sent: plans it against the current generation, and
-    /// builds and publishes what it describes.
+    /// Applies a manifest the server sent: plans it against the current generation's own
+    /// cards, and builds and publishes what it describes, composed with the current cards
+    /// of the workspaces it `inherits`.
     async fn apply(
         &self,
         client: &dyn CardServer,
         incoming: mop_proto::sync::Manifest,
+        inherits: &[String],
     ) -> Result<Polled, Failure> {
         // Loaded only now that something came: a delta is checked against it, so a
         // generation published in between (a repair) cannot be mixed up with `held`.
         let pool = self.pool.clone();
         let current = blocking(move || pool.current()).await?;
         let pool = self.pool.clone();
-        let planned = match plan::plan(
-            incoming,
-            current.as_ref().map(|g| &g.manifest),
-            |sha, size| pool.has_object(sha, size),
-        ) {
+        let held = current.as_ref().map(|g| inherit::own_part(&g.manifest));
+        let planned = match plan::plan(incoming, held.as_deref(), |sha, size| {
+            pool.has_object(sha, size)
+        }) {
             Ok(p) => p,
             // With replicas, an older revision is one that has not caught up yet: the
             // held generation stays (it is never rolled back) and the next poll asks
@@ -357,6 +387,7 @@ impl Syncer {
         };
         self.behind.store(0, std::sync::atomic::Ordering::Relaxed);
         // Only the plan needed the held generation; the fetch and build do not.
+        drop(held);
         drop(current);
         let Plan::Publish {
             manifest,
@@ -376,6 +407,8 @@ impl Syncer {
             self.update(|s| s.epoch_warning = Some(warning));
         }
         self.check_quota(&missing)?;
+        let manifest = self.composed(manifest, inherits).await?;
+        let inherited = manifest.inherited.clone();
         let (epoch, revision, cards) = (
             manifest.epoch.clone(),
             manifest.revision,
@@ -387,6 +420,7 @@ impl Syncer {
             s.stats.objects_fetched += missing.len() as u64;
             s.stats.object_bytes += built.received;
             record_generation(s, &built.name, epoch, revision, cards);
+            s.inherited = inherited;
             s.pool_bytes = built.usage;
         });
         Ok(Polled::Modified)
@@ -546,11 +580,19 @@ impl Syncer {
         let Some(current) = blocking(move || pool.current()).await? else {
             return Ok((report, None));
         };
-        let missing = plan::missing_objects(&current.manifest, |sha, size| {
-            self.pool.has_object(sha, size)
-        });
+        // Only the own cards come from this workspace's server; an inherited card's object
+        // comes from its own pool again.
+        let own = inherit::own_part(&current.manifest).into_owned();
+        let missing = plan::missing_objects(&own, |sha, size| self.pool.has_object(sha, size));
+        let inherits: Vec<String> = current
+            .manifest
+            .inherited
+            .iter()
+            .map(|i| i.workspace.clone())
+            .collect();
+        let manifest = self.composed(own, &inherits).await?;
         let name = self
-            .build_and_publish(&*self.state.client(), current.manifest, &missing)
+            .build_and_publish(&*self.state.client(), manifest, &missing)
             .await?
             .name;
         tracing::info!(workspace = %self.ws, generation = %name, refetched = missing.len(), "pool repaired");
@@ -599,6 +641,8 @@ impl Polled {
 struct Poll {
     server: Option<String>,
     outcome: Result<Polled, Failure>,
+    /// The workspaces the answer said this one inherits (none: no answer).
+    inherits: Option<Vec<String>>,
 }
 
 /// A published generation: its name, the pool's size after it, the bytes fetched for it,
@@ -735,7 +779,7 @@ pub async fn run(
             held = syncer.publishing.lock() => held,
             _ = stop.changed() => return,
         };
-        let result = syncer.sync_once(&publishing).await;
+        let result = syncer.sync_round(&publishing).await;
         drop(publishing);
         let _ = ready.send(true);
         for t in waiting.drain(..) {

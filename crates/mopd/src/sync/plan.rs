@@ -43,7 +43,8 @@ fn bad(message: String) -> Refused {
     }
 }
 
-/// Plans a sync of `incoming` over `held` (the current generation's manifest).
+/// Plans a sync of `incoming` over `held` (the own part of the current generation's
+/// manifest: see [`Manifest::own`]).
 pub fn plan(
     incoming: Manifest,
     held: Option<&Manifest>,
@@ -58,6 +59,14 @@ pub fn plan(
     for e in &incoming.cards {
         e.validate()
             .map_err(|err| bad(format!("manifest entry refused: {err}")))?;
+    }
+    // Only this daemon composes a workspace with those it inherits; a server (or a proxy)
+    // that claims a card came from elsewhere is answering some other question.
+    if incoming.is_composed() {
+        return Err(bad(
+            "manifest refused: it claims inherited cards, which only a daemon's composition has"
+                .into(),
+        ));
     }
     let mut full = match (incoming.since, held) {
         (None, _) => incoming,
@@ -143,6 +152,7 @@ fn apply_delta(base: &Manifest, delta: Manifest) -> Manifest {
         since: None,
         cards: by_id.into_values().collect(),
         removed: Vec::new(),
+        inherited: Vec::new(),
     }
 }
 
@@ -168,6 +178,7 @@ mod tests {
             since: None,
             cards,
             removed: vec![],
+            inherited: Vec::new(),
         }
     }
 

@@ -53,9 +53,10 @@ impl Scripted {
         for (e, bytes) in objects {
             held.insert(e.sha256.clone(), bytes.clone());
         }
-        self.manifests
-            .lock()
-            .push_back(Ok(ManifestFetch::Manifest(Box::new(m))));
+        self.manifests.lock().push_back(Ok(ManifestFetch::Manifest {
+            manifest: Box::new(m),
+            inherits: Vec::new(),
+        }));
     }
 
     fn answer_with(&self, answer: Result<ManifestFetch, ClientError>) {
@@ -165,6 +166,7 @@ fn manifest(epoch: &str, revision: u64, cards: &[(ManifestEntry, Vec<u8>)]) -> M
         since: None,
         cards: cards.iter().map(|(e, _)| e.clone()).collect(),
         removed: vec![],
+        inherited: Vec::new(),
     }
 }
 
@@ -253,7 +255,9 @@ fn a_full_manifest_publishes_and_an_unchanged_poll_costs_one_304() {
     );
     assert_eq!(last.server.as_deref(), Some("replica-0"));
 
-    server.answer_with(Ok(ManifestFetch::NotModified));
+    server.answer_with(Ok(ManifestFetch::NotModified {
+        inherits: Vec::new(),
+    }));
     assert_eq!(w.poll().unwrap(), SyncResult::NotModified);
     // The second request named the held version (a conditional, delta-capable poll).
     assert_eq!(
@@ -354,7 +358,9 @@ fn a_replica_that_is_behind_is_passed_over_until_a_streak_counts_as_rollback() {
     assert_eq!(w.current().unwrap(), before);
 
     // A current answer ends the streak.
-    server.answer_with(Ok(ManifestFetch::NotModified));
+    server.answer_with(Ok(ManifestFetch::NotModified {
+        inherits: Vec::new(),
+    }));
     w.poll().unwrap();
     server.answer(manifest(EPOCH, 6, &old), &old);
     assert_eq!(

@@ -216,6 +216,8 @@ mod tests {
                 workspace: "acme".into(),
                 origin_user_id: Some("alice".into()),
                 asset_id: None,
+                project_id: None,
+                agent: None,
                 title: "x".into(),
                 description: String::new(),
                 labels: vec![],

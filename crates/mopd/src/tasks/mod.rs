@@ -281,7 +281,7 @@ impl Tasks {
         peer_pid: Option<i32>,
     ) -> Result<Reserved, TaskError> {
         let started = Instant::now();
-        let task = req.task;
+        let mut task = req.task;
         task.validate()
             .map_err(|e| TaskError::Invalid(e.to_string()))?;
         let config = self.state.config();
@@ -301,6 +301,10 @@ impl Tasks {
         profile
             .check(&protected)
             .map_err(|e| TaskError::Invalid(e.to_string()))?;
+        // A task that names no agent runs the profile's: agent-bound cards follow it.
+        if task.agent.is_none() {
+            task.agent = Some(profile.agent.name().to_owned());
+        }
         // The working directory is bound read-write into the sandbox: one that holds (or
         // lies in) the pool, the state or the sockets would hand them to the agent.
         if let Some(workdir) = &req.workdir
@@ -528,6 +532,8 @@ impl Tasks {
                 profile: lease.profile.name.clone(),
                 user_id: lease.task.origin_user_id.clone(),
                 asset_id: lease.task.asset_id.clone(),
+                project_id: lease.task.project_id.clone(),
+                agent: lease.task.agent.clone(),
                 prepared_at: lease.created_at,
                 ended_at: None,
                 cards_unlisted: receipt_cards.len().saturating_sub(MAX_RECEIPT_CARDS),
@@ -741,6 +747,7 @@ fn receipt_cards(
                 rank: i as u32 + 1,
                 mounted: true,
                 listed: i < config.table_rows || c.is_primary_anchor(),
+                workspace: c.from.map(str::to_owned),
             }
         })
         .collect()
@@ -760,6 +767,9 @@ pub async fn warmer(tasks: Arc<Tasks>, mut stop: watch::Receiver<bool>) {
     loop {
         tokio::select! {
             msg = published.recv() => match msg {
+                // An inherited pool's generations serve no task themselves: its cards
+                // reach tasks through the compositions built from it.
+                Ok((ws, _)) if !tasks.state.config().sync.workspaces.contains(&ws) => {}
                 Ok((ws, g)) => {
                     let _ = tasks.loaded.load(&ws, &g).await;
                     tasks.loaded.prune();

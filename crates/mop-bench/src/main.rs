@@ -59,6 +59,25 @@ enum Command {
         #[arg(long, default_value_t = 42)]
         seed: u64,
     },
+    /// Per-task select + rank + render over a workspace's cards alone and composed with an
+    /// inherited workspace's, alternating in one run.
+    Inherit {
+        /// The workspace's own cards.
+        #[arg(long, default_value_t = 10_000)]
+        cards: usize,
+        /// The inherited workspace's cards.
+        #[arg(long, default_value_t = 1_000)]
+        inherited: usize,
+        /// Distinct synthetic tasks.
+        #[arg(long, default_value_t = 200)]
+        tasks: usize,
+        /// Times each task is run on each side (after one warm-up pass).
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Seed of the synthetic data.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
     /// Write a synthetic workspace as an OKF card directory (for `mop-server import`).
     GenCards {
         /// Target directory (created).
@@ -330,6 +349,19 @@ fn main() -> Result<()> {
             builds,
             seed,
         } => engine(&sizes, tasks, rounds.max(1), builds.max(1), seed)?,
+        Command::Inherit {
+            cards,
+            inherited,
+            tasks,
+            rounds,
+            seed,
+        } => inherit::run(&inherit::Options {
+            cards,
+            inherited,
+            tasks,
+            rounds: rounds.max(1),
+            seed,
+        })?,
         Command::GenCards { dir, cards, seed } => {
             let ws = synth::workspace(seed, cards, "2026-11-29T00:00:00Z".parse()?);
             synth::write_dir(&ws, &dir)?;

@@ -1772,9 +1772,26 @@ fn the_curators_tools_in_the_browser_create_bulk_import_export_fields_and_disabl
     b.js("document.querySelector('details.fields').open = true; return 0;");
     b.fill("details.fields input[name=labels]", "postgres, runbook");
     b.fill("details.fields input[name=asset]", "pg-orders-01");
+    b.fill("details.fields input[name=project]", "orders");
+    b.fill("details.fields input[name=agent]", "claude");
     b.click("details.fields button[type=submit]");
     b.wait_for("p.flash");
     let d = details(&server, &admin, &created);
+    assert_eq!(d["card"]["summary"]["scope"]["project_id"], "orders");
+    assert_eq!(d["card"]["summary"]["scope"]["agent"], "claude");
+    // The listing filters by project and shows every binding; another project's
+    // listing does not have the card (the control).
+    b.goto(&format!("/console/w/{WS}/search?project=orders"));
+    b.wait_for("table.cards");
+    let listed = b.page_text();
+    assert!(listed.contains("Rotate the orders replica"), "{listed}");
+    assert!(listed.contains("project orders"), "{listed}");
+    assert!(listed.contains("agent claude"), "{listed}");
+    b.goto(&format!("/console/w/{WS}/search?project=billing"));
+    b.wait_for("table.cards");
+    assert!(!b.page_text().contains("Rotate the orders replica"));
+    b.goto(&format!("/console/w/{WS}/cards/{created}"));
+    b.wait_for("article.card");
     assert_eq!(
         d["card"]["summary"]["labels"],
         json!(["postgres", "runbook"])

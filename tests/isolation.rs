@@ -573,6 +573,37 @@ fn project_and_agent_cards_reach_their_tasks_only() {
     let receipt = env.receipt("billing-2");
     assert_eq!(receipt.project_id.as_deref(), Some("billing"));
     assert_eq!(receipt.agent.as_deref(), Some("generic"));
+
+    // The curator's filters and export know the project (and the agent kind).
+    let ids_of = |args: &[&str]| -> BTreeSet<String> {
+        let page: mop_proto::curation::CardPage = env.curate_as(args);
+        page.cards
+            .iter()
+            .map(|c| c.summary.id.to_string())
+            .collect()
+    };
+    let billing_cards = BTreeSet::from([project.clone(), project_asset.clone(), stored.clone()]);
+    assert_eq!(
+        ids_of(&["list", "--project", "billing", "--json"]),
+        billing_cards
+    );
+    assert_eq!(
+        ids_of(&["list", "--project", "search", "--json"]),
+        BTreeSet::new()
+    );
+    assert_eq!(
+        ids_of(&["list", "--agent", "claude", "--json"]),
+        BTreeSet::from([claude.clone()])
+    );
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("billing");
+    let r = run(&mut env.curate(&["export", dir.to_str().unwrap(), "--project", "billing"]));
+    assert!(r.status.success(), "{}", text(&r));
+    let exported: BTreeSet<String> = card_files(&dir)
+        .iter()
+        .filter_map(|p| Some(p.file_stem()?.to_str()?.to_owned()))
+        .collect();
+    assert_eq!(exported, billing_cards);
 }
 
 #[test]
@@ -980,4 +1011,30 @@ fn an_inherited_change_arrives_and_tokens_read_only_what_they_inherit() {
     let none: [&str; 0] = [];
     assert_eq!(after.ways(&env, ORG_ALL), none);
     assert_eq!(env.revision("acme"), before, "acme itself did not change");
+
+    // An own change arrives as a delta over the composed generation and keeps the
+    // inherited cards: with acme's override disabled, org's proxy card is acme's again.
+    let r = http
+        .post(format!(
+            "{url}/v1/workspaces/acme/cards/{ACME_OVERRIDE}/disable"
+        ))
+        .bearer_auth(&env.admin)
+        .json(&json!({"reason": "the old proxy is back"}))
+        .send()
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().unwrap());
+    env.daemon.sync("acme");
+    let again = env.prepare("acme", "acme-again", "alice", "db-prod-01");
+    assert_eq!(again.ways(&env, ACME_OVERRIDE), none);
+    assert_eq!(again.ways(&env, ORG_REPLACED), ALL_WAYS);
+    let (_, status) = env.daemon.status();
+    let acme = status["workspaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["workspace"] == "acme")
+        .unwrap()
+        .clone();
+    assert!(acme["revision"].as_u64().unwrap() > before, "{acme}");
+    assert_eq!(acme["last_error"], Value::Null, "{acme}");
 }

@@ -671,7 +671,14 @@ fn kill_9_during_syncs_always_leaves_a_complete_generation() {
                     .output();
             }
         });
-        std::thread::sleep(Duration::from_millis(fastrand_ms(round)));
+        // Half the rounds kill at a random moment (any phase of the sync); the other half
+        // the moment a new generation directory appears, so that some kills land inside
+        // a build however fast the machine builds.
+        if round % 2 == 0 {
+            std::thread::sleep(Duration::from_millis(fastrand_ms(round)));
+        } else {
+            wait_for_a_new_generation(&d.pool(WS).join("gens"));
+        }
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid as i32),
             nix::sys::signal::Signal::SIGKILL,
@@ -708,6 +715,17 @@ fn kill_9_during_syncs_always_leaves_a_complete_generation() {
         killed_mid_build > 0,
         "no kill landed inside a generation build; the test proved nothing"
     );
+}
+
+/// Returns once `gens` holds more than one entry (a build under way), or after 3 s.
+fn wait_for_a_new_generation(gens: &Path) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < deadline {
+        if std::fs::read_dir(gens).map_or(0, |d| d.count()) > 1 {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
 }
 
 /// A spread of kill delays (0–400 ms) that is the same on every run.

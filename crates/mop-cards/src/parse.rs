@@ -84,6 +84,18 @@ fn is_delimiter(line: &str) -> bool {
     line.trim_end_matches(['\n', '\r', ' ', '\t']) == "---"
 }
 
+/// The scope of its fields in [`SCOPE_KEYS`] order.
+fn scope_of(fields: Vec<Option<String>>) -> Scope {
+    let mut f = fields.into_iter();
+    let mut next = || f.next().flatten();
+    Scope {
+        user_id: next(),
+        asset_id: next(),
+        project_id: next(),
+        agent: next(),
+    }
+}
+
 /// The provenance of its fields in [`PROVENANCE_KEYS`] order; none when all are absent.
 fn provenance_of(fields: Vec<Option<String>>) -> Option<Provenance> {
     if fields.iter().all(Option::is_none) {
@@ -241,17 +253,7 @@ fn card_from_mapping(map: yaml_rust2::yaml::Hash, body: &str) -> Result<Card, Ca
             "title" => title = Some(string("title", &value)?.to_owned()),
             "description" => summary_description = opt_string("description", &value)?,
             "labels" => labels = string_list("labels", &value)?,
-            "scope" => {
-                let fields = nested("scope", &value, SCOPE_KEYS)?;
-                let [user_id, asset_id, project_id, agent] =
-                    <[Option<String>; 4]>::try_from(fields).expect("one value per scope key");
-                scope = Scope {
-                    user_id,
-                    asset_id,
-                    project_id,
-                    agent,
-                };
-            }
+            "scope" => scope = scope_of(nested("scope", &value, SCOPE_KEYS)?),
             "error_codes" => error_codes = string_list("error_codes", &value)?,
             "stacks" => stacks = string_list("stacks", &value)?,
             "importance" => importance = number("importance", &value)?,
@@ -270,17 +272,7 @@ fn card_from_mapping(map: yaml_rust2::yaml::Hash, body: &str) -> Result<Card, Ca
                     v => Some(card_id("superseded_by", &v)?),
                 }
             }
-            "supersedes" => {
-                supersedes = string_list("supersedes", &value)?
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| {
-                        CardId::parse(s).map_err(|e| {
-                            CardError::field(format!("supersedes[{i}]"), Rule::Uuid(e))
-                        })
-                    })
-                    .collect::<Result<_, _>>()?;
-            }
+            "supersedes" => supersedes = card_ids("supersedes", &value)?,
             "trust" => {
                 trust = match string("trust", &value)? {
                     "verified" => Trust::Verified,
@@ -359,6 +351,16 @@ fn string_list(key: &str, value: &Yaml) -> Result<Vec<String>, CardError> {
             .collect(),
         _ => Err(CardError::field(key, Rule::Type("a list of strings"))),
     }
+}
+
+fn card_ids(key: &str, value: &Yaml) -> Result<Vec<CardId>, CardError> {
+    string_list(key, value)?
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            CardId::parse(s).map_err(|e| CardError::field(format!("{key}[{i}]"), Rule::Uuid(e)))
+        })
+        .collect()
 }
 
 fn card_id(key: &str, value: &Yaml) -> Result<CardId, CardError> {

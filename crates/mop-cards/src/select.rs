@@ -12,7 +12,7 @@ use std::fmt;
 
 use jiff::Timestamp;
 
-use crate::card::CardType;
+use crate::card::{CardSummary, CardType};
 use crate::config::{Rules, SelectionConfig};
 use crate::id::CardId;
 use crate::lines::{CardLine, Lines};
@@ -330,42 +330,7 @@ impl Catalog {
                 last_seen,
             });
             if live {
-                for (map, key) in [
-                    (&mut cat.by_user, pre.user),
-                    (&mut cat.by_asset, pre.asset),
-                    (&mut cat.by_author, pre.author),
-                ] {
-                    if key != 0 {
-                        map.entry(key).or_default().push(ord);
-                    }
-                }
-                // A project's or an agent's cards bound to a user, an asset or an author
-                // are reached through those lists; the rest through these.
-                if pre.user == 0 && pre.asset == 0 && pre.author == 0 {
-                    for (map, key) in [
-                        (&mut cat.by_project, pre.project),
-                        (&mut cat.by_agent, pre.agent),
-                    ] {
-                        if key != 0 {
-                            map.entry(key).or_default().push(ord);
-                        }
-                    }
-                }
-                if s.is_open() {
-                    cat.open.insert(ord);
-                }
-                for code in &s.error_codes {
-                    push_unique(
-                        cat.by_code.entry(rules.codes.normalize(code)).or_default(),
-                        ord,
-                    );
-                }
-                for tag in s.stacks.iter().chain(&s.labels) {
-                    push_unique(cat.by_tag.entry(tag.clone()).or_default(), ord);
-                }
-                if s.scope.is_workspace() && s.card_type.is_baseline() && !pre.unverified {
-                    cat.baseline.push(ord);
-                }
+                cat.index_live(ord, &pre, s, rules);
             }
             cat.pre.push(pre);
             cat.lines.push(e);
@@ -391,6 +356,46 @@ impl Catalog {
         cat.baseline
             .sort_unstable_by_key(|o| (class(o), cat.pre[*o as usize].rank));
         Ok(cat)
+    }
+
+    /// Puts a live card into the lists a task reaches cards through.
+    fn index_live(&mut self, ord: u32, pre: &Precomputed, s: &CardSummary, rules: &Rules) {
+        for (map, key) in [
+            (&mut self.by_user, pre.user),
+            (&mut self.by_asset, pre.asset),
+            (&mut self.by_author, pre.author),
+        ] {
+            if key != 0 {
+                map.entry(key).or_default().push(ord);
+            }
+        }
+        // A project's or an agent's cards bound to a user, an asset or an author are
+        // reached through those lists; the rest through these.
+        if pre.user == 0 && pre.asset == 0 && pre.author == 0 {
+            for (map, key) in [
+                (&mut self.by_project, pre.project),
+                (&mut self.by_agent, pre.agent),
+            ] {
+                if key != 0 {
+                    map.entry(key).or_default().push(ord);
+                }
+            }
+        }
+        if s.is_open() {
+            self.open.insert(ord);
+        }
+        for code in &s.error_codes {
+            push_unique(
+                self.by_code.entry(rules.codes.normalize(code)).or_default(),
+                ord,
+            );
+        }
+        for tag in s.stacks.iter().chain(&s.labels) {
+            push_unique(self.by_tag.entry(tag.clone()).or_default(), ord);
+        }
+        if s.scope.is_workspace() && s.card_type.is_baseline() && !pre.unverified {
+            self.baseline.push(ord);
+        }
     }
 
     fn intern(&mut self, name: Option<&str>) -> u32 {

@@ -401,6 +401,36 @@ fn print_plan(plan: &Plan) {
     );
 }
 
+/// `mop prepare`: a task's view for a runner that starts its own sandbox.
+fn prepare_command(
+    task: &TaskArgs,
+    agent: Option<String>,
+    ttl: Option<u64>,
+    json: bool,
+    daemon: &Daemon,
+) -> Result<ExitCode> {
+    let id = task
+        .task_id
+        .clone()
+        .context("--task-id is required for mop prepare")?;
+    let mut context = task.context(|| id.clone());
+    context.agent = agent;
+    let req = PrepareRequest {
+        task: context,
+        lease: LeaseRequest::Ttl { ttl_secs: ttl },
+        profile: task.profile.clone(),
+        workdir: None,
+    };
+    req.task.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let plan = runtime()?.block_on(prepare(&daemon.socket(), &req))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&plan)?);
+    } else {
+        print_plan(&plan);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Prepare {
@@ -409,28 +439,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             ttl,
             json,
             daemon,
-        } => {
-            let id = task
-                .task_id
-                .clone()
-                .context("--task-id is required for mop prepare")?;
-            let mut context = task.context(|| id.clone());
-            context.agent = agent;
-            let req = PrepareRequest {
-                task: context,
-                lease: LeaseRequest::Ttl { ttl_secs: ttl },
-                profile: task.profile.clone(),
-                workdir: None,
-            };
-            req.task.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
-            let plan = runtime()?.block_on(prepare(&daemon.socket(), &req))?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&plan)?);
-            } else {
-                print_plan(&plan);
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        } => prepare_command(&task, agent, ttl, json, &daemon),
         Command::Run {
             task,
             workdir,

@@ -750,6 +750,9 @@ const ORG_ALL: &str = "0a0a0a0a-0000-4000-8000-000000000001";
 const ORG_REPLACED: &str = "0a0a0a0a-0000-4000-8000-000000000002";
 /// Org's card bound to bob, whose rare word must not move alice's answers.
 const ORG_BOB: &str = "0a0a0a0a-0000-4000-8000-000000000003";
+/// Org's card an agent of alice stored there: it waits for org's curators and reaches no
+/// task of a workspace that inherits org, not even alice's.
+const ORG_UNVERIFIED: &str = "0a0a0a0a-0000-4000-8000-000000000004";
 /// Acme's card that replaces [`ORG_REPLACED`].
 const ACME_OVERRIDE: &str = "0a0a0a0a-0000-4000-8000-0000000000a1";
 /// A card of acme alone.
@@ -796,6 +799,13 @@ fn setup_inheriting() -> Option<Env> {
         "Bob prefers terse answers",
         "scope:\n  user_id: bob\n",
         &format!("Bob likes {RARE} answers."),
+    );
+    preference(
+        &org,
+        ORG_UNVERIFIED,
+        &format!("{MARKER} org: alice's agent says restart the cache"),
+        "trust: unverified\nprovenance:\n  task_id: org-task\n  user_id: alice\n",
+        &format!("{MARKER}: restart the cache before a deploy."),
     );
     preference(
         &acme,
@@ -854,6 +864,20 @@ fn inherited_cards_reach_the_inheriting_workspaces_only() {
     // The organisation's card: in both inheriting workspaces' tasks, in L0, named as
     // org's in MEMORY.md and in retrieve; never in initech's.
     assert_eq!(acme.ways(&env, ORG_ALL), ALL_WAYS, "acme inherits org");
+    // Org's unverified card came to the host with org's manifest (the control), and stays
+    // out of alice's acme task all the same: only org's curators make it org's memory.
+    let org_manifest: Value = mop_testkit::http()
+        .get(format!("{}/v1/workspaces/org/manifest", env.server.url))
+        .bearer_auth(&env.node)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert!(
+        org_manifest.to_string().contains(ORG_UNVERIFIED),
+        "{org_manifest}"
+    );
+    assert_eq!(acme.ways(&env, ORG_UNVERIFIED), none, "unverified in org");
     assert_eq!(globex.ways(&env, ORG_ALL), ALL_WAYS, "globex inherits org");
     assert_eq!(
         initech.ways(&env, ORG_ALL),
@@ -992,11 +1016,63 @@ fn an_inherited_change_arrives_and_tokens_read_only_what_they_inherit() {
         404,
         "acme's curator cannot change org"
     );
+    // What acme's curator reads of org is what acme's tasks inherit: org's verified cards,
+    // not the cards waiting for org's curators, nor any card's history.
+    let org_admin = env.server.token("admin", &["org"]);
+    let unverified = format!("/v1/workspaces/org/cards/{ORG_UNVERIFIED}");
+    assert_eq!(get(&org_admin, &unverified), 200, "org's own curator");
+    assert_eq!(get(&env.admin, &unverified), 404);
+    assert_eq!(get(&env.admin, &format!("{unverified}/details")), 404);
+    let history = format!("{card}/history");
+    assert_eq!(get(&org_admin, &history), 200, "org's own curator");
+    assert_eq!(get(&env.admin, &history), 404);
+    assert_eq!(
+        get(&env.admin, "/v1/workspaces/org/cards?unverified=true"),
+        404
+    );
+    let listed = http
+        .get(format!("{url}/v1/workspaces/org/cards"))
+        .bearer_auth(&env.admin)
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        listed.contains(ORG_ALL) && !listed.contains(ORG_UNVERIFIED),
+        "{listed}"
+    );
+
+    // A card id one workspace holds cannot be made in a workspace composed with it (one
+    // would hide the other in acme's tasks), in either direction; initech composes with
+    // nobody, and a new id is fine (the controls).
+    let create = |token: &str, ws: &str, id: &str| {
+        http.post(format!("{url}/v1/workspaces/{ws}/cards"))
+            .bearer_auth(token)
+            .header("content-type", "text/markdown")
+            .body(format!(
+                "---\nid: {id}\ntype: fact\ntitle: Same id\n---\nA card of {ws}.\n"
+            ))
+            .send()
+            .unwrap()
+    };
+    let r = create(&org_admin, "org", ACME_ONLY);
+    assert_eq!(r.status().as_u16(), 409);
+    let why = r.text().unwrap();
+    assert!(
+        why.contains("workspace acme") && why.contains("supersedes"),
+        "{why}"
+    );
+    assert_eq!(create(&env.admin, "acme", ORG_ALL).status().as_u16(), 409);
+    assert_eq!(
+        create(&env.admin, "initech", ORG_ALL).status().as_u16(),
+        201
+    );
+    let fresh = "0a0a0a0a-0000-4000-8000-0000000000f1";
+    assert_eq!(create(&org_admin, "org", fresh).status().as_u16(), 201);
 
     // Org's own curator disables the card; acme's next tasks no longer get it once the
     // daemon has synced (acme's revision did not move).
     let before = env.revision("acme");
-    let org_admin = env.server.token("admin", &["org"]);
     let r = http
         .post(format!("{url}/v1/workspaces/org/cards/{ORG_ALL}/disable"))
         .bearer_auth(&org_admin)
@@ -1037,4 +1113,78 @@ fn an_inherited_change_arrives_and_tokens_read_only_what_they_inherit() {
         .clone();
     assert!(acme["revision"].as_u64().unwrap() > before, "{acme}");
     assert_eq!(acme["last_error"], Value::Null, "{acme}");
+}
+
+/// An inherited pool is scrubbed like a configured one: damage to one of org's objects
+/// (whose inode acme's pool shares) is found by `mopd verify` of org and of acme, each
+/// repairs its own, and acme's repair never links the damaged copy back in.
+#[test]
+fn a_damaged_inherited_object_is_found_and_repaired_in_both_pools() {
+    let Some(env) = setup_inheriting() else {
+        return;
+    };
+    let verify = |ws: &str| {
+        let out = run(&mut env.daemon.cli(&["verify", "--repair", "--workspace", ws]));
+        (out.status.success(), text(&out))
+    };
+    // The control: both pools verify before anything is damaged.
+    for ws in ["org", "acme"] {
+        let (ok, out) = verify(ws);
+        assert!(ok && out.contains(&format!("{ws}: ok")), "{out}");
+    }
+    let manifest: Value = mop_testkit::http()
+        .get(format!("{}/v1/workspaces/org/manifest", env.server.url))
+        .bearer_auth(&env.node)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let sha = manifest["cards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == ORG_ALL)
+        .unwrap()["sha256"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let object = |ws: &str| {
+        env.daemon
+            .pool(ws)
+            .join("objects")
+            .join(&sha[..2])
+            .join(&sha)
+    };
+    use std::os::unix::fs::MetadataExt;
+    let (org_obj, acme_obj) = (object("org"), object("acme"));
+    assert_eq!(
+        std::fs::metadata(&org_obj).unwrap().ino(),
+        std::fs::metadata(&acme_obj).unwrap().ino(),
+        "acme's pool links org's object"
+    );
+    // Damage it in place: both pools now hold the damaged bytes.
+    let mut bytes = std::fs::read(&org_obj).unwrap();
+    bytes[0] ^= 0x20;
+    let mut perms = std::fs::metadata(&org_obj).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o644);
+    std::fs::set_permissions(&org_obj, perms).unwrap();
+    std::fs::write(&org_obj, &bytes).unwrap();
+
+    for ws in ["org", "acme"] {
+        let (_, out) = verify(ws);
+        assert!(out.contains(&format!("{ws}: DAMAGED")), "{ws}: {out}");
+        assert!(out.contains(&sha), "{ws}: {out}");
+        let (ok, out) = verify(ws);
+        assert!(
+            ok && out.contains(&format!("{ws}: ok")),
+            "{ws} after repair: {out}"
+        );
+    }
+    assert_eq!(
+        mop_cards::sha256_hex(&std::fs::read(&acme_obj).unwrap()),
+        sha,
+        "acme's pool holds the good bytes again"
+    );
+    let task = env.prepare("acme", "acme-repaired", "alice", "db-prod-01");
+    assert_eq!(task.ways(&env, ORG_ALL), ALL_WAYS);
 }

@@ -3,9 +3,13 @@
 //! selection, ranking and retrieve's statistics all run over the combined set.
 //!
 //! The rules, in one place: the workspace's own cards all take part; an inherited card
-//! takes part unless an own card has its id, a live verified own card supersedes it
-//! (`supersedes`, for every task of the workspace), or an earlier inherited workspace gave
-//! the same id. Each inherited entry carries the workspace it
+//! takes part when it is verified (an inherited workspace's agent-written cards stay in
+//! it until its curators verify them), unless an own card has its id, a live verified own
+//! card bound to nothing supersedes it (`supersedes`: it replaces the card for every task
+//! of the workspace, so only a card that reaches every task may), or an earlier inherited
+//! workspace gave the same id. The server refuses ids that would collide (a card created
+//! with an id a composed workspace holds); what collides anyway (an `[inheritance]` added
+//! over existing cards) resolves as above. Each inherited entry carries the workspace it
 //! came from (`inherited_from`), which MEMORY.md and `retrieve` name and ranking uses to
 //! let the own workspace win ties.
 
@@ -62,8 +66,12 @@ pub fn compose(own: Manifest, inherited: &[(&str, &Manifest)]) -> Result<Manifes
         .cards
         .iter()
         // Only a person's word replaces a card for the whole workspace: an unverified card
-        // (an agent's, or an import waiting for review) supersedes nothing yet.
-        .filter(|e| e.summary.is_live() && !e.summary.is_unverified())
+        // (an agent's, or an import waiting for review) supersedes nothing yet. A card bound
+        // to a user, asset, project or agent kind reaches only some tasks, and the others
+        // would be left with neither card.
+        .filter(|e| {
+            e.summary.is_live() && !e.summary.is_unverified() && e.summary.scope.is_workspace()
+        })
         .flat_map(|e| e.summary.supersedes.iter().copied())
         .collect();
     let mut out = own;
@@ -77,7 +85,7 @@ pub fn compose(own: Manifest, inherited: &[(&str, &Manifest)]) -> Result<Manifes
         let before = out.cards.len();
         for e in &m.cards {
             let id = e.summary.id;
-            if replaced.contains(&id) || !taken.insert(id) {
+            if e.summary.is_unverified() || replaced.contains(&id) || !taken.insert(id) {
                 continue;
             }
             let mut e = e.clone();

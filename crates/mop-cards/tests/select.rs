@@ -637,16 +637,30 @@ fn composing_keeps_own_cards_and_lets_verified_own_cards_replace_inherited_ones(
     let mut unverified_replaces = card(11, CardType::Preference);
     unverified_replaces.summary.trust = Trust::Unverified;
     unverified_replaces.summary.supersedes = vec![id(22)];
+    // A verified card of one project reaches that project's tasks only: the others would
+    // be left with neither card, so it replaces nothing.
+    let mut project_replaces = card(12, CardType::Preference);
+    project_replaces.summary.scope.project_id = Some("web".into());
+    project_replaces.summary.supersedes = vec![id(23)];
     let own = manifest_of(
-        vec![card(1, CardType::Fact), replaces, unverified_replaces],
+        vec![
+            card(1, CardType::Fact),
+            replaces,
+            unverified_replaces,
+            project_replaces,
+        ],
         7,
     );
+    let mut agents_own = card(24, CardType::Fact);
+    agents_own.summary.trust = Trust::Unverified;
     let org = manifest_of(
         vec![
             card(1, CardType::Pitfall), // the same id as an own card: the own one stays
             card(20, CardType::Fact),
             card(21, CardType::Fact), // replaced by own card 10
             card(22, CardType::Fact), // "replaced" by an unverified card: stays
+            card(23, CardType::Fact), // "replaced" by a project's card: stays
+            agents_own,               // unverified in org: stays there
         ],
         3,
     );
@@ -662,8 +676,10 @@ fn composing_keeps_own_cards_and_lets_verified_own_cards_replace_inherited_ones(
             (id(1), None),
             (id(10), None),
             (id(11), None),
+            (id(12), None),
             (id(20), Some("org")),
             (id(22), Some("org")),
+            (id(23), Some("org")),
         ]
     );
     assert_eq!(composed.cards[0].summary.card_type, CardType::Fact);
@@ -674,7 +690,7 @@ fn composing_keeps_own_cards_and_lets_verified_own_cards_replace_inherited_ones(
     assert_eq!(composed.inherited.len(), 1);
     assert_eq!(
         (composed.inherited[0].revision, composed.inherited[0].cards),
-        (3, 2)
+        (3, 3)
     );
     // The own part is what the server sent; a composed manifest is not composed again.
     assert_eq!(composed.own().cards, {

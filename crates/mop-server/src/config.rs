@@ -54,6 +54,23 @@ impl Inheritance {
             .any(|w| w == ws || self.of(w).iter().any(|i| i == ws))
     }
 
+    /// The workspaces whose card ids `ws`'s must not repeat, because some task's
+    /// generation composes the two: those `ws` inherits, those inheriting `ws`, and the
+    /// other workspaces those inherit. A card created with an id one of them holds would
+    /// hide the other card from every task that composes both.
+    pub fn composed_with(&self, ws: &str) -> Vec<String> {
+        let mut out: std::collections::BTreeSet<&str> =
+            self.of(ws).iter().map(String::as_str).collect();
+        for (child, parents) in &self.0 {
+            if parents.iter().any(|p| p == ws) {
+                out.insert(child);
+                out.extend(parents.iter().map(String::as_str));
+            }
+        }
+        out.remove(ws);
+        out.into_iter().map(str::to_owned).collect()
+    }
+
     /// One level only: an inherited workspace inherits nothing itself, so that what a
     /// task gets is always its own cards and those of the workspaces named for it.
     fn check(&self) -> Result<(), String> {
@@ -68,7 +85,7 @@ impl Inheritance {
             if from.iter().any(|f| f == ws) {
                 return Err(format!("inheritance.{ws} names {ws} itself"));
             }
-            if let Some(f) = from.iter().find(|f| self.0.contains_key(*f)) {
+            if let Some(f) = from.iter().find(|f| !self.of(f).is_empty()) {
                 return Err(format!(
                     "inheritance.{ws} names {f}, which inherits from others itself; inheritance is one level: name every workspace {ws} inherits directly"
                 ));
@@ -545,6 +562,38 @@ impl ServerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn inheritance(pairs: &[(&str, &[&str])]) -> Inheritance {
+        Inheritance(
+            pairs
+                .iter()
+                .map(|(w, from)| (w.to_string(), from.iter().map(|f| f.to_string()).collect()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn inheritance_is_one_level_and_names_what_composes_with_what() {
+        let ok = inheritance(&[
+            ("acme", &["org", "sec"]),
+            ("globex", &["org"]),
+            ("org", &[]),
+        ]);
+        assert_eq!(ok.check(), Ok(()));
+        assert_eq!(ok.composed_with("acme"), ["org", "sec"]);
+        assert_eq!(ok.composed_with("org"), ["acme", "globex", "sec"]);
+        assert_eq!(ok.composed_with("sec"), ["acme", "org"]);
+        assert_eq!(ok.composed_with("globex"), ["org"]);
+        assert!(ok.composed_with("other").is_empty());
+        for bad in [
+            inheritance(&[("acme", &["acme"])]),
+            inheritance(&[("acme", &["org"]), ("org", &["root"])]),
+            inheritance(&[("acme", &["org", "org"])]),
+            inheritance(&[("acme", &["Org"])]),
+        ] {
+            assert!(bad.check().is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn shipped_example_parses_to_the_defaults() {

@@ -296,7 +296,11 @@ async fn scrub(state: Arc<State>, workspaces: Arc<Workspaces>, mut stop: watch::
         if every == 0 {
             continue;
         }
-        for syncer in workspaces.syncers() {
+        // Inherited pools first: an inheriting pool's repair links their objects.
+        let configured = workspaces.syncers();
+        let names: Vec<String> = configured.iter().map(|s| s.ws.clone()).collect();
+        let inherited = state.syncers.inherited_only(&names);
+        for syncer in inherited.into_iter().chain(configured) {
             match syncer.verify(true).await {
                 Ok((report, _)) if report.is_clean() => {}
                 Ok((report, repaired)) => tracing::warn!(

@@ -223,18 +223,26 @@ fn run(cli: Cli) -> Result<ExitCode> {
 
 fn verify(config_path: &Path, repair: bool, only: Option<String>, json: bool) -> Result<ExitCode> {
     let config = MopdConfig::load(config_path)?;
-    let workspaces: Vec<String> = match only {
-        Some(ws) if config.sync.workspaces.contains(&ws) => vec![ws],
-        Some(ws) => anyhow::bail!(
-            "workspace {ws} is not in sync.workspaces of {}",
-            config_path.display()
-        ),
-        None => config.sync.workspaces.clone(),
-    };
     let rt = runtime()?;
     let control = Control::new(config.socket_path());
+    let status = rt.block_on(control.status()).ok();
+    let daemon_up = status.is_some();
+    // The configured workspaces, and (the daemon knows them) the pools they inherit.
+    let mut known = config.sync.workspaces.clone();
+    for w in status.iter().flat_map(|s| &s.workspaces) {
+        if !known.contains(&w.workspace) {
+            known.push(w.workspace.clone());
+        }
+    }
+    let workspaces: Vec<String> = match only {
+        Some(ws) if known.contains(&ws) => vec![ws],
+        Some(ws) => anyhow::bail!(
+            "workspace {ws} is not in sync.workspaces of {} (nor inherited by one of them)",
+            config_path.display()
+        ),
+        None => known,
+    };
     let mut results: Vec<VerifyReply> = Vec::new();
-    let daemon_up = rt.block_on(control.status()).is_ok();
     for ws in &workspaces {
         if daemon_up {
             // The daemon knows which generations tasks pin: let it do the work.

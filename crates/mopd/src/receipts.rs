@@ -288,21 +288,35 @@ impl Receipts {
     /// Ends a task's receipt: it waits in `pending/` for the next report.
     pub fn end(&self, task_id: &str, at: Timestamp) {
         let live_path = self.paths.receipt(ReceiptKind::Live, task_id, 0);
-        let entry = self.live.lock().remove(task_id);
+        // The live entry stays findable until the pending file is written (a runner asks
+        // for the receipt the moment `mop run` returns); `find` waits on its lock meanwhile.
+        let entry = self.entry(task_id);
         let mut guard = entry.as_ref().map(|e| e.lock());
+        let ended_at = |local: &LocalReceipt| Some(at.max(local.receipt.prepared_at));
         let local = match guard.as_deref_mut() {
             Some(live) => {
                 live.ended = true;
+                live.local.receipt.ended_at = ended_at(&live.local);
                 Some(live.local.clone())
             }
             None => read_json(&live_path),
         };
+        let forget = || {
+            let mut map = self.live.lock();
+            // Only this task's entry: a new task of the same id may have begun meanwhile.
+            if let Some(e) = &entry
+                && map.get(task_id).is_some_and(|m| Arc::ptr_eq(m, e))
+            {
+                map.remove(task_id);
+            }
+        };
         let Some(mut local) = local else {
+            forget();
             return;
         };
         // Never written while it ran (a short task): nothing to remove afterwards.
         let had_file = guard.as_ref().is_none_or(|l| l.saved_at_least_once);
-        local.receipt.ended_at = Some(at.max(local.receipt.prepared_at));
+        local.receipt.ended_at = ended_at(&local);
         let r = &local.receipt;
         let path = self
             .paths
@@ -318,6 +332,7 @@ impl Receipts {
                 tracing::warn!(task = task_id, path = %path.display(), error = %e, "cannot queue the task's receipt for reporting")
             }
         }
+        forget();
     }
 
     /// After a restart: the receipts of tasks still live are taken back, the others (their

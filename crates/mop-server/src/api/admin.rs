@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use mop_cards::CardId;
 use mop_proto::curation::{
-    MergeRequest, RejectRequest, RevertRequest, SupersedeRequest, card_etag,
+    ListQuery, MergeRequest, RejectRequest, RevertRequest, SupersedeRequest, card_etag,
 };
 use serde::Deserialize;
 
@@ -57,17 +57,62 @@ pub(crate) fn admin_on(
 }
 
 /// Like [`admin_on`], for the reads a curator may make of a workspace their own inherits
-/// (server.toml `[inheritance]`): its cards, their details and history, listings, search
-/// and export. Every change needs [`admin_on`].
+/// (server.toml `[inheritance]`): what its tasks inherit, its verified cards (their text
+/// and details, listings, search and export). Its cards waiting for review and every
+/// card's history stay its own curators'; every change needs [`admin_on`].
 pub(crate) fn admin_reads(
     state: &AppState,
     caller: &Caller,
     ws: &str,
     id: Option<&str>,
-) -> Result<Option<CardId>, ApiError> {
+) -> Result<Reading, ApiError> {
     caller.reads(state, ws)?;
     caller.admin()?;
-    id.map(card_id).transpose()
+    Ok(Reading {
+        id: id.map(card_id).transpose()?,
+        inherited: !caller.owns(ws),
+    })
+}
+
+/// A read [`admin_reads`] allowed.
+pub(crate) struct Reading {
+    /// The card, when one was named.
+    pub id: Option<CardId>,
+    /// The workspace is one the caller's inherits, not its own.
+    pub inherited: bool,
+}
+
+impl Reading {
+    /// The card named.
+    pub fn card(&self) -> CardId {
+        self.id.expect("the route names a card")
+    }
+
+    /// Narrows a listing's filters to what the caller may read: of an inherited
+    /// workspace, its verified cards.
+    pub fn narrow(&self, mut q: ListQuery) -> Result<ListQuery, ApiError> {
+        if self.inherited {
+            if q.unverified == Some(true) {
+                return Err(ApiError::not_found(
+                    "an inherited workspace's cards waiting for review are its own curators'",
+                ));
+            }
+            q.unverified = Some(false);
+        }
+        Ok(q)
+    }
+
+    /// Refuses one card of an inherited workspace that its tasks do not inherit (an
+    /// unverified one) as not found, like a card that does not exist.
+    pub fn check(&self, ws: &str, summary: &mop_cards::CardSummary) -> Result<(), ApiError> {
+        if self.inherited && summary.is_unverified() {
+            return Err(ApiError::not_found(format!(
+                "card {} not found in workspace {ws}",
+                summary.id
+            )));
+        }
+        Ok(())
+    }
 }
 
 fn changed(state: &AppState, ws: &str, change: &CardChange, what: &str, caller: &Caller) {
@@ -110,9 +155,10 @@ pub(crate) async fn create(
     };
     let (store, actor, ws2) = (state.store.clone(), caller.actor(), ws.clone());
     let allow = q.allow_credentials;
+    let others = state.config.inheritance.composed_with(&ws);
     let change = blocking(move || match fields {
         Some(f) => curation::create_from_fields(&store, &ws2, f, &actor, allow),
-        None => curation::create_card(&store, &ws2, &raw, &actor, allow),
+        None => curation::create_card(&store, &ws2, &raw, &actor, allow, &others),
     })
     .await?;
     changed(&state, &ws, &change, "create", &caller);
@@ -124,9 +170,13 @@ pub(crate) async fn read(
     caller: Caller,
     Path((ws, id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let id = admin_reads(&state, &caller, &ws, Some(&id))?.expect("id given");
-    let store = state.store.clone();
-    let (raw, archived) = blocking(move || store.card_text(&ws, &id)).await?;
+    let reading = admin_reads(&state, &caller, &ws, Some(&id))?;
+    let (store, id, ws2) = (state.store.clone(), reading.card(), ws.clone());
+    let (raw, archived) = blocking(move || store.card_text(&ws2, &id)).await?;
+    if reading.inherited {
+        let card = mop_cards::parse_card(&raw).map_err(ApiError::internal)?;
+        reading.check(&ws, &card.summary)?;
+    }
     let etag = card_etag(&mop_cards::sha256_hex(&raw), archived.is_some());
     let mut response = Response::new(Body::from(raw));
     let h = response.headers_mut();
@@ -195,7 +245,7 @@ pub(crate) async fn export(
     Path(ws): Path<String>,
     Query(q): Query<mop_proto::curation::ListQuery>,
 ) -> Result<Response, ApiError> {
-    admin_reads(&state, &caller, &ws, None)?;
+    let q = admin_reads(&state, &caller, &ws, None)?.narrow(q)?;
     let (bytes, cards) = export_tarball(&state, &ws, q).await?;
     tracing::info!(workspace = %ws, cards, bytes = bytes.len(), token = %caller.0.id, "export");
     Ok(tarball_response(bytes, &ws))
@@ -280,10 +330,12 @@ pub(crate) async fn import_files(
     let (store, actor, ws2) = (state.store.clone(), caller.actor(), ws.to_owned());
     let name = caller.0.name.clone().unwrap_or_else(|| caller.0.id.clone());
     let files = req.files.len();
+    let others = state.config.inheritance.composed_with(ws);
     let answer = blocking(move || {
         let by = crate::service::import::Importer {
             name: &name,
             actor: &actor,
+            composed_with: &others,
         };
         crate::service::import::import(&store, &ws2, &req, by)
     })
@@ -451,7 +503,8 @@ pub(crate) async fn history(
     caller: Caller,
     Path((ws, id)): Path<(String, String)>,
 ) -> Result<Json<Vec<HistoryRow>>, ApiError> {
-    let id = admin_reads(&state, &caller, &ws, Some(&id))?.expect("id given");
+    // Earlier texts, reasons and curators' names stay the workspace's own.
+    let id = admin_on(&state, &caller, &ws, Some(&id))?.expect("id given");
     let store = state.store.clone();
     Ok(Json(blocking(move || store.history(&ws, &id)).await?))
 }

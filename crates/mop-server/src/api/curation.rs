@@ -32,7 +32,7 @@ pub(crate) async fn list(
     Path(ws): Path<String>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<CardPage>, ApiError> {
-    admin_reads(&state, &caller, &ws, None)?;
+    let q = admin_reads(&state, &caller, &ws, None)?.narrow(q)?;
     if q.q.is_some() {
         return Err(ApiError::bad_request(
             "q is the text of a search: send it to /v1/workspaces/{ws}/search",
@@ -47,9 +47,15 @@ pub(crate) async fn details(
     caller: Caller,
     Path((ws, id)): Path<(String, String)>,
 ) -> Result<Json<CardDetails>, ApiError> {
-    let id = admin_reads(&state, &caller, &ws, Some(&id))?.expect("id given");
-    let store = state.store.clone();
-    Ok(Json(blocking(move || store.card_details(&ws, &id)).await?))
+    let reading = admin_reads(&state, &caller, &ws, Some(&id))?;
+    let (store, id, ws2) = (state.store.clone(), reading.card(), ws.clone());
+    let mut details = blocking(move || store.card_details(&ws2, &id)).await?;
+    reading.check(&ws, &details.card.summary)?;
+    if reading.inherited {
+        // Earlier texts, reasons and curators' names stay the workspace's own.
+        details.history.clear();
+    }
+    Ok(Json(details))
 }
 
 /// The workspace's search index at its current revision.
@@ -227,7 +233,7 @@ pub(crate) async fn search(
     Path(ws): Path<String>,
     Query(filters): Query<ListQuery>,
 ) -> Result<Json<SearchResults>, ApiError> {
-    admin_reads(&state, &caller, &ws, None)?;
+    let filters = admin_reads(&state, &caller, &ws, None)?.narrow(filters)?;
     Ok(Json(search_cards(&state, ws, filters).await?))
 }
 

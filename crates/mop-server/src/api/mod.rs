@@ -336,7 +336,7 @@ pub struct Caller(pub Arc<TokenInfo>);
 impl Caller {
     /// Checks that `ws` is in scope and exists; both failures look the same (404).
     pub fn workspace(&self, state: &AppState, ws: &str) -> Result<u64, ApiError> {
-        if !self.0.workspaces.iter().any(|w| w == ws) {
+        if !self.owns(ws) {
             return Err(ApiError::not_found(format!("workspace {ws} not found")));
         }
         Self::exists(state, ws)
@@ -349,6 +349,11 @@ impl Caller {
             return Err(ApiError::not_found(format!("workspace {ws} not found")));
         }
         Self::exists(state, ws)
+    }
+
+    /// True when `ws` is one of the token's own workspaces (not only inherited).
+    pub fn owns(&self, ws: &str) -> bool {
+        self.0.workspaces.iter().any(|w| w == ws)
     }
 
     fn exists(state: &AppState, ws: &str) -> Result<u64, ApiError> {

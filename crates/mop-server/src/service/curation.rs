@@ -104,18 +104,33 @@ fn same_id(card: &Card, id: &CardId, what: &str, then: &str) -> Result<()> {
 }
 
 /// Creates a card from OKF text; the id comes from the text. A card that carries a
-/// credential is refused unless `allow_credentials` (audited).
+/// credential is refused unless `allow_credentials` (audited). An id that one of
+/// `composed_with` holds (server.toml `[inheritance]`) is refused: in a generation that
+/// composes the two workspaces one card would hide the other.
 pub fn create_card(
     store: &Store,
     ws: &str,
     raw: &[u8],
     actor: &str,
     allow_credentials: bool,
+    composed_with: &[String],
 ) -> Result<CardChange> {
     let card = parse(raw, "card")?;
     let id = card.summary.id;
     let detail = screen_admin(raw, &id, allowed(&id, allow_credentials))?;
-    store.write(|tx| store.insert_card(tx, ws, &card, raw, actor, ("create", detail.as_deref())))
+    store.write(|tx| {
+        if let Some(other) = store.id_held_in(tx, composed_with, &id)? {
+            return Err(id_taken(&id, &other));
+        }
+        store.insert_card(tx, ws, &card, raw, actor, ("create", detail.as_deref()))
+    })
+}
+
+/// Card `id` exists in `other`, a workspace composed with this one.
+pub(crate) fn id_taken(id: &CardId, other: &str) -> StoreError {
+    StoreError::Conflict(format!(
+        "card {id} exists in workspace {other}, which tasks get together with this one (server.toml [inheritance]): give the new card another id, and to replace {other}'s card name it under `supersedes`"
+    ))
 }
 
 /// Creates a card from fields (a curator's form or flags): the server gives it a new id;
@@ -129,7 +144,8 @@ pub fn create_from_fields(
 ) -> Result<CardChange> {
     let card = fields.into_card(Trust::Verified, None, jiff::Timestamp::now());
     let raw = render_card(&card).into_bytes();
-    create_card(store, ws, &raw, actor, allow_credentials)
+    // A new id: nothing else holds it.
+    create_card(store, ws, &raw, actor, allow_credentials, &[])
 }
 
 /// Replaces a card's text; server counters are kept. Text that carries a credential is

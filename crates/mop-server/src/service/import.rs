@@ -33,6 +33,9 @@ pub struct Importer<'a> {
     pub name: &'a str,
     /// The audit actor (`token:ID`).
     pub actor: &'a str,
+    /// The workspaces composed with this one (`Inheritance::composed_with`): a card file
+    /// whose id one of them holds is left out.
+    pub composed_with: &'a [String],
 }
 
 /// A card ready to enter, and where it came from.
@@ -83,7 +86,9 @@ pub fn import(
         }
         let mut batch = Batch::default();
         for entry in &entries {
-            let Some(card) = admit(store, tx, ws, entry, &mut batch, &mut answer.skipped)? else {
+            let within = (ws, by.composed_with);
+            let Some(card) = admit(store, tx, within, entry, &mut batch, &mut answer.skipped)?
+            else {
                 continue;
             };
             if !req.dry_run {
@@ -200,7 +205,7 @@ fn draft_card(d: Draft, file: &str, user: Option<&str>, curator: &str) -> Card {
 fn admit(
     store: &Store,
     tx: &Tx<'_>,
-    ws: &str,
+    (ws, composed_with): (&str, &[String]),
     entry: &Entry,
     batch: &mut Batch,
     skipped: &mut Vec<ImportSkip>,
@@ -235,6 +240,9 @@ fn admit(
                 "card {} exists in workspace {ws} (or earlier in this import): edit it there instead",
                 s.id
             ));
+        }
+        if let Some(other) = store.id_held_in(tx, composed_with, &s.id)? {
+            return skip(super::curation::id_taken(&s.id, &other).to_string());
         }
         batch.cards.push((lesson, s.id, s.trust == Trust::Verified));
         return Ok(Some(imported));

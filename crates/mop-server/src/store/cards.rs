@@ -463,6 +463,22 @@ impl Store {
         load_row(tx, ws, id).map_err(self.err("read card"))
     }
 
+    /// The first of `workspaces` that holds a card `id` (in any state): a card of that id
+    /// made here would hide it, or be hidden, in a generation that composes the two.
+    pub(crate) fn id_held_in(
+        &self,
+        tx: &Tx<'_>,
+        workspaces: &[String],
+        id: &CardId,
+    ) -> Result<Option<String>> {
+        for ws in workspaces {
+            if self.find_row(tx, ws, id)?.is_some() {
+                return Ok(Some(ws.clone()));
+            }
+        }
+        Ok(None)
+    }
+
     /// The stored text of a card row.
     pub(crate) fn card_object(&self, tx: &Tx<'_>, ws: &str, row: &Row) -> Result<Vec<u8>> {
         load_object(tx, ws, &row.sha256).map_err(self.err("read card"))

@@ -152,8 +152,10 @@ impl Pool {
     }
 
     /// Gives this pool the objects of `entries` it lacks, as hardlinks of `from`'s (the pool
-    /// of a workspace this one inherits, which verified them when they arrived): a composed
-    /// generation then builds from this pool alone. Returns how many were linked.
+    /// of a workspace this one inherits): a composed generation then builds from this pool
+    /// alone. Each is hashed before it is linked, so that damage in the inherited pool is
+    /// never linked back in after this pool's scrub took a damaged link out (the two
+    /// share the inode). Returns how many were linked.
     pub fn import_objects(
         &self,
         from: &Pool,
@@ -173,6 +175,16 @@ impl Pool {
                 )));
             }
             let (source, dest) = (from.object_path(&e.sha256), self.object_path(&e.sha256));
+            let found = hash_file(&source).map_err(io_err(&source))?;
+            if found != e.sha256 {
+                return Err(PoolError::Verify {
+                    sha256: e.sha256.clone(),
+                    problem: format!(
+                        "in the pool of inherited workspace {} it hashes to {found}: its scrub repairs it",
+                        from.workspace()
+                    ),
+                });
+            }
             make_dir(dest.parent().expect("objects have a fan-out directory"))?;
             match fs::hard_link(&source, &dest) {
                 Ok(()) => linked += 1,

@@ -397,7 +397,12 @@ async fn verify(
     {
         return r;
     }
-    let Some(syncer) = c.workspaces.syncer(&ws) else {
+    // A configured workspace, or a pool one of them inherits.
+    let Some(syncer) = c
+        .workspaces
+        .syncer(&ws)
+        .or_else(|| c.state.syncers.get(&ws))
+    else {
         return not_configured(&ws);
     };
     match syncer.verify(req.repair).await {

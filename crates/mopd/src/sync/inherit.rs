@@ -38,6 +38,17 @@ impl Registry {
         self.syncers.lock().insert(syncer.ws.clone(), syncer);
     }
 
+    /// The syncers of inherited pools that are not among `configured` (those have no
+    /// loop of their own; the scrub still re-hashes them).
+    pub fn inherited_only(&self, configured: &[String]) -> Vec<Syncer> {
+        self.syncers
+            .lock()
+            .values()
+            .filter(|s| !configured.contains(&s.ws))
+            .cloned()
+            .collect()
+    }
+
     /// Forgets a workspace's syncer.
     pub fn remove(&self, ws: &str) {
         self.syncers.lock().remove(ws);

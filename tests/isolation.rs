@@ -997,6 +997,10 @@ fn an_inherited_change_arrives_and_tokens_read_only_what_they_inherit() {
     // The node token of acme, globex and initech reads org's manifest (inherited); one of
     // initech alone does not (the control).
     assert_eq!(get(&env.node, "/v1/workspaces/org/manifest"), 200);
+    // An admin token reads its own manifest, and org's cards only through the curation
+    // reads below: org's manifest names its unverified cards too.
+    assert_eq!(get(&env.admin, "/v1/workspaces/acme/manifest"), 200);
+    assert_eq!(get(&env.admin, "/v1/workspaces/org/manifest"), 404);
     let initech_node = env.server.token("node", &["initech"]);
     assert_eq!(get(&initech_node, "/v1/workspaces/org/manifest"), 404);
     assert_eq!(get(&initech_node, "/v1/workspaces/initech/manifest"), 200);
@@ -1069,6 +1073,18 @@ fn an_inherited_change_arrives_and_tokens_read_only_what_they_inherit() {
     );
     let fresh = "0a0a0a0a-0000-4000-8000-0000000000f1";
     assert_eq!(create(&org_admin, "org", fresh).status().as_u16(), 201);
+    // The same through `mop-server import` of a card directory.
+    let dir = tempfile::tempdir().unwrap();
+    preference(dir.path(), ORG_ALL, "Same id", "", "A copy of org's card.");
+    let out = env.server.import(dir.path(), "acme");
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("exists in workspace org"),
+        "{}",
+        text(&out)
+    );
+    let out = env.server.import(dir.path(), "initech");
+    assert!(out.status.success(), "{}", text(&out));
 
     // Org's own curator disables the card; acme's next tasks no longer get it once the
     // daemon has synced (acme's revision did not move).
@@ -1170,10 +1186,14 @@ fn a_damaged_inherited_object_is_found_and_repaired_in_both_pools() {
     std::fs::set_permissions(&org_obj, perms).unwrap();
     std::fs::write(&org_obj, &bytes).unwrap();
 
+    // One `mopd verify --repair` of every pool: org's is repaired before acme's, whose
+    // repair links org's object again.
+    let all = text(&run(&mut env.daemon.cli(&["verify", "--repair"])));
     for ws in ["org", "acme"] {
-        let (_, out) = verify(ws);
-        assert!(out.contains(&format!("{ws}: DAMAGED")), "{ws}: {out}");
-        assert!(out.contains(&sha), "{ws}: {out}");
+        assert!(all.contains(&format!("{ws}: DAMAGED")), "{ws}: {all}");
+    }
+    assert!(all.contains(&sha), "{all}");
+    for ws in ["org", "acme"] {
         let (ok, out) = verify(ws);
         assert!(
             ok && out.contains(&format!("{ws}: ok")),

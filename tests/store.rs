@@ -122,7 +122,13 @@ fn open(engine: Engine) -> (Db, Store) {
     let db = Db::fresh(engine);
     let store = db.store();
     store
-        .import(WS, vec![card(A, "Alpha"), card(B, "Beta")], "test", &[])
+        .import(
+            WS,
+            vec![card(A, "Alpha"), card(B, "Beta")],
+            "test",
+            &[],
+            &[],
+        )
         .unwrap();
     (db, store)
 }
@@ -592,6 +598,7 @@ fn a_delta_over_its_limit_gives_way_to_the_full_manifest(engine: Engine) {
                 .collect(),
             "test",
             &[],
+            &[],
         )
         .unwrap();
     let base = store
@@ -888,7 +895,7 @@ fn the_queue_counts_come_from_the_per_row_flag_and_an_upgrade_fills_it(engine: E
         unverified(D, "Delta"),
         unverified(E, "Epsilon"),
     ];
-    store.import(WS, cards, "test", &[]).unwrap();
+    store.import(WS, cards, "test", &[], &[]).unwrap();
     let waiting = |store: &Store| {
         let stats = store.queue_stats().unwrap();
         let ws = stats
@@ -926,7 +933,7 @@ fn the_queue_counts_come_from_the_per_row_flag_and_an_upgrade_fills_it(engine: E
     curation::set_state(&store, WS, &c, CardState::Disable, None, "t", Expect::Any).unwrap();
     let f = "00000000-0000-4000-8000-00000000000f";
     store
-        .import(WS, vec![unverified(f, "Zeta")], "test", &[])
+        .import(WS, vec![unverified(f, "Zeta")], "test", &[], &[])
         .unwrap();
     drop(store);
     db.exec("DROP INDEX cards_awaiting");
@@ -973,7 +980,7 @@ fn a_revert_restores_the_words_and_keeps_where_the_card_stands(engine: Engine) {
     const D: &str = "00000000-0000-4000-8000-00000000000d";
     let (_db, store) = open(engine);
     let cards = vec![unverified(C, "Gamma"), unverified(D, "Delta")];
-    store.import(WS, cards, "test", &[]).unwrap();
+    store.import(WS, cards, "test", &[], &[]).unwrap();
     let (c, d) = (CardId::parse(C).unwrap(), CardId::parse(D).unwrap());
     let draft_seq = store.history(WS, &c).unwrap()[0].seq;
     // D is merged into C, which is verified in the same action.

@@ -469,13 +469,21 @@ fn import_command(
         );
     }
     let store = open(at)?;
+    // Ids another workspace holds that tasks get together with this one are refused.
+    let composed_with = config(at)?.inheritance.composed_with(workspace);
     let (files, skipped) = transfer::read_card_dir(dir, |n| {
         if n % 1000 == 0 {
             eprintln!("read {n} files");
         }
     })?;
     let total = files.len() + skipped.len();
-    let mut report = store.import(workspace, files, "cli:import", allow_credentials)?;
+    let mut report = store.import(
+        workspace,
+        files,
+        "cli:import",
+        allow_credentials,
+        &composed_with,
+    )?;
     for s in skipped {
         report.rejected.push(mop_server::store::Rejected {
             path: s.path,

@@ -296,11 +296,14 @@ async fn scrub(state: Arc<State>, workspaces: Arc<Workspaces>, mut stop: watch::
         if every == 0 {
             continue;
         }
-        // Inherited pools first: an inheriting pool's repair links their objects.
         let configured = workspaces.syncers();
         let names: Vec<String> = configured.iter().map(|s| s.ws.clone()).collect();
-        let inherited = state.syncers.inherited_only(&names);
-        for syncer in inherited.into_iter().chain(configured) {
+        let mut all = state.syncers.inherited_only(&names);
+        all.extend(configured);
+        // Workspaces that inherit others last: their repair links the inherited pools'
+        // objects, which must be whole by then.
+        all.sort_by_key(|s| !s.status.lock().inherits.is_empty());
+        for syncer in all {
             match syncer.verify(true).await {
                 Ok((report, _)) if report.is_clean() => {}
                 Ok((report, repaired)) => tracing::warn!(

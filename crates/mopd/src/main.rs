@@ -227,13 +227,19 @@ fn verify(config_path: &Path, repair: bool, only: Option<String>, json: bool) ->
     let control = Control::new(config.socket_path());
     let status = rt.block_on(control.status()).ok();
     let daemon_up = status.is_some();
-    // The configured workspaces, and (the daemon knows them) the pools they inherit.
+    // The configured workspaces, and (the daemon knows them) the pools they inherit;
+    // those that inherit others last, since their repair links the inherited objects.
     let mut known = config.sync.workspaces.clone();
+    let mut inheriting = Vec::new();
     for w in status.iter().flat_map(|s| &s.workspaces) {
         if !known.contains(&w.workspace) {
             known.push(w.workspace.clone());
         }
+        if !w.inherits.is_empty() {
+            inheriting.push(w.workspace.clone());
+        }
     }
+    known.sort_by_key(|w| inheriting.contains(w));
     let workspaces: Vec<String> = match only {
         Some(ws) if known.contains(&ws) => vec![ws],
         Some(ws) => anyhow::bail!(

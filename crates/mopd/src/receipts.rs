@@ -285,12 +285,14 @@ impl Receipts {
         }
     }
 
-    /// Ends a task's receipt: it waits in `pending/` for the next report.
-    pub fn end(&self, task_id: &str, at: Timestamp) {
+    /// Ends the receipt of task `task_id` prepared at `prepared_at` (not a newer task of
+    /// the same id): it waits in `pending/` for the next report.
+    pub fn end(&self, task_id: &str, prepared_at: Timestamp, at: Timestamp) {
         let live_path = self.paths.receipt(ReceiptKind::Live, task_id, 0);
+        let ours = |l: &LocalReceipt| l.receipt.prepared_at == prepared_at;
         // The live entry stays findable until the pending file is written (a runner asks
         // for the receipt the moment `mop run` returns); `find` waits on its lock meanwhile.
-        let entry = self.entry(task_id);
+        let entry = self.entry(task_id).filter(|e| ours(&e.lock().local));
         let mut guard = entry.as_ref().map(|e| e.lock());
         let ended_at = |local: &LocalReceipt| Some(at.max(local.receipt.prepared_at));
         let local = match guard.as_deref_mut() {
@@ -299,7 +301,7 @@ impl Receipts {
                 live.local.receipt.ended_at = ended_at(&live.local);
                 Some(live.local.clone())
             }
-            None => read_json(&live_path),
+            None => read_json(&live_path).filter(ours),
         };
         let forget = || {
             let mut map = self.live.lock();
@@ -323,7 +325,8 @@ impl Receipts {
             .receipt(ReceiptKind::Pending, task_id, micros(r.prepared_at));
         match write_json(&path, &local) {
             Ok(()) => {
-                if had_file {
+                // Unless a new task of the same id has saved its own there since.
+                if had_file && read_json(&live_path).is_none_or(|l| ours(&l)) {
                     let _ = std::fs::remove_file(&live_path);
                 }
                 self.ended.notify_one();
@@ -347,7 +350,7 @@ impl Receipts {
                 let _ = std::fs::remove_file(&path);
                 continue;
             };
-            let id = local.receipt.task_id.clone();
+            let (id, prepared_at) = (local.receipt.task_id.clone(), local.receipt.prepared_at);
             if path != self.paths.receipt(ReceiptKind::Live, &id, 0) {
                 let _ = std::fs::remove_file(&path);
                 continue;
@@ -356,7 +359,7 @@ impl Receipts {
             entry.lock().saved_at_least_once = true;
             self.live.lock().insert(id.clone(), entry);
             if !live_tasks.contains(&id) {
-                self.end(&id, Timestamp::now());
+                self.end(&id, prepared_at, Timestamp::now());
             }
         }
     }
@@ -727,7 +730,15 @@ mod tests {
         assert_eq!(again.counts(), (1, 0));
         let t2 = again.find("t2").unwrap();
         assert!(t2.receipt.ended_at.is_some());
-        again.end("t1", Timestamp::now());
+        // Ending another task of the same id (prepared at another time) ends nothing.
+        again.end(
+            "t1",
+            t0 - jiff::SignedDuration::from_secs(1),
+            Timestamp::now(),
+        );
+        assert_eq!(again.counts(), (1, 0));
+        assert!(again.find("t1").unwrap().receipt.ended_at.is_none());
+        again.end("t1", t0, Timestamp::now());
         assert_eq!(again.counts(), (2, 0));
         let pending = again.pending();
         assert_eq!(pending.len(), 2);
@@ -748,14 +759,14 @@ mod tests {
         for i in 0..5 {
             let at = now - jiff::SignedDuration::from_secs(60 * (5 - i));
             receipts.begin(0, receipt(&format!("s{i}"), at));
-            receipts.end(&format!("s{i}"), now);
+            receipts.end(&format!("s{i}"), at, now);
         }
         for (p, _) in receipts.pending() {
             receipts.mark(&p, ReceiptKind::Sent);
         }
         let old = now - jiff::SignedDuration::from_hours(24 * 40);
         receipts.begin(0, receipt("old", old));
-        receipts.end("old", now);
+        receipts.end("old", old, now);
         receipts.rotate(3, 30);
         assert!(receipts.find("s0").is_none() && receipts.find("s1").is_none());
         assert!(receipts.find("s4").is_some());

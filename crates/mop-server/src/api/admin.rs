@@ -102,6 +102,17 @@ impl Reading {
         Ok(q)
     }
 
+    /// Leaves out of a card of an inherited workspace what tells of its cards waiting for
+    /// review or of its curators' decisions: the cards merged into it, its duplicate
+    /// group, a rejection it matches.
+    pub fn redact(&self, info: &mut mop_proto::curation::CardInfo) {
+        if self.inherited {
+            info.merged.clear();
+            info.duplicate_group = None;
+            info.previously_rejected = None;
+        }
+    }
+
     /// Refuses one card of an inherited workspace that its tasks do not inherit (an
     /// unverified one) as not found, like a card that does not exist.
     pub fn check(&self, ws: &str, summary: &mop_cards::CardSummary) -> Result<(), ApiError> {

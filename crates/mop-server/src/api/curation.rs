@@ -32,14 +32,17 @@ pub(crate) async fn list(
     Path(ws): Path<String>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<CardPage>, ApiError> {
-    let q = admin_reads(&state, &caller, &ws, None)?.narrow(q)?;
+    let reading = admin_reads(&state, &caller, &ws, None)?;
+    let q = reading.narrow(q)?;
     if q.q.is_some() {
         return Err(ApiError::bad_request(
             "q is the text of a search: send it to /v1/workspaces/{ws}/search",
         ));
     }
     let store = state.store.clone();
-    Ok(Json(blocking(move || store.list_cards(&ws, &q)).await?))
+    let mut page = blocking(move || store.list_cards(&ws, &q)).await?;
+    page.cards.iter_mut().for_each(|c| reading.redact(c));
+    Ok(Json(page))
 }
 
 pub(crate) async fn details(
@@ -51,6 +54,7 @@ pub(crate) async fn details(
     let (store, id, ws2) = (state.store.clone(), reading.card(), ws.clone());
     let mut details = blocking(move || store.card_details(&ws2, &id)).await?;
     reading.check(&ws, &details.card.summary)?;
+    reading.redact(&mut details.card);
     if reading.inherited {
         // Earlier texts, reasons and curators' names stay the workspace's own.
         details.history.clear();
@@ -233,8 +237,14 @@ pub(crate) async fn search(
     Path(ws): Path<String>,
     Query(filters): Query<ListQuery>,
 ) -> Result<Json<SearchResults>, ApiError> {
-    let filters = admin_reads(&state, &caller, &ws, None)?.narrow(filters)?;
-    Ok(Json(search_cards(&state, ws, filters).await?))
+    let reading = admin_reads(&state, &caller, &ws, None)?;
+    let filters = reading.narrow(filters)?;
+    let mut results = search_cards(&state, ws, filters).await?;
+    results
+        .hits
+        .iter_mut()
+        .for_each(|h| reading.redact(&mut h.card));
+    Ok(Json(results))
 }
 
 /// Searches the cards matching `filters` for `filters.q` (the caller checked scope).

@@ -351,6 +351,18 @@ impl Caller {
         Self::exists(state, ws)
     }
 
+    /// Checks that `ws`'s manifest and objects may be read: its own workspace (any role),
+    /// or one it inherits for a node token, whose daemon composes them. An admin token
+    /// reads an inherited workspace through the curation reads only (its verified cards,
+    /// [`crate::api::admin::admin_reads`]): the manifest names every card.
+    pub fn syncs(&self, state: &AppState, ws: &str) -> Result<u64, ApiError> {
+        if self.owns(ws) || self.0.role == Role::Node {
+            self.reads(state, ws)
+        } else {
+            Err(ApiError::not_found(format!("workspace {ws} not found")))
+        }
+    }
+
     /// True when `ws` is one of the token's own workspaces (not only inherited).
     pub fn owns(&self, ws: &str) -> bool {
         self.0.workspaces.iter().any(|w| w == ws)

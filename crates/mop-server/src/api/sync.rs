@@ -65,7 +65,7 @@ pub(crate) async fn manifest(
     Query(query): Query<ManifestQuery>,
     conditional: Conditional,
 ) -> Result<Response, ApiError> {
-    let revision = caller.reads(&state, &ws)?;
+    let revision = caller.syncs(&state, &ws)?;
     let inherits = state.config.inheritance.of(&ws).join(",");
     let mut response = manifest_answer(&state, ws, revision, query, conditional).await?;
     // On every answer, a 304 too: a host learns of a change of the relation at its next
@@ -258,7 +258,7 @@ pub(crate) async fn object(
     caller: Caller,
     Path((ws, sha)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    caller.reads(&state, &ws)?;
+    caller.syncs(&state, &ws)?;
     check_sha(&sha)?;
     let store = state.store.clone();
     let (ws2, sha2) = (ws.clone(), sha.clone());
@@ -289,7 +289,7 @@ pub(crate) async fn objects_batch(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    caller.reads(&state, &ws)?;
+    caller.syncs(&state, &ws)?;
     let body = read_body(&state, &headers, body).await?;
     let req: ObjectBatchRequest = json(&body)?;
     let max = state.config.sync.max_batch_objects;

@@ -120,17 +120,10 @@ pub fn create_card(
     let detail = screen_admin(raw, &id, allowed(&id, allow_credentials))?;
     store.write(|tx| {
         if let Some(other) = store.id_held_in(tx, composed_with, &id)? {
-            return Err(id_taken(&id, &other));
+            return Err(crate::store::cards::id_taken(&id, &other));
         }
         store.insert_card(tx, ws, &card, raw, actor, ("create", detail.as_deref()))
     })
-}
-
-/// Card `id` exists in `other`, a workspace composed with this one.
-pub(crate) fn id_taken(id: &CardId, other: &str) -> StoreError {
-    StoreError::Conflict(format!(
-        "card {id} exists in workspace {other}, which tasks get together with this one (server.toml [inheritance]): give the new card another id, and to replace {other}'s card name it under `supersedes`"
-    ))
 }
 
 /// Creates a card from fields (a curator's form or flags): the server gives it a new id;

@@ -242,7 +242,7 @@ fn admit(
             ));
         }
         if let Some(other) = store.id_held_in(tx, composed_with, &s.id)? {
-            return skip(super::curation::id_taken(&s.id, &other).to_string());
+            return skip(crate::store::cards::id_taken(&s.id, &other).to_string());
         }
         batch.cards.push((lesson, s.id, s.trust == Trust::Verified));
         return Ok(Some(imported));

@@ -308,6 +308,7 @@ impl Store {
         files: Vec<(String, Vec<u8>)>,
         actor: &str,
         allow_credentials: &[CardId],
+        composed_with: &[String],
     ) -> Result<ImportReport> {
         let mut report = ImportReport::default();
         let mut valid: Vec<(Card, Vec<u8>, Option<String>)> = Vec::new();
@@ -362,7 +363,13 @@ impl Store {
                 match load_row(tx, ws, &card.summary.id).map_err(&e)? {
                     Some(row) if row.sha256 == sha256_hex(bytes) => report.unchanged += 1,
                     Some(row) => changes.push((card, bytes, allowed, Some(row.sha256))),
-                    None => changes.push((card, bytes, allowed, None)),
+                    None => match self.id_held_in(tx, composed_with, &card.summary.id)? {
+                        Some(other) => report.rejected.push(Rejected {
+                            path: seen[&card.summary.id].clone(),
+                            reason: id_taken(&card.summary.id, &other).to_string(),
+                        }),
+                        None => changes.push((card, bytes, allowed, None)),
+                    },
                 }
             }
             report.revision = if changes.is_empty() {
@@ -925,4 +932,12 @@ pub(crate) fn history_row(r: &db::Row<'_>) -> db::Result<HistoryRow> {
         detail: r.get(10)?,
         actor_name: r.get(11)?,
     })
+}
+
+/// Card `id` exists in `other`, a workspace composed with this one (server.toml
+/// `[inheritance]`): one card would hide the other in the tasks that get both.
+pub(crate) fn id_taken(id: &CardId, other: &str) -> StoreError {
+    StoreError::Conflict(format!(
+        "card {id} exists in workspace {other}, which tasks get together with this one (server.toml [inheritance]): give the new card another id, and to replace {other}'s card name it under `supersedes`"
+    ))
 }

@@ -155,13 +155,13 @@ impl Pool {
     /// of a workspace this one inherits): a composed generation then builds from this pool
     /// alone. Each is hashed before it is linked, so that damage in the inherited pool is
     /// never linked back in after this pool's scrub took a damaged link out (the two
-    /// share the inode). Returns how many were linked.
+    /// share the inode). Returns the objects that are damaged there, which are not linked.
     pub fn import_objects(
         &self,
         from: &Pool,
         entries: &[&mop_cards::ManifestEntry],
-    ) -> Result<usize, PoolError> {
-        let mut linked = 0;
+    ) -> Result<Vec<String>, PoolError> {
+        let mut damaged = Vec::new();
         for e in entries {
             if self.has_object(&e.sha256, e.size) {
                 continue;
@@ -175,24 +175,18 @@ impl Pool {
                 )));
             }
             let (source, dest) = (from.object_path(&e.sha256), self.object_path(&e.sha256));
-            let found = hash_file(&source).map_err(io_err(&source))?;
-            if found != e.sha256 {
-                return Err(PoolError::Verify {
-                    sha256: e.sha256.clone(),
-                    problem: format!(
-                        "in the pool of inherited workspace {} it hashes to {found}: its scrub repairs it",
-                        from.workspace()
-                    ),
-                });
+            if hash_file(&source).map_err(io_err(&source))? != e.sha256 {
+                damaged.push(e.sha256.clone());
+                continue;
             }
             make_dir(dest.parent().expect("objects have a fan-out directory"))?;
             match fs::hard_link(&source, &dest) {
-                Ok(()) => linked += 1,
+                Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(io_err(&dest)(e)),
             }
         }
-        Ok(linked)
+        Ok(damaged)
     }
 
     /// Starts taking an arriving object of `size` bytes (at most 1 MiB: the fetcher's

@@ -49,6 +49,16 @@ impl Registry {
             .collect()
     }
 
+    /// The syncers of the workspaces that inherit `ws`.
+    pub fn inheriting(&self, ws: &str) -> Vec<Syncer> {
+        self.syncers
+            .lock()
+            .values()
+            .filter(|s| s.status.lock().inherits.iter().any(|w| w == ws))
+            .cloned()
+            .collect()
+    }
+
     /// Forgets a workspace's syncer.
     pub fn remove(&self, ws: &str) {
         self.syncers.lock().remove(ws);
@@ -162,7 +172,7 @@ impl Syncer {
         blocking(move || {
             let named: Vec<(&str, &Manifest)> =
                 parts.iter().map(|(w, _, m)| (w.as_str(), m)).collect();
-            let composed = mop_cards::compose(own, &named).map_err(|e| {
+            let mut composed = mop_cards::compose(own, &named).map_err(|e| {
                 crate::pool::PoolError::BadGeneration {
                     name: "(composition)".into(),
                     problem: e.to_string(),
@@ -174,17 +184,44 @@ impl Syncer {
                     .iter()
                     .filter(|e| e.inherited_from.as_deref() == Some(ws.as_str()))
                     .collect();
-                target.import_objects(pool, &entries)?;
+                let damaged = target.import_objects(pool, &entries)?;
+                if damaged.is_empty() {
+                    continue;
+                }
+                // Left out rather than failing the composition: the workspace's own changes
+                // (a curator disabling a card) must still reach its tasks meanwhile.
+                tracing::warn!(inherited = %ws, objects = damaged.len(), "objects of an inherited pool are damaged; their cards are left out until its scrub repairs them");
+                composed.cards.retain(|e| {
+                    e.inherited_from.as_deref() != Some(ws.as_str())
+                        || !damaged.contains(&e.sha256)
+                });
+                if let Some(v) = composed.inherited.iter_mut().find(|v| v.workspace == *ws) {
+                    v.cards -= damaged.len().min(v.cards);
+                }
             }
             Ok(composed)
         })
         .await
     }
 
+    /// Composes the current generation's own cards with the inherited pools as they are
+    /// now, whether or not their versions moved (one of them was repaired).
+    pub async fn recompose(&self) -> Result<(), Failure> {
+        let _publishing = self.publishing.lock().await;
+        let inherits = self.status.lock().inherits.clone();
+        self.compose_again(&inherits, true).await
+    }
+
     /// Builds and publishes a new composition of the current generation's own cards when
     /// an inherited pool's current version is not the one it was composed with (or the
     /// set of inherited workspaces changed).
     async fn recompose_if_moved(&self, inherits: &[String]) -> Result<(), Failure> {
+        self.compose_again(inherits, false).await
+    }
+
+    /// [`Syncer::recompose_if_moved`], or (`always`) regardless of versions. The caller
+    /// holds this workspace's publishing lock.
+    async fn compose_again(&self, inherits: &[String], always: bool) -> Result<(), Failure> {
         let pool = self.pool.clone();
         let Some(current) = blocking(move || pool.current()).await? else {
             return Ok(());
@@ -204,7 +241,7 @@ impl Syncer {
             .iter()
             .map(|i| (i.workspace.clone(), i.epoch.clone(), i.revision))
             .collect();
-        if held == now {
+        if held == now && !always {
             return Ok(());
         }
         let own = own_part(&current.manifest).into_owned();

@@ -575,10 +575,27 @@ impl Syncer {
         if report.is_clean() || !repair {
             return Ok((report, None));
         }
+        let repaired = self.repair().await?;
+        if repaired.is_some() {
+            // Workspaces that inherit this one left its damaged cards out of their
+            // composition: compose them again from the repaired pool. (After this pool's
+            // lock is released: an inheriting round takes its own lock, then this one's.)
+            for s in self.state.syncers.inheriting(&self.ws) {
+                if let Err(f) = s.recompose().await {
+                    tracing::warn!(workspace = %s.ws, inherited = %self.ws, error = %f.message, "cannot compose again after a repair of an inherited pool");
+                }
+            }
+        }
+        Ok((report, repaired))
+    }
+
+    /// Builds and publishes the current generation again, fetching (or, for inherited
+    /// cards, linking) what the pool lacks. Its name, when there is a current generation.
+    async fn repair(&self) -> Result<Option<String>, Failure> {
         let _publishing = self.publishing.lock().await;
         let pool = self.pool.clone();
         let Some(current) = blocking(move || pool.current()).await? else {
-            return Ok((report, None));
+            return Ok(None);
         };
         // Only the own cards come from this workspace's server; an inherited card's object
         // comes from its own pool again.
@@ -597,7 +614,7 @@ impl Syncer {
             .name;
         tracing::info!(workspace = %self.ws, generation = %name, refetched = missing.len(), "pool repaired");
         self.refresh_current().await;
-        Ok((report, Some(name)))
+        Ok(Some(name))
     }
 }
 

@@ -572,7 +572,7 @@ impl Tasks {
         let leftovers = Leftovers::of(self.state.paths(), id, &lease.socket_dir);
         self.state.unpin(&lease.task.workspace, &lease.generation);
         self.loaded.prune();
-        self.receipts.end(id, Timestamp::now());
+        self.receipts.end(id, lease.created_at, Timestamp::now());
         tracing::info!(task = id, workspace = %lease.task.workspace, why, "task released");
         if let Err(e) = leftovers.remove() {
             tracing::warn!(task = id, error = %e, "cannot remove the released task's files yet; retrying every second");

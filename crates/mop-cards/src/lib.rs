@@ -57,5 +57,5 @@ pub use task::{TaskContext, TaskError, TaskQuery};
 pub use unshown::{MARKDOWN_OPTIONS, Unshown, unshown, unshown_in_body};
 pub use uuid::Uuid;
 pub use wire::{
-    EntryError, InheritedVersion, Manifest, ManifestEntry, is_epoch, is_sha256_hex, sha256_hex,
+    EntryError, InheritedVersion, Manifest, ManifestEntry, hex, is_epoch, is_sha256_hex, sha256_hex,
 };

@@ -143,14 +143,19 @@ struct Conn {
     wait: Mutex<(Wait, Instant)>,
     /// Wakes the connection's task to close it (evicted at the cap).
     evict: Notify,
-    /// Wakes the task to look at its deadline again (a head started).
-    changed: Notify,
+    /// Bumped by every change of `wait`, so the connection's task sees one without a
+    /// wake-up of its own (see [`connection`]).
+    version: AtomicU64,
 }
 
 impl Conn {
     fn set_wait(&self, wait: Wait) {
         *self.wait.lock() = (wait, Instant::now());
-        self.changed.notify_one();
+        self.version.fetch_add(1, Ordering::Release);
+    }
+
+    fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
     }
 
     /// When the connection must close if nothing changes; `None` while it is busy.
@@ -216,7 +221,7 @@ impl Registry {
             busy: AtomicUsize::new(0),
             wait: Mutex::new((Wait::First, Instant::now())),
             evict: Notify::new(),
-            changed: Notify::new(),
+            version: AtomicU64::new(0),
         });
         conns.insert(id, conn.clone());
         Some(conn)
@@ -277,7 +282,8 @@ async fn connection<Io, Addr>(
             parts.extensions.insert(ConnectInfo(peer));
             let body = axum::body::Body::new(DeadlineBody {
                 inner: body,
-                deadline: Box::pin(tokio::time::sleep(limits.body_timeout)),
+                until: Instant::now() + limits.body_timeout,
+                timer: None,
             });
             let response = match router.call(hyper::Request::from_parts(parts, body)).await {
                 Ok(r) => r,
@@ -303,31 +309,73 @@ async fn connection<Io, Addr>(
         .keep_alive(true)
         .serve_connection(TokioIo::new(io), service);
     let mut http = std::pin::pin!(http);
-    let far = || Instant::now() + Duration::from_secs(3600);
-    loop {
-        let deadline = conn.deadline(&limits).unwrap_or_else(far);
-        tokio::select! {
-            result = http.as_mut() => {
-                if let Err(e) = result {
-                    tracing::debug!(error = %e, "connection ended with an error");
+    let end = {
+        let evicted = conn.evict.notified();
+        let stopping = stopped(&mut stop);
+        let (mut evicted, mut stopping) = (std::pin::pin!(evicted), std::pin::pin!(stopping));
+        // One timer per connection, moved only when the deadline comes earlier. `wait`
+        // changes inside `http`'s poll (a head's first byte, a response sent), so each
+        // change is seen right after it, in the same poll, with no wake-up and no timer
+        // of its own; a deadline that moved later is found when the timer fires early,
+        // and re-armed.
+        let far = || Instant::now() + Duration::from_secs(3600);
+        let mut armed = conn.deadline(&limits).unwrap_or_else(far);
+        let mut timer = std::pin::pin!(tokio::time::sleep_until(armed));
+        let mut seen = conn.version();
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(result) = http.as_mut().poll(cx) {
+                return Poll::Ready(End::Closed(result.err()));
+            }
+            if evicted.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(End::Evicted);
+            }
+            if stopping.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(End::Stopping);
+            }
+            loop {
+                let now_seen = conn.version();
+                if now_seen != seen {
+                    seen = now_seen;
+                    if let Some(d) = conn.deadline(&limits).filter(|d| *d < armed) {
+                        armed = d;
+                        timer.as_mut().reset(d);
+                    }
                 }
-                break;
-            }
-            _ = conn.evict.notified() => break,
-            _ = conn.changed.notified() => {}
-            _ = tokio::time::sleep_until(deadline) => {
-                if conn.deadline(&limits).is_some_and(|d| d <= Instant::now()) {
-                    break;
+                if timer.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                match conn.deadline(&limits) {
+                    Some(d) if d <= Instant::now() => return Poll::Ready(End::TimedOut),
+                    d => {
+                        armed = d.unwrap_or_else(far);
+                        timer.as_mut().reset(armed);
+                    }
                 }
             }
-            _ = stopped(&mut stop) => {
-                http.as_mut().graceful_shutdown();
-                let _ = tokio::time::timeout(Duration::from_secs(30), http.as_mut()).await;
-                break;
-            }
+        })
+        .await
+    };
+    match end {
+        End::Closed(Some(e)) => tracing::debug!(error = %e, "connection ended with an error"),
+        End::Stopping => {
+            http.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(Duration::from_secs(30), http.as_mut()).await;
         }
+        End::Closed(None) | End::Evicted | End::TimedOut => {}
     }
     registry.remove(conn.id);
+}
+
+/// Why a connection's task ends.
+enum End {
+    /// The client closed it, or hyper ended it (with the error, if any).
+    Closed(Option<hyper::Error>),
+    /// Closed at the cap to make room.
+    Evicted,
+    /// A deadline passed with nothing in progress.
+    TimedOut,
+    /// The listener is shutting down: finish what is in progress.
+    Stopping,
 }
 
 /// The connection's byte stream, noting when a request head starts to arrive.
@@ -387,10 +435,13 @@ impl<Io: AsyncWrite + Unpin> AsyncWrite for Tracked<Io> {
     }
 }
 
-/// A request body that fails once its deadline passes (a client trickling a body).
+/// A request body that fails once its deadline passes (a client trickling a body). Its
+/// timer starts only when the body is waited for: most requests have none, or one that
+/// arrived with the head.
 struct DeadlineBody {
     inner: Incoming,
-    deadline: Pin<Box<tokio::time::Sleep>>,
+    until: Instant,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 /// The error of a request body that did not arrive in time.
@@ -415,10 +466,16 @@ impl http_body::Body for DeadlineBody {
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
         match Pin::new(&mut self.inner).poll_frame(cx) {
             Poll::Ready(frame) => Poll::Ready(frame.map(|f| f.map_err(Into::into))),
-            Poll::Pending => match self.deadline.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimeout)))),
-                Poll::Pending => Poll::Pending,
-            },
+            Poll::Pending => {
+                let until = self.until;
+                let timer = self
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(until)));
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimeout)))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
         }
     }
 

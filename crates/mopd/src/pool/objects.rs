@@ -52,7 +52,7 @@ impl ObjectWriter {
                 problem: format!("{} bytes instead of {}", self.bytes.len(), self.size),
             });
         }
-        let got = hex(&self.hasher.finalize());
+        let got = mop_cards::hex(&self.hasher.finalize());
         if got != self.sha256 {
             return Err(PoolError::Verify {
                 sha256: self.sha256,
@@ -231,16 +231,6 @@ impl Linker {
     }
 }
 
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
-}
-
 /// SHA-256 of a file, streamed.
 pub fn hash_file(path: &Path) -> io::Result<String> {
     let mut f = File::open(path)?;
@@ -253,7 +243,7 @@ pub fn hash_file(path: &Path) -> io::Result<String> {
         }
         hasher.update(&buf[..n]);
     }
-    Ok(hex(&hasher.finalize()))
+    Ok(mop_cards::hex(&hasher.finalize()))
 }
 
 #[cfg(test)]

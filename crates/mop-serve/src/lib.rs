@@ -144,7 +144,11 @@ struct Conn {
     /// Wakes the connection's task to close it (evicted at the cap).
     evict: Notify,
     /// Bumped by every change of `wait`, so the connection's task sees one without a
-    /// wake-up of its own (see [`connection`]).
+    /// wake-up of its own (see [`connection`]). That holds because every change is made
+    /// inside hyper's poll of the connection, on its own task: the reader sees a head's
+    /// first byte, and hyper drops a sent response's body (and its [`BusyGuard`]). A change
+    /// made on another task (a guard moved into a spawned task, an upgrade) would need a
+    /// waker here.
     version: AtomicU64,
 }
 

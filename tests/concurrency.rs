@@ -83,11 +83,31 @@ impl Shared {
     fn check_view(&self, plan: &Value) -> usize {
         let task = plan["task_id"].as_str().unwrap();
         let generation = plan["generation"].as_str().unwrap();
-        let tree = self.pool.join("gens").join(generation).join("tree");
-        assert!(
-            tree.is_dir(),
-            "{task}: generation {generation} is pinned by a live task but was collected"
-        );
+        let manifest = self
+            .pool
+            .join("gens")
+            .join(generation)
+            .join("manifest.json");
+        let manifest: mop_cards::Manifest = serde_json::from_slice(
+            &std::fs::read(&manifest).unwrap_or_else(|e| {
+                panic!("{task}: generation {generation} is pinned by a live task but was collected: {e}")
+            }),
+        )
+        .unwrap();
+        // Each card's file is its object, found by the pinned manifest's hash.
+        let objects: HashMap<String, PathBuf> = manifest
+            .cards
+            .iter()
+            .map(|c| {
+                let rel = mop_cards::card_path(c.summary.card_type, &c.summary.id);
+                let object = self
+                    .pool
+                    .join("objects")
+                    .join(&c.sha256[..2])
+                    .join(&c.sha256);
+                (rel, object)
+            })
+            .collect();
         let view = PathBuf::from(plan["view_dir"].as_str().unwrap());
         let mut compared = 0;
         for file in card_files(&view) {
@@ -96,8 +116,15 @@ impl Shared {
                 continue;
             }
             let ours = std::fs::read(&file).unwrap();
-            let theirs = std::fs::read(tree.join(rel))
-                .unwrap_or_else(|e| panic!("{task}: {} not in {generation}: {e}", rel.display()));
+            let object = objects
+                .get(rel.to_str().unwrap())
+                .unwrap_or_else(|| panic!("{task}: {} not in {generation}", rel.display()));
+            let theirs = std::fs::read(object).unwrap_or_else(|e| {
+                panic!(
+                    "{task}: {} of {generation} was collected: {e}",
+                    rel.display()
+                )
+            });
             assert!(
                 ours == theirs,
                 "{task}: {} differs from {generation}",

@@ -359,7 +359,7 @@ fn a_deleted_cache_is_rebuilt_and_prepares_resume() {
     );
     let pool = d.pool(WS);
     let link = std::fs::read_link(pool.join("current")).expect("a new current generation");
-    assert!(pool.join(link).join("tree").is_dir());
+    assert!(pool.join(link).join("manifest.json").is_file());
     let later = prepared_ok(&d, "after-rm");
     check_view(Path::new(later["view_dir"].as_str().unwrap()), &later);
     // The task whose view was deleted with the cache is still listed and can be released.

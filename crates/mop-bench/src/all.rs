@@ -181,6 +181,47 @@ pub fn run(smoke: bool, out: &Path, seed: u64) -> Result<()> {
             hold: false,
         })
     })?;
+    // Syncs whose cost follows the change: 1 % edited at 10k cards, then 10 edited and a
+    // counter batch at 100k.
+    step("changes", &mut || {
+        let sizes = if smoke {
+            vec![(200, 2, None)]
+        } else {
+            vec![
+                (
+                    10_000,
+                    100,
+                    Some(crate::changes::Targets {
+                        edited_wall: Some(100),
+                        edited_cpu: Some(60),
+                        counted_wall: None,
+                    }),
+                ),
+                (
+                    100_000,
+                    10,
+                    Some(crate::changes::Targets {
+                        edited_wall: Some(150),
+                        edited_cpu: None,
+                        counted_wall: Some(50),
+                    }),
+                ),
+            ]
+        };
+        sizes
+            .into_iter()
+            .map(|(cards, edited, targets)| {
+                crate::changes::run(&crate::changes::Options {
+                    cards,
+                    edited,
+                    counted: if smoke { 2 } else { 100 },
+                    rounds: if smoke { 2 } else { 9 },
+                    seed,
+                    targets,
+                })
+            })
+            .collect()
+    })?;
     // On SQLite, then as one replica on PostgreSQL, each against nginx in its own run.
     step("server", &mut || {
         [false, true]

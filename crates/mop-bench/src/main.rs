@@ -17,6 +17,7 @@ use mop_cards::{Catalog, Rules, render_memory_md};
 use mop_search::{IndexDoc, SearchIndex, build_index_with, select_for_task};
 
 mod all;
+mod changes;
 mod curation;
 mod fleet;
 mod hybrid;
@@ -128,6 +129,25 @@ enum Command {
         /// $CARGO_TARGET_DIR (else target/) with --compare].
         #[arg(long)]
         out: Option<std::path::PathBuf>,
+        /// Seed of the synthetic data.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// Syncs that follow the change: a warm daemon's wall and CPU time for one sync after
+    /// a few cards are edited, and after a counter-only batch.
+    Changes {
+        /// Cards in the workspace.
+        #[arg(long, default_value_t = 10_000)]
+        cards: usize,
+        /// Cards edited per round.
+        #[arg(long, default_value_t = 100)]
+        edited: usize,
+        /// Cards whose counters one batch changes.
+        #[arg(long, default_value_t = 100)]
+        counted: usize,
+        /// Rounds of each kind.
+        #[arg(long, default_value_t = 9)]
+        rounds: usize,
         /// Seed of the synthetic data.
         #[arg(long, default_value_t = 42)]
         seed: u64,
@@ -370,6 +390,24 @@ fn main() -> Result<()> {
                 ws.bytes,
                 dir.display()
             );
+            return Ok(());
+        }
+        Command::Changes {
+            cards,
+            edited,
+            counted,
+            rounds,
+            seed,
+        } => {
+            let s = changes::run(&changes::Options {
+                cards,
+                edited,
+                counted,
+                rounds: rounds.max(1),
+                seed,
+                targets: None,
+            })?;
+            println!("{}", s.render());
             return Ok(());
         }
         Command::Sync {

@@ -145,15 +145,23 @@ fn callgrind_cold(
         .context("no instruction total in the callgrind output")
 }
 
-const WS: &str = "bench";
+pub(crate) const WS: &str = "bench";
 
 /// Control-socket requests from the benchmark itself (no `mopd` process per call).
-struct Control {
+pub(crate) struct Control {
     rt: tokio::runtime::Runtime,
     socket: std::path::PathBuf,
 }
 
 impl Control {
+    /// Requests to the daemon whose control socket is `socket`.
+    pub(crate) fn new(socket: std::path::PathBuf) -> Result<Control> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        Ok(Control { rt, socket })
+    }
+
     fn get(&self, method: &str, path: &str) -> Option<serde_json::Value> {
         match self
             .rt
@@ -165,13 +173,14 @@ impl Control {
     }
 
     /// The workspace's generation and card count, once it has one.
-    fn generation(&self) -> Option<(String, u64)> {
+    pub(crate) fn generation(&self) -> Option<(String, u64)> {
         let v = self.get("GET", &control::STATUS.path(&[]))?;
         let w = &v["workspaces"][0];
         Some((w["generation"].as_str()?.to_owned(), w["cards"].as_u64()?))
     }
 
-    fn sync_now(&self) -> Result<String> {
+    /// One sync of the workspace, waited for; its result.
+    pub(crate) fn sync_now(&self) -> Result<String> {
         let v = self
             .get("POST", &control::SYNC.path(&[WS]))
             .context("sync request failed")?;
@@ -281,12 +290,7 @@ pub fn run(o: &Options) -> Result<Vec<Section>> {
         std::io::copy(&mut std::io::stdin(), &mut std::io::sink())?;
         return Ok(Vec::new());
     }
-    let ctl = Control {
-        rt: tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?,
-        socket: d.socket(),
-    };
+    let ctl = Control::new(d.socket())?;
 
     // 1. Cold sync, alternating. Each side starts from flushed dirty pages (an untimed
     // `sync` first), so neither pays for the other's writeback; the order alternates too.

@@ -342,6 +342,29 @@ impl<'m> IndexBuilder<'m> {
         Ok(())
     }
 
+    /// The cards added so far, by class (open, restricted).
+    pub(crate) fn classes(&self) -> &[Class; 2] {
+        &self.classes
+    }
+
+    /// Every term's id, the terms in bytewise order.
+    pub(crate) fn sorted_terms(&self) -> Vec<u32> {
+        let terms = &self.dict.terms;
+        let mut order: Vec<u32> = (0..terms.terms.len() as u32).collect();
+        order.sort_unstable_by(|a, b| terms.text(*a).cmp(terms.text(*b)));
+        order
+    }
+
+    /// A term's bytes.
+    pub(crate) fn term_text(&self, id: u32) -> &[u8] {
+        self.dict.terms.text(id)
+    }
+
+    /// A term's pairs among the cards of one class (0 open, 1 restricted), into `into`.
+    pub(crate) fn pairs(&self, id: u32, class: usize, into: &mut file::Pairs) {
+        self.dict.terms.lists[id as usize][class].decode(into);
+    }
+
     /// Writes the index into `dir`, which must exist and be empty. The caller makes it
     /// visible atomically (it is built inside a generation that is renamed into place).
     pub fn write(self, dir: &Path) -> Result<crate::BuildReport, SearchError> {
@@ -349,6 +372,7 @@ impl<'m> IndexBuilder<'m> {
             dir: dir.display().to_string(),
             source,
         };
+        let order = self.sorted_terms();
         let IndexBuilder {
             dict,
             classes,
@@ -356,14 +380,12 @@ impl<'m> IndexBuilder<'m> {
             vectors,
             ..
         } = self;
-        let terms = dict.terms;
+        let terms = &dict.terms;
         if terms.arena.len() > u32::MAX as usize {
             return Err(io(std::io::Error::other(
                 "the terms of this workspace exceed 4 GiB",
             )));
         }
-        let mut order: Vec<u32> = (0..terms.terms.len() as u32).collect();
-        order.sort_unstable_by(|a, b| terms.text(*a).cmp(terms.text(*b)));
         let mut writer = file::Writer::create(dir, &classes).map_err(io)?;
         let (mut open, mut restricted) = Default::default();
         for id in order {

@@ -307,7 +307,13 @@ impl IndexFile {
         &self.map.bytes()[self.norms..self.norms + self.docs as usize]
     }
 
-    fn info(&self, t: usize) -> TermInfo {
+    /// Terms: numbered `0..terms()` in bytewise order.
+    pub(crate) fn terms(&self) -> usize {
+        self.terms
+    }
+
+    /// Where term `t`'s lists are.
+    pub(crate) fn info(&self, t: usize) -> TermInfo {
         let b = self.map.bytes();
         let at = self.infos + INFO_BYTES * t;
         TermInfo {
@@ -318,7 +324,8 @@ impl IndexFile {
         }
     }
 
-    fn term(&self, t: usize) -> &[u8] {
+    /// Term `t`'s bytes.
+    pub(crate) fn term(&self, t: usize) -> &[u8] {
         let b = self.map.bytes();
         let end = le32(b, self.ends + 4 * t) as usize;
         let start = match t {

@@ -33,6 +33,7 @@
 mod build;
 mod fieldnorm;
 mod file;
+mod merge;
 mod mmap;
 mod postings;
 pub mod tokenize;
@@ -48,6 +49,7 @@ use mop_embed::{CardVectors, Mismatch, Model};
 
 pub use build::IndexBuilder;
 pub use file::FORMAT;
+pub use merge::{Source, build_from};
 
 use file::{IndexFile, TermInfo};
 use topk::{Score, TermList};

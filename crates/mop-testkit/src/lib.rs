@@ -51,7 +51,7 @@ pub fn example_cards_dir() -> PathBuf {
 }
 
 /// A pool's current generation: its name, directory and manifest, after checking that
-/// every card file in its tree hashes to its manifest entry.
+/// every card's object hashes to its manifest entry.
 pub fn check_current_files(pool: &Path) -> (String, PathBuf, Manifest) {
     check_current_with(pool, |_, _| Ok(()))
 }
@@ -108,7 +108,7 @@ fn superseded(current: &Path, link: &Path, dir: &Path) -> bool {
     true
 }
 
-/// Checks that every card file of the generation in `dir` hashes to its manifest entry.
+/// Checks that every card's object of the generation in `dir` hashes to its manifest entry.
 /// A failure says why, and whether it was a missing file.
 fn check_generation(dir: &Path) -> Result<Manifest, (bool, String)> {
     let read = |path: &Path| {
@@ -120,10 +120,10 @@ fn check_generation(dir: &Path) -> Result<Manifest, (bool, String)> {
     let path = dir.join("manifest.json");
     let manifest: Manifest = serde_json::from_slice(&read(&path)?)
         .map_err(|e| (false, format!("{}: {e}", path.display())))?;
+    // A card's file is its object in the pool (`<pool>/gens/<generation>`).
+    let objects = dir.join("../../objects");
     for e in &manifest.cards {
-        let file = dir
-            .join("tree")
-            .join(mop_cards::card_path(e.summary.card_type, &e.summary.id));
+        let file = objects.join(&e.sha256[..2]).join(&e.sha256);
         if mop_cards::sha256_hex(&read(&file)?) != e.sha256 {
             let why = "content does not hash to its manifest entry";
             return Err((false, format!("{}: {why}", file.display())));

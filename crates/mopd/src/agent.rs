@@ -212,8 +212,8 @@ impl TaskMemory {
             record_get(false);
             return Err(AgentError::NotFound(format!("card {id} not found")));
         };
-        let rel = loaded.catalog.card(ord).path();
-        let bytes = std::fs::read(loaded.tree.join(rel))
+        let object = loaded.pool.object(loaded.catalog.card(ord).sha256);
+        let bytes = std::fs::read(object)
             .map_err(|e| AgentError::Internal(format!("card {id} unreadable: {e}")))?;
         record_get(true);
         Ok(bytes)

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! <cache_dir>/pools/<ws>/                     one workspace's pool (the pool module)
-//!   objects/ab/<sha256>  gens/<name>/{tree,manifest.json,index}  current  lock  tmp/  quarantine/
+//!   objects/ab/<sha256>  gens/<name>/{manifest.json,index}  current  lock  tmp/  quarantine/
 //! <cache_dir>/tasks/<task>/view/              a task's view (MEMORY.md + hardlinks)
 //! <state_dir>/leases/<task>.json              a task's lease
 //! <state_dir>/workspaces/<ws>/status.json     a workspace's last sync status
@@ -284,11 +284,6 @@ impl GenerationPaths {
         &self.dir
     }
 
-    /// The card tree (hardlinks of objects at OKF paths).
-    pub fn tree(&self) -> PathBuf {
-        self.dir.join("tree")
-    }
-
     /// Its manifest.
     pub fn manifest(&self) -> PathBuf {
         self.dir.join("manifest.json")
@@ -396,8 +391,8 @@ mod tests {
             Path::new("/c/pools/acme/objects/ab").join("ab".repeat(32))
         );
         assert_eq!(
-            p.pool("acme").generation("g").tree(),
-            Path::new("/c/pools/acme/gens/g/tree")
+            p.pool("acme").generation("g").index(),
+            Path::new("/c/pools/acme/gens/g/index")
         );
         assert_eq!(p.view("t-1"), Path::new("/c/tasks/t-1/view"));
         assert_eq!(p.lease("t-1"), Path::new("/s/leases/t-1.json"));

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::path::PathBuf;
 
-use mop_cards::{Manifest, card_path};
+use mop_cards::Manifest;
 use mop_proto::control::VerifyReport;
 
 use super::objects::hash_file;
@@ -102,8 +102,8 @@ impl Pool {
         Ok(report)
     }
 
-    /// Re-hashes every object (moving bad ones to `quarantine/`) and every file of the
-    /// current and pinned generations.
+    /// Re-hashes every object (moving bad ones to `quarantine/`), reads the manifests of
+    /// the current and pinned generations, and lists the objects the current one lacks.
     pub fn verify(&self, pinned: &BTreeSet<String>) -> Result<VerifyReport, PoolError> {
         let _lock = self.lock(true)?;
         let mut report = VerifyReport {
@@ -143,12 +143,8 @@ impl Pool {
                     .push(format!("gens/{name}/manifest.json"));
                 continue;
             };
+            // A card's file is its object, re-hashed above (and quarantined if bad).
             for e in &g.manifest.cards {
-                let rel = card_path(e.summary.card_type, &e.summary.id);
-                let file = g.tree().join(&rel);
-                if !hash_file(&file).is_ok_and(|h| h == e.sha256) {
-                    report.damaged_files.push(format!("gens/{name}/tree/{rel}"));
-                }
                 if Some(&name) == report.current.as_ref() && !self.has_object(&e.sha256, e.size) {
                     report.missing_objects.push(e.sha256.clone());
                 }
@@ -259,17 +255,17 @@ mod tests {
         // The build waits for its last card's object, as if a fetch were still bringing it.
         let last = manifest.cards[2].sha256.clone();
         let (building, feed) = pool
-            .start_generation(manifest.clone(), vec![last.clone()], None)
+            .start_generation(manifest.clone(), vec![last.clone()], None, None)
             .unwrap();
         let name = building.name().to_owned();
         let leftover = pool.paths().generation(&format!("{name}-killed"));
-        fs::create_dir_all(leftover.tree()).unwrap();
+        fs::create_dir_all(leftover.index()).unwrap();
         let other = Pool::open(&super::super::tests::paths(dir.path()), "acme").unwrap();
         for collector in [&other, &pool] {
             let report = collector.collect(&BTreeSet::new(), None).unwrap();
             assert!(pool.paths().generation(&name).dir().exists(), "claimed");
             assert!(!leftover.dir().exists(), "unclaimed");
-            fs::create_dir_all(leftover.tree()).unwrap();
+            fs::create_dir_all(leftover.index()).unwrap();
             assert_eq!(report.generations, 1);
         }
         // Strays are removed without being opened: a symlink to a generation, a FIFO
@@ -294,14 +290,14 @@ mod tests {
         drop(claim);
         assert!(pool.verify(&BTreeSet::new()).unwrap().is_clean());
         // Published, it is kept as current; a leftover goes.
-        fs::create_dir_all(leftover.tree()).unwrap();
+        fs::create_dir_all(leftover.index()).unwrap();
         let report = other.collect(&BTreeSet::new(), None).unwrap();
         assert_eq!(report.generations, 1);
         assert_eq!(pool.current_name(), Some(name));
     }
 
     #[test]
-    fn verify_quarantines_a_bad_object_and_names_the_damaged_file() {
+    fn verify_quarantines_a_bad_object_and_names_what_is_missing_or_damaged() {
         let dir = tempfile::tempdir().unwrap();
         let (pool, manifest) = pool_with_cards(dir.path(), 2);
         let name = pool
@@ -316,7 +312,14 @@ mod tests {
         let report = pool.verify(&BTreeSet::new()).unwrap();
         assert_eq!(report.bad_objects, std::slice::from_ref(&victim.sha256));
         assert_eq!(report.missing_objects, std::slice::from_ref(&victim.sha256));
-        assert_eq!(report.damaged_files.len(), 1, "{report:?}");
+        // The card's file is its object: nothing else of the generation is damaged.
+        assert_eq!(report.damaged_files, Vec::<String>::new());
         assert_eq!(fs::read_dir(pool.paths().quarantine()).unwrap().count(), 1);
+        // A generation's manifest that does not parse is named.
+        let manifest_path = pool.paths().generation(&name).manifest();
+        fs::set_permissions(&manifest_path, fs::Permissions::from_mode(0o640)).unwrap();
+        fs::write(&manifest_path, b"{").unwrap();
+        let report = pool.verify(&BTreeSet::new()).unwrap();
+        assert_eq!(report.damaged_files, [format!("gens/{name}/manifest.json")]);
     }
 }

@@ -1,20 +1,23 @@
-//! A pool's generations: the hardlink tree of one manifest, the manifest itself and the
-//! search index built for it, all immutable. A generation is built beside the current
-//! one (on a thread of its own, while a sync is still fetching its objects) under a
-//! [`Claim`] that keeps collection away from it, flushed with one `syncfs(2)`, and
-//! published by renaming a new `current` link over the old one under the pool's
-//! exclusive lock.
+//! A pool's generations: one manifest and the search index built for it, both immutable.
+//! A generation is built beside the current one (on a thread of its own, while a sync is
+//! still fetching its objects) under a [`Claim`] that keeps collection away from it,
+//! flushed with one `syncfs(2)`, and published by renaming a new `current` link over the
+//! old one under the pool's exclusive lock.
+//!
+//! A generation has no card tree of its own: a card's file is its object, which the
+//! manifest names by hash, and a task's view links the objects of its cards. A tree of
+//! hardlinks per generation made an edit of one card cost a link per card of the
+//! workspace to build it and an unlink per card to collect it.
 
-use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
-use mop_cards::{Manifest, ManifestEntry, card_body, card_path};
-use mop_search::{IndexBuilder, IndexDoc};
+use mop_cards::{Manifest, ManifestEntry};
+use mop_search::IndexBuilder;
 
-use super::objects::Linker;
+use super::earlier::{Earlier, index_doc};
 use super::{Pool, PoolError, io_err, make_dir};
 use crate::paths::{GenerationPaths, PoolPaths};
 
@@ -45,11 +48,6 @@ impl Generation {
             manifest,
         })
     }
-
-    /// The card tree.
-    pub fn tree(&self) -> std::path::PathBuf {
-        self.paths.tree()
-    }
 }
 
 /// A verified object, just named in the pool, with its bytes: how a generation being
@@ -63,42 +61,24 @@ pub struct Arrived {
 }
 
 /// Where the fetcher hands over the [`Arrived`] objects of a generation being built, a
-/// few at a time (those of one network read). Handing over links each object into the
-/// generation's tree at once, on the fetcher's thread: the build's thread is the slower
-/// one (it indexes every card), and a link per card was a fifth of its time.
+/// few at a time (those of one network read).
 pub struct Feed {
     tx: tokio::sync::mpsc::UnboundedSender<Handover>,
     room: Arc<tokio::sync::Semaphore>,
-    pool: Pool,
-    /// The tree paths of the cards of each arriving object.
-    paths: HashMap<String, Vec<String>>,
-    linker: parking_lot::Mutex<Linker>,
 }
 
 impl std::fmt::Debug for Feed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Feed")
-            .field("objects", &self.paths.len())
-            .finish()
+        f.debug_struct("Feed").finish_non_exhaustive()
     }
 }
 
 impl Feed {
-    /// Links `arrived` (objects just named in the pool) into the tree and hands them to
-    /// the build. A build that has stopped (it failed, and says why when it is finished)
-    /// takes nothing more.
+    /// Hands `arrived` (objects just named in the pool) to the build. A build that has
+    /// stopped (it failed, and says why when it is finished) takes nothing more.
     pub async fn hand_over(&self, arrived: Vec<Arrived>) -> Result<(), PoolError> {
         if arrived.is_empty() {
             return Ok(());
-        }
-        {
-            let mut linker = self.linker.lock();
-            for a in &arrived {
-                let object = self.pool.object_path(&a.sha256);
-                for rel in self.paths.get(&a.sha256).into_iter().flatten() {
-                    linker.link(&object, rel)?;
-                }
-            }
         }
         let kib: usize = arrived.iter().map(|a| a.bytes.len().div_ceil(1024)).sum();
         let kib = (kib as u32).clamp(1, FEED_KIB);
@@ -117,8 +97,9 @@ struct Handover {
     room: tokio::sync::OwnedSemaphorePermit,
 }
 
-/// A build waits for every arriving object and then indexes in two halves at once when
-/// fewer than one card in this many has its object arriving (an incremental sync).
+/// A build waits for every arriving object and then indexes from the pool (in two halves
+/// at once, or from the earlier generation's index) when fewer than one card in this many
+/// has its object arriving, or is new to the index (an incremental sync).
 const FEW_ARRIVING: usize = 4;
 
 /// Bytes of bodies (in KiB) handed over and not yet indexed, at most: the fetch waits for
@@ -175,6 +156,31 @@ impl Building {
     }
 }
 
+/// Waits until every object in `arriving` has been handed over (they are then in the
+/// pool).
+fn wait_for_all(
+    arriving: &[String],
+    arrivals: &mut tokio::sync::mpsc::UnboundedReceiver<Handover>,
+) -> Result<(), PoolError> {
+    let mut got = 0;
+    while got < arriving.len() {
+        let Some(h) = arrivals.blocking_recv() else {
+            return Err(PoolError::MissingObject(arriving[got].clone()));
+        };
+        got += h.arrived.len();
+    }
+    Ok(())
+}
+
+/// Makes a written index's files read-only, as every file of a generation is.
+fn finish_index(index_dir: &std::path::Path) -> Result<(), PoolError> {
+    for f in fs::read_dir(index_dir).map_err(io_err(index_dir))? {
+        let p = f.map_err(io_err(index_dir))?.path();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o440)).map_err(io_err(&p))?;
+    }
+    Ok(())
+}
+
 /// One build at a time across workspaces: a build holds its index's tables (tens of MiB
 /// at 100k cards), and five at once after a cold start peaked at 415 MiB. On two cores
 /// parallel builds gain little time.
@@ -182,14 +188,14 @@ static ONE_BUILD: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
 
 impl Pool {
     /// Builds a generation for a full manifest (cards sorted by id) beside the current one
-    /// from objects already in the pool: the hardlink tree, the manifest and the search
-    /// index (with a model, the card vectors too). Not visible until [`Pool::publish`].
+    /// from objects already in the pool: the manifest and the search index (with a model,
+    /// the card vectors too). Not visible until [`Pool::publish`].
     pub fn build_generation(
         &self,
         manifest: Arc<Manifest>,
         model: Option<Arc<mop_embed::Model>>,
     ) -> Result<String, PoolError> {
-        let (building, feed) = self.start_generation(manifest, Vec::new(), model)?;
+        let (building, feed) = self.start_generation(manifest, Vec::new(), None, model)?;
         drop(feed);
         Ok(building.finish()?.0.name)
     }
@@ -198,13 +204,15 @@ impl Pool {
     /// current one, on a thread of its own, while the objects in `arriving` (each once, in
     /// the order of the first card that names it) are still being fetched: each comes
     /// through the returned [`Feed`] once it is verified and named in the pool, and every
-    /// other object is read from the pool. Cards are linked into the tree and indexed in
-    /// ordinal order as they come, so the tree, the index and the card vectors are built
-    /// while the network is still busy. Not visible until [`Pool::publish`].
+    /// other object is read from the pool. Cards are indexed in ordinal order as they
+    /// come, so the index and the card vectors are built while the network is still busy.
+    /// With `earlier`, the index is made from the previous generation's when it can be
+    /// ([`Earlier`]). Not visible until [`Pool::publish`].
     pub fn start_generation(
         &self,
         manifest: Arc<Manifest>,
         arriving: Vec<String>,
+        earlier: Option<Earlier>,
         model: Option<Arc<mop_embed::Model>>,
     ) -> Result<(Building, Feed), PoolError> {
         if !mop_cards::is_epoch(&manifest.epoch) {
@@ -218,24 +226,10 @@ impl Pool {
         }
         let claim = self.claim(&manifest.epoch, manifest.revision)?;
         let name = claim.name().to_owned();
-        let tree = self.paths().generation(&name).tree();
-        make_dir(&tree)?;
         let (tx, arrivals) = tokio::sync::mpsc::unbounded_channel();
-        let mut paths: HashMap<String, Vec<String>> = arriving
-            .iter()
-            .map(|sha| (sha.clone(), Vec::new()))
-            .collect();
-        for e in &manifest.cards {
-            if let Some(p) = paths.get_mut(&e.sha256) {
-                p.push(card_path(e.summary.card_type, &e.summary.id));
-            }
-        }
         let feed = Feed {
             tx,
             room: Arc::new(tokio::sync::Semaphore::new(FEED_KIB as usize)),
-            pool: self.clone(),
-            paths,
-            linker: parking_lot::Mutex::new(Linker::new(&tree)),
         };
         let pool = self.clone();
         let building = name.clone();
@@ -243,7 +237,7 @@ impl Pool {
             .name("mopd-build".into())
             .spawn(move || {
                 let built = pool
-                    .build_into(&building, &manifest, &arriving, arrivals, model)
+                    .build_into(&building, &manifest, &arriving, arrivals, earlier, model)
                     .map(|()| crate::sys::thread_cpu_time());
                 if built.is_err() {
                     let dir = pool.paths().generation(&building);
@@ -286,6 +280,7 @@ impl Pool {
         manifest: &Manifest,
         arriving: &[String],
         mut arrivals: tokio::sync::mpsc::UnboundedReceiver<Handover>,
+        earlier: Option<Earlier>,
         model: Option<Arc<mop_embed::Model>>,
     ) -> Result<(), PoolError> {
         let _building = ONE_BUILD.lock();
@@ -297,36 +292,43 @@ impl Pool {
         fs::write(&manifest_path, json).map_err(io_err(&manifest_path))?;
         fs::set_permissions(&manifest_path, fs::Permissions::from_mode(0o440))
             .map_err(io_err(&manifest_path))?;
-        let fed: HashSet<&String> = arriving.iter().collect();
         let cards = &manifest.cards;
         let model = model.as_deref();
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let index = if cores >= 2
-            && cards.len() >= mop_search::PARALLEL_MIN
-            && arriving.len() * FEW_ARRIVING <= cards.len()
-        {
-            // Few objects arrive (an incremental sync, a rebuild): once they are all in,
-            // the cards are read from the pool and indexed in two halves at once.
-            let mut got = 0;
-            while got < arriving.len() {
-                let Some(h) = arrivals.blocking_recv() else {
-                    return Err(PoolError::MissingObject(arriving[got].clone()));
-                };
-                got += h.arrived.len();
+        let mut all_in = false;
+        if let Some(earlier) = &earlier {
+            if earlier.unchanged() && self.take_index(earlier, &paths, model) {
+                return Ok(());
             }
-            let half = cards.len() / 2;
-            let (mut first, later) = std::thread::scope(|s| {
-                let later = s.spawn(|| {
-                    let from_pool = |e: &ManifestEntry| self.read_object(e);
-                    self.index_cards(&paths, &cards[half..], half, &fed, from_pool, model)
-                });
-                let from_pool = |e: &ManifestEntry| self.read_object(e);
-                let first = self.index_cards(&paths, &cards[..half], 0, &fed, from_pool, model);
-                let later = later.join().expect("indexing does not panic");
-                first.and_then(|f| Ok((f, later?)))
-            })?;
-            first.append(later)?;
-            first
+            if model.is_none() && earlier.new_cards() * FEW_ARRIVING <= cards.len() {
+                all_in = true;
+                wait_for_all(arriving, &mut arrivals)?;
+                if self.merge_index(earlier, &paths, manifest) {
+                    return finish_index(&paths.index());
+                }
+            }
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let index = if all_in || arriving.len() * FEW_ARRIVING <= cards.len() {
+            // Few objects arrive (an incremental sync, a rebuild): once they are all in,
+            // the cards are read from the pool, with two cores in two halves at once.
+            if !all_in {
+                wait_for_all(arriving, &mut arrivals)?;
+            }
+            let from_pool = |e: &ManifestEntry| self.read_object(e);
+            if cores < 2 || cards.len() < mop_search::PARALLEL_MIN {
+                self.index_cards(cards, 0, from_pool, model)?
+            } else {
+                let half = cards.len() / 2;
+                let (mut first, later) = std::thread::scope(|s| {
+                    let later =
+                        s.spawn(|| self.index_cards(&cards[half..], half, from_pool, model));
+                    let first = self.index_cards(&cards[..half], 0, from_pool, model);
+                    let later = later.join().expect("indexing does not panic");
+                    first.and_then(|f| Ok((f, later?)))
+                })?;
+                first.append(later)?;
+                first
+            }
         } else {
             let mut next = arriving.iter().peekable();
             let mut waiting = std::collections::VecDeque::new();
@@ -356,7 +358,7 @@ impl Pool {
                 }
                 Ok(got.bytes)
             };
-            self.index_cards(&paths, cards, 0, &fed, source, model)?
+            self.index_cards(cards, 0, source, model)?
         };
         let index_dir = paths.index();
         make_dir(&index_dir)?;
@@ -365,50 +367,30 @@ impl Pool {
             tracing::warn!(workspace = %self.workspace(), generation = %name, error = %why, "card vectors not stored: this generation ranks by BM25 alone");
         }
         crate::sys::release_freed_memory();
-        for f in fs::read_dir(&index_dir).map_err(io_err(&index_dir))? {
-            let p = f.map_err(io_err(&index_dir))?.path();
-            fs::set_permissions(&p, fs::Permissions::from_mode(0o440)).map_err(io_err(&p))?;
-        }
-        Ok(())
+        finish_index(&index_dir)
     }
 
-    /// Links `cards` (those from ordinal `first` on) into the generation's tree, but for
-    /// those whose objects the feed linked (`fed`), and indexes them, each object's bytes
-    /// from `source`.
+    /// Indexes `cards` (those from ordinal `first` on), each object's bytes from `source`.
     fn index_cards<'m>(
         &self,
-        paths: &GenerationPaths,
         cards: &[ManifestEntry],
         first: usize,
-        fed: &HashSet<&String>,
         mut source: impl FnMut(&ManifestEntry) -> Result<Vec<u8>, PoolError>,
         model: Option<&'m mop_embed::Model>,
     ) -> Result<IndexBuilder<'m>, PoolError> {
-        let mut linker = Linker::new(&paths.tree());
         let mut index = IndexBuilder::starting_at(first as u32, model);
         for (ord, e) in (first..).zip(cards) {
             let raw = source(e)?;
             if raw.len() as u64 != e.size {
                 return Err(PoolError::MissingObject(e.sha256.clone()));
             }
-            if !fed.contains(&e.sha256) {
-                let object = self.object_path(&e.sha256);
-                linker.link(&object, &card_path(e.summary.card_type, &e.summary.id))?;
-            }
-            index.add(IndexDoc {
-                ord: ord as u32,
-                title: &e.summary.title,
-                description: e.summary.description.as_deref().unwrap_or(""),
-                labels: &e.summary.labels,
-                body: card_body(&raw).unwrap_or("").into(),
-                open: e.summary.is_open(),
-            })?;
+            index.add(index_doc(ord as u32, e, &raw))?;
         }
         Ok(index)
     }
 
     /// An object's bytes, read from the pool.
-    fn read_object(&self, e: &ManifestEntry) -> Result<Vec<u8>, PoolError> {
+    pub(super) fn read_object(&self, e: &ManifestEntry) -> Result<Vec<u8>, PoolError> {
         fs::read(self.object_path(&e.sha256))
             .map_err(|_| PoolError::MissingObject(e.sha256.clone()))
     }
@@ -438,7 +420,7 @@ mod tests {
 
     /// The two ways a generation is built, streaming the objects as they arrive (a cold
     /// sync) or reading them from the pool in two halves at once (few arriving), make the
-    /// same index, byte for byte, and a complete tree.
+    /// same index, byte for byte.
     #[test]
     fn streamed_and_two_half_builds_are_the_same() {
         let dir = tempfile::tempdir().unwrap();
@@ -448,7 +430,9 @@ mod tests {
         let halves = pool.build_generation(manifest.clone(), None).unwrap();
         // Every object "arrives", a few at a time, as a fetch would hand them over.
         let shas: Vec<String> = manifest.cards.iter().map(|c| c.sha256.clone()).collect();
-        let (building, feed) = pool.start_generation(manifest.clone(), shas, None).unwrap();
+        let (building, feed) = pool
+            .start_generation(manifest.clone(), shas, None, None)
+            .unwrap();
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
@@ -468,16 +452,11 @@ mod tests {
             fs::read(pool.paths().generation(name).index().join("postings.mop")).unwrap()
         };
         assert_eq!(index(&halves), index(&streamed));
-        for name in [&halves, &streamed] {
-            let tree = pool.paths().generation(name).tree();
-            for c in &manifest.cards {
-                let file = tree.join(card_path(c.summary.card_type, &c.summary.id));
-                assert_eq!(fs::metadata(file).unwrap().len(), c.size, "{name}");
-            }
-        }
         // A fetch that ends early fails the build, and nothing of it is left.
         let shas: Vec<String> = manifest.cards.iter().map(|c| c.sha256.clone()).collect();
-        let (building, feed) = pool.start_generation(manifest.clone(), shas, None).unwrap();
+        let (building, feed) = pool
+            .start_generation(manifest.clone(), shas, None, None)
+            .unwrap();
         let name = building.name().to_owned();
         drop(feed);
         assert!(matches!(

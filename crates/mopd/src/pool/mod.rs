@@ -2,9 +2,11 @@
 //! [`crate::paths::PoolPaths`].
 //!
 //! - [`objects`]: verified, content-addressed objects, written once through
-//!   [`ObjectWriter`] and linked into trees with [`objects::link`];
+//!   [`ObjectWriter`] and linked into task views with [`objects::Linker`];
 //! - [`generations`]: building a generation beside the current one and publishing it by
 //!   one `rename(2)` of the `current` link;
+//! - [`earlier`]: what a new generation takes from the one before it (its index, whole
+//!   or in part);
 //! - [`collect`]: garbage collection and re-hashing.
 //!
 //! A crash at any point leaves the previous generation intact; leftovers are collected at
@@ -12,6 +14,7 @@
 //! through [`Pool::new_object`], and tasks pin generations by name.
 
 pub mod collect;
+pub mod earlier;
 pub mod generations;
 pub mod objects;
 

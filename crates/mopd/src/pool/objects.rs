@@ -1,6 +1,6 @@
 //! The pool's objects: card files by sha256, verified while they arrive, written once
 //! (0440), never reopened for writing; nothing unverified is ever renamed into place. And
-//! [`Linker`], which hardlinks objects into card trees (a generation's, a task's view).
+//! [`Linker`], which hardlinks objects into a task's view at their OKF paths.
 
 use std::collections::BTreeSet;
 use std::fs::{self, File};
@@ -203,7 +203,8 @@ impl Pool {
     }
 }
 
-/// Hardlinks files into a card tree, creating each parent (pillar) directory once.
+/// Hardlinks objects into a card directory (a task's view), creating each parent (pillar)
+/// directory once.
 #[derive(Debug)]
 pub struct Linker {
     root: PathBuf,

@@ -19,6 +19,7 @@ use parking_lot::Mutex;
 
 use super::{Failure, Syncer, blocking, local};
 use crate::pool::Pool;
+use crate::pool::earlier::Earlier;
 use crate::state::State;
 
 /// Every workspace's syncer on this host: the configured ones and the inherited pools.
@@ -252,8 +253,12 @@ impl Syncer {
             composed.revision,
             composed.cards.len(),
         );
+        // After a repair (`always`) the index is built again from the repaired objects.
+        let earlier =
+            (!always).then(|| Earlier::between(&current.name, &current.manifest, &composed));
+        drop(current);
         let built = self
-            .build_and_publish(&*self.state.client(), composed, &[])
+            .build_and_publish(&*self.state.client(), composed, &[], earlier)
             .await?;
         tracing::info!(workspace = %self.ws, generation = %built.name, inherited = ?inherited.iter().map(|i| format!("{}@{}", i.workspace, i.revision)).collect::<Vec<_>>(), "composed the inherited workspaces' cards into a new generation");
         self.update(|s| {

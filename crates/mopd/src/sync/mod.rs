@@ -26,6 +26,7 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::client::{CardServer, ClientError, ManifestFetch};
+use crate::pool::earlier::Earlier;
 use crate::pool::{Pool, PoolError};
 use crate::state::State;
 use fetch::FetchError;
@@ -386,9 +387,7 @@ impl Syncer {
             Err(r) => return Err(refused(r)),
         };
         self.behind.store(0, std::sync::atomic::Ordering::Relaxed);
-        // Only the plan needed the held generation; the fetch and build do not.
         drop(held);
-        drop(current);
         let Plan::Publish {
             manifest,
             missing,
@@ -408,13 +407,18 @@ impl Syncer {
         }
         self.check_quota(&missing)?;
         let manifest = self.composed(manifest, inherits).await?;
+        // Only the plan and this comparison need the held generation; the fetch and build
+        // do not.
+        let earlier = current.map(|g| Earlier::between(&g.name, &g.manifest, &manifest));
         let inherited = manifest.inherited.clone();
         let (epoch, revision, cards) = (
             manifest.epoch.clone(),
             manifest.revision,
             manifest.cards.len(),
         );
-        let built = self.build_and_publish(client, manifest, &missing).await?;
+        let built = self
+            .build_and_publish(client, manifest, &missing, earlier)
+            .await?;
         tracing::info!(workspace = %self.ws, generation = %built.name, cards, objects = missing.len(), bytes = built.received, fetch_ms = built.fetch_ms, build_ms = built.build_ms, flush_ms = built.flush_ms, collect_ms = built.collect_ms, build_cpu_ms = built.build_cpu_ms, "published a new generation");
         self.update(|s| {
             s.stats.objects_fetched += missing.len() as u64;
@@ -464,7 +468,7 @@ impl Syncer {
         let m = &current.manifest;
         let (epoch, revision, cards) = (m.epoch.clone(), m.revision, m.cards.len());
         let built = self
-            .build_and_publish(&*self.state.client(), current.manifest, &[])
+            .build_and_publish(&*self.state.client(), current.manifest, &[], None)
             .await?;
         let (name, usage) = (built.name, built.usage);
         let model = model
@@ -504,12 +508,14 @@ impl Syncer {
 
     /// Builds a generation of `manifest` while its `missing` objects are fetched from
     /// `client` (the build reads the others from the pool), publishes and announces it,
-    /// then collects what nothing needs.
+    /// then collects what nothing needs. With `earlier`, the index is made from the
+    /// previous generation's where it can be.
     async fn build_and_publish(
         &self,
         client: &dyn CardServer,
         manifest: mop_proto::sync::Manifest,
         missing: &[(String, u64)],
+        earlier: Option<Earlier>,
     ) -> Result<Built, Failure> {
         let pool = self.pool.clone();
         let model = self.state.embedding_model();
@@ -518,7 +524,8 @@ impl Syncer {
         let manifest = std::sync::Arc::new(manifest);
         let building_from = manifest.clone();
         let (building, feed) =
-            blocking(move || pool.start_generation(building_from, arriving, model)).await?;
+            blocking(move || pool.start_generation(building_from, arriving, earlier, model))
+                .await?;
         let fetched = match missing {
             [] => Ok(0),
             _ => fetch::fetch(client, &self.pool, &self.ws, missing, &feed).await,
@@ -609,7 +616,7 @@ impl Syncer {
             .collect();
         let manifest = self.composed(own, &inherits).await?;
         let name = self
-            .build_and_publish(&*self.state.client(), manifest, &missing)
+            .build_and_publish(&*self.state.client(), manifest, &missing, None)
             .await?
             .name;
         tracing::info!(workspace = %self.ws, generation = %name, refetched = missing.len(), "pool repaired");

@@ -471,7 +471,7 @@ impl Tasks {
                 let md = render_memory_md(&loaded.catalog, &selection, &task, &loaded.rules.config);
                 build_view(
                     &view_dir,
-                    &loaded.tree,
+                    &loaded.pool,
                     &loaded.catalog,
                     &selection.cards,
                     &md,

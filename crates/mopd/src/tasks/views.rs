@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use mop_cards::{Catalog, Rules, Selected};
@@ -16,15 +16,15 @@ use mop_search::{DenseState, SearchIndex};
 use parking_lot::Mutex;
 
 use super::{TaskError, internal};
-use crate::paths::MEMORY_MD;
+use crate::paths::{MEMORY_MD, PoolPaths};
 use crate::pool::objects::Linker;
 use crate::pool::{Pool, PoolError, io_err};
 use crate::state::State;
 
 /// A generation loaded for selection and retrieval: catalog and open index.
 pub struct Loaded {
-    /// The generation's card tree.
-    pub tree: PathBuf,
+    /// The pool whose objects are its cards' files.
+    pub pool: PoolPaths,
     /// Its catalog, which owns the manifest (one copy: at 10k cards it is ~10 MiB).
     pub catalog: Catalog,
     /// Its search index.
@@ -86,10 +86,9 @@ impl LoadedGenerations {
             if let DenseState::FailedClosed(why) = &dense {
                 tracing::warn!(workspace = %pool.workspace(), generation = %name, reason = %why, "dense ranker off for this generation: BM25 alone");
             }
-            let tree = g.tree();
             let catalog = Catalog::new(g.manifest, &rules).map_err(internal)?;
             Ok(Loaded {
-                tree,
+                pool: pool.paths().clone(),
                 catalog,
                 index,
                 rules,
@@ -127,19 +126,19 @@ impl LoadedGenerations {
     }
 }
 
-/// Fills a task's (reserved, empty) view: hardlinks of the selected cards from the
-/// generation's tree at their OKF paths, and the task's MEMORY.md, all read-only.
+/// Fills a task's (reserved, empty) view: hardlinks of the selected cards' objects from
+/// `pool` at their OKF paths, and the task's MEMORY.md, all read-only.
 pub fn build_view(
     view: &Path,
-    tree: &Path,
+    pool: &PoolPaths,
     catalog: &Catalog,
     cards: &[Selected],
     memory_md: &str,
 ) -> Result<(), PoolError> {
     let mut linker = Linker::new(view);
     for s in cards {
-        let rel = catalog.card(s.ord).path();
-        linker.link(&tree.join(&rel), &rel)?;
+        let card = catalog.card(s.ord);
+        linker.link(&pool.object(card.sha256), &card.path())?;
     }
     let md_path = view.join(MEMORY_MD);
     std::fs::write(&md_path, memory_md)

@@ -136,6 +136,11 @@ pub fn run(o: &Options) -> Result<Section> {
         }
         Ok(())
     })?;
+    // Each sync logs its fetch, build, flush and collect times.
+    if let Some(path) = std::env::var_os("MOP_BENCH_DAEMON_LOG") {
+        std::fs::write(&path, d.log())
+            .with_context(|| format!("cannot write {}", std::path::Path::new(&path).display()))?;
+    }
     drop(d);
 
     let mut s = Section::new(format!(

@@ -260,12 +260,22 @@ pub struct Catalog {
 
 impl Catalog {
     /// Indexes a full manifest. "Now" for importance decay is its `generated_at`.
-    pub fn new(manifest: Manifest, rules: &Rules) -> Result<Catalog, CatalogError> {
+    pub fn new(mut manifest: Manifest, rules: &Rules) -> Result<Catalog, CatalogError> {
+        manifest.cards.sort_unstable_by_key(|e| e.summary.id);
+        Catalog::of(&manifest, rules)
+    }
+
+    /// [`Catalog::new`] of a manifest the caller keeps (a daemon's current generation):
+    /// the catalog copies what it keeps of each card. One whose cards are not sorted by
+    /// id (a generation's always are) is sorted in a copy first.
+    pub fn of(manifest: &Manifest, rules: &Rules) -> Result<Catalog, CatalogError> {
         if manifest.is_delta() {
             return Err(CatalogError::Delta);
         }
-        let mut entries = manifest.cards;
-        entries.sort_unstable_by_key(|e| e.summary.id);
+        if !manifest.cards.is_sorted_by_key(|e| e.summary.id) {
+            return Catalog::new(manifest.clone(), rules);
+        }
+        let entries = &manifest.cards;
         if let Some(w) = entries
             .windows(2)
             .find(|w| w[0].summary.id == w[1].summary.id)
@@ -281,7 +291,7 @@ impl Catalog {
             return Err(CatalogError::UnknownSource(e.summary.id));
         }
         let mut cat = Catalog {
-            epoch: manifest.epoch,
+            epoch: manifest.epoch.clone(),
             revision: manifest.revision,
             generated_at: now,
             sources: manifest

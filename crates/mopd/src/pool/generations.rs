@@ -279,30 +279,49 @@ impl Pool {
         name: &str,
         manifest: &Manifest,
         arriving: &[String],
-        mut arrivals: tokio::sync::mpsc::UnboundedReceiver<Handover>,
+        arrivals: tokio::sync::mpsc::UnboundedReceiver<Handover>,
         earlier: Option<Earlier>,
         model: Option<Arc<mop_embed::Model>>,
     ) -> Result<(), PoolError> {
         let _building = ONE_BUILD.lock();
         let paths = self.paths().generation(name);
-        // The manifest first: it is known before any object comes, and written now it
-        // is not part of what is left to do once the last object is in.
-        let manifest_path = paths.manifest();
-        let json = serde_json::to_vec(manifest).expect("manifests serialize");
-        fs::write(&manifest_path, json).map_err(io_err(&manifest_path))?;
-        fs::set_permissions(&manifest_path, fs::Permissions::from_mode(0o440))
-            .map_err(io_err(&manifest_path))?;
+        // The manifest is known before any object comes: it is written on a thread of its
+        // own while the index is made (at 10k cards each takes about 15 ms after an edit).
+        std::thread::scope(|s| {
+            let written = s.spawn(|| {
+                let manifest_path = paths.manifest();
+                let json = serde_json::to_vec(manifest).expect("manifests serialize");
+                fs::write(&manifest_path, json).map_err(io_err(&manifest_path))?;
+                fs::set_permissions(&manifest_path, fs::Permissions::from_mode(0o440))
+                    .map_err(io_err(&manifest_path))
+            });
+            let indexed = self.index_into(&paths, manifest, arriving, arrivals, earlier, model);
+            let written = written.join().expect("writing a manifest does not panic");
+            indexed.and(written)
+        })
+    }
+
+    /// The index of [`Pool::build_into`].
+    fn index_into(
+        &self,
+        paths: &GenerationPaths,
+        manifest: &Manifest,
+        arriving: &[String],
+        mut arrivals: tokio::sync::mpsc::UnboundedReceiver<Handover>,
+        earlier: Option<Earlier>,
+        model: Option<Arc<mop_embed::Model>>,
+    ) -> Result<(), PoolError> {
         let cards = &manifest.cards;
         let model = model.as_deref();
         let mut all_in = false;
         if let Some(earlier) = &earlier {
-            if earlier.unchanged() && self.take_index(earlier, &paths, model) {
+            if earlier.unchanged() && self.take_index(earlier, paths, model) {
                 return Ok(());
             }
             if model.is_none() && earlier.new_cards() * FEW_ARRIVING <= cards.len() {
                 all_in = true;
                 wait_for_all(arriving, &mut arrivals)?;
-                if self.merge_index(earlier, &paths, manifest) {
+                if self.merge_index(earlier, paths, manifest) {
                     return finish_index(&paths.index());
                 }
             }
@@ -364,7 +383,7 @@ impl Pool {
         make_dir(&index_dir)?;
         let report = index.write(&index_dir)?;
         if let Some(why) = report.vectors_error {
-            tracing::warn!(workspace = %self.workspace(), generation = %name, error = %why, "card vectors not stored: this generation ranks by BM25 alone");
+            tracing::warn!(workspace = %self.workspace(), generation = %paths.dir().display(), error = %why, "card vectors not stored: this generation ranks by BM25 alone");
         }
         crate::sys::release_freed_memory();
         finish_index(&index_dir)

@@ -20,6 +20,7 @@ use parking_lot::Mutex;
 use super::{Failure, Syncer, blocking, local};
 use crate::pool::Pool;
 use crate::pool::earlier::Earlier;
+use crate::pool::generations::Generation;
 use crate::state::State;
 
 /// Every workspace's syncer on this host: the configured ones and the inherited pools.
@@ -160,19 +161,19 @@ impl Syncer {
         if inherits.is_empty() {
             return Ok(own);
         }
-        let mut parts: Vec<(String, Pool, Manifest)> = Vec::new();
+        let mut parts: Vec<(String, Pool, Arc<Generation>)> = Vec::new();
         for ws in inherits.iter().filter(|w| **w != self.ws) {
             let syncer = self.state.syncers.get_or_open(&self.state, ws)?;
-            let pool = syncer.pool.clone();
-            let reading = pool.clone();
-            if let Some(g) = blocking(move || reading.current()).await? {
-                parts.push((ws.clone(), pool, g.manifest));
+            if let Some(g) = syncer.current().await? {
+                parts.push((ws.clone(), syncer.pool.clone(), g));
             }
         }
         let target = self.pool.clone();
         blocking(move || {
-            let named: Vec<(&str, &Manifest)> =
-                parts.iter().map(|(w, _, m)| (w.as_str(), m)).collect();
+            let named: Vec<(&str, &Manifest)> = parts
+                .iter()
+                .map(|(w, _, g)| (w.as_str(), &g.manifest))
+                .collect();
             let mut composed = mop_cards::compose(own, &named).map_err(|e| {
                 crate::pool::PoolError::BadGeneration {
                     name: "(composition)".into(),
@@ -223,8 +224,7 @@ impl Syncer {
     /// [`Syncer::recompose_if_moved`], or (`always`) regardless of versions. The caller
     /// holds this workspace's publishing lock.
     async fn compose_again(&self, inherits: &[String], always: bool) -> Result<(), Failure> {
-        let pool = self.pool.clone();
-        let Some(current) = blocking(move || pool.current()).await? else {
+        let Some(current) = self.current().await? else {
             return Ok(());
         };
         let mut now = Vec::new();

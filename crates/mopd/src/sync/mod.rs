@@ -27,6 +27,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::client::{CardServer, ClientError, ManifestFetch};
 use crate::pool::earlier::Earlier;
+use crate::pool::generations::Generation;
 use crate::pool::{Pool, PoolError};
 use crate::state::State;
 use fetch::FetchError;
@@ -155,10 +156,9 @@ pub struct Syncer {
     pub status: Arc<Mutex<WorkspaceStatus>>,
     /// Daemon-wide state.
     pub state: Arc<State>,
-    /// The held version, keyed by the current generation's name. Generations are
-    /// immutable and names are never reused, so an unchanged poll costs one readlink
-    /// instead of parsing the current manifest (34 ms at 10k cards before this cache).
-    held: Arc<Mutex<Option<(String, Version)>>>,
+    /// The current generation, parsed, as this syncer last published or read it (see
+    /// [`Syncer::current`]). It costs the parsed manifest's memory.
+    current: Arc<Mutex<Option<Arc<Generation>>>>,
     /// Older answers in a row from replicas that are behind (see [`MAX_BEHIND`]).
     behind: Arc<std::sync::atomic::AtomicU32>,
     /// The (generation, model hash or "") whose index was last found usable, so a poll
@@ -191,7 +191,7 @@ impl Syncer {
             pool,
             status,
             state,
-            held: Arc::default(),
+            current: Arc::default(),
             behind: Arc::default(),
             index_checked: Arc::default(),
             publishing: Arc::default(),
@@ -200,19 +200,33 @@ impl Syncer {
 
     /// The version of the current generation, if there is one.
     async fn held_version(&self) -> Result<Option<Version>, Failure> {
+        Ok(self.current().await?.map(|g| Version::of(&g.manifest)))
+    }
+
+    /// The current generation, read and parsed once per generation: a sync plans against
+    /// it and the task side builds its catalog from it ([`Syncer::cached`]), so neither
+    /// reads and parses the manifest again (a third of a sync's CPU at 10k cards went to
+    /// that). Generations are immutable and names never reused, so the name is the key.
+    pub(crate) async fn current(&self) -> Result<Option<Arc<Generation>>, Failure> {
         let Some(name) = self.pool.current_name() else {
             return Ok(None);
         };
-        if let Some((cached, version)) = &*self.held.lock()
-            && *cached == name
-        {
-            return Ok(Some(version.clone()));
+        if let Some(g) = self.cached(&name) {
+            return Ok(Some(g));
         }
         let pool = self.pool.clone();
-        let generation = blocking(move || pool.generation(&name)).await?;
-        let version = Version::of(&generation.manifest);
-        *self.held.lock() = Some((generation.name, version.clone()));
-        Ok(Some(version))
+        let g = Arc::new(blocking(move || pool.generation(&name)).await?);
+        *self.current.lock() = Some(g.clone());
+        Ok(Some(g))
+    }
+
+    /// The generation `name`, parsed, if it is the one this syncer holds as current.
+    pub fn cached(&self, name: &str) -> Option<Arc<Generation>> {
+        self.current
+            .lock()
+            .as_ref()
+            .filter(|g| g.name == name)
+            .cloned()
     }
 
     fn update(&self, f: impl FnOnce(&mut WorkspaceStatus)) -> WorkspaceStatus {
@@ -223,8 +237,7 @@ impl Syncer {
 
     /// Reads the current generation into the status (at start, and after changes).
     pub async fn refresh_current(&self) {
-        let pool = self.pool.clone();
-        let current = blocking(move || pool.current()).await;
+        let current = self.current().await;
         let pool = self.pool.clone();
         let usage = tokio::task::spawn_blocking(move || pool.usage())
             .await
@@ -360,8 +373,7 @@ impl Syncer {
     ) -> Result<Polled, Failure> {
         // Loaded only now that something came: a delta is checked against it, so a
         // generation published in between (a repair) cannot be mixed up with `held`.
-        let pool = self.pool.clone();
-        let current = blocking(move || pool.current()).await?;
+        let current = self.current().await?;
         let pool = self.pool.clone();
         let held = current.as_ref().map(|g| inherit::own_part(&g.manifest));
         let planned = match plan::plan(incoming, held.as_deref(), |sha, size| {
@@ -461,14 +473,13 @@ impl Syncer {
             (Some(mop_search::FORMAT), false) => "with the configured model's card vectors",
             _ => "with this version's search index format",
         };
-        let pool = self.pool.clone();
-        let Some(current) = blocking(move || pool.current()).await? else {
+        let Some(current) = self.current().await? else {
             return Ok(());
         };
         let m = &current.manifest;
         let (epoch, revision, cards) = (m.epoch.clone(), m.revision, m.cards.len());
         let built = self
-            .build_and_publish(&*self.state.client(), current.manifest, &[], None)
+            .build_and_publish(&*self.state.client(), current.manifest.clone(), &[], None)
             .await?;
         let (name, usage) = (built.name, built.usage);
         let model = model
@@ -521,7 +532,7 @@ impl Syncer {
         let model = self.state.embedding_model();
         let arriving = missing.iter().map(|(sha, _)| sha.clone()).collect();
         let started = std::time::Instant::now();
-        let manifest = std::sync::Arc::new(manifest);
+        let manifest = Arc::new(manifest);
         let building_from = manifest.clone();
         let (building, feed) =
             blocking(move || pool.start_generation(building_from, arriving, earlier, model))
@@ -546,7 +557,21 @@ impl Syncer {
             let flushed = started.elapsed();
             let report = pool.collect(&state.pinned(&ws), Some((&name, &manifest)))?;
             let usage = report.bytes.unwrap_or_else(|| pool.usage());
-            Ok((name, usage, built, flushed, started.elapsed(), build_cpu))
+            // The build's thread has ended, so this is the one reference left.
+            let manifest = Arc::try_unwrap(manifest).unwrap_or_else(|m| (*m).clone());
+            let generation = Generation {
+                paths: pool.paths().generation(&name),
+                name,
+                manifest,
+            };
+            Ok((
+                generation,
+                usage,
+                built,
+                flushed,
+                started.elapsed(),
+                build_cpu,
+            ))
         });
         let received = match fetched {
             Ok(received) => received,
@@ -555,8 +580,10 @@ impl Syncer {
                 return Err(e.into());
             }
         };
-        let (name, usage, built, flushed, collected, build_cpu) = finished.await?;
+        let (generation, usage, built, flushed, collected, build_cpu) = finished.await?;
         self.state.metrics.built(started.elapsed());
+        let name = generation.name.clone();
+        *self.current.lock() = Some(Arc::new(generation));
         let _ = self.state.published.send((self.ws.clone(), name.clone()));
         Ok(Built {
             name,
@@ -600,8 +627,7 @@ impl Syncer {
     /// cards, linking) what the pool lacks. Its name, when there is a current generation.
     async fn repair(&self) -> Result<Option<String>, Failure> {
         let _publishing = self.publishing.lock().await;
-        let pool = self.pool.clone();
-        let Some(current) = blocking(move || pool.current()).await? else {
+        let Some(current) = self.current().await? else {
             return Ok(None);
         };
         // Only the own cards come from this workspace's server; an inherited card's object

@@ -7,9 +7,9 @@
 //! no card twice; within one epoch a lower revision is a rollback and refused, the same
 //! revision is nothing new; a new epoch is accepted (the caller warns).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
-use mop_proto::sync::{Manifest, ManifestEntry, Version};
+use mop_proto::sync::{Manifest, Version};
 
 /// What a sync should do.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +68,12 @@ pub fn plan(
                 .into(),
         ));
     }
+    // The objects a delta names: only these can be missing from the pool, since the held
+    // generation's are there (collection keeps them, the scrub re-hashes them), so the
+    // pool is asked about these alone and not about every card.
+    let named: Option<std::collections::HashSet<String>> = incoming
+        .since
+        .map(|_| incoming.cards.iter().map(|c| c.sha256.clone()).collect());
     let mut full = match (incoming.since, held) {
         (None, _) => incoming,
         (Some(since), Some(cur)) if cur.epoch == incoming.epoch && cur.revision == since => {
@@ -110,7 +116,12 @@ pub fn plan(
             replaces_epoch = Some(cur.epoch.clone());
         }
     }
-    let missing = missing_objects(&full, has_object);
+    let missing = match &named {
+        Some(named) => missing_objects(&full, |sha, size| {
+            !named.contains(sha) || has_object(sha, size)
+        }),
+        None => missing_objects(&full, has_object),
+    };
     Ok(Plan::Publish {
         manifest: full,
         missing,
@@ -132,25 +143,32 @@ pub fn missing_objects(
         .collect()
 }
 
-/// Applies a delta to the manifest it was computed from.
+/// Applies a delta to the manifest it was computed from (its cards sorted by id, as a
+/// generation's are): one pass over both, so the cost is a copy of each kept entry.
 fn apply_delta(base: &Manifest, delta: Manifest) -> Manifest {
-    let mut by_id: BTreeMap<_, ManifestEntry> = base
-        .cards
-        .iter()
-        .map(|c| (c.summary.id, c.clone()))
-        .collect();
-    for id in &delta.removed {
-        by_id.remove(id);
+    let removed: std::collections::HashSet<_> = delta.removed.iter().collect();
+    let mut changed = delta.cards;
+    changed.sort_by_key(|c| c.summary.id);
+    let mut cards = Vec::with_capacity(base.cards.len() + changed.len());
+    let mut changed = changed.into_iter().peekable();
+    for c in &base.cards {
+        let id = c.summary.id;
+        while let Some(new) = changed.next_if(|n| n.summary.id < id) {
+            cards.push(new);
+        }
+        match changed.next_if(|n| n.summary.id == id) {
+            Some(new) => cards.push(new),
+            None if removed.contains(&id) => {}
+            None => cards.push(c.clone()),
+        }
     }
-    for c in delta.cards {
-        by_id.insert(c.summary.id, c);
-    }
+    cards.extend(changed);
     Manifest {
         epoch: delta.epoch,
         revision: delta.revision,
         generated_at: delta.generated_at,
         since: None,
-        cards: by_id.into_values().collect(),
+        cards,
         removed: Vec::new(),
         inherited: Vec::new(),
     }
@@ -160,6 +178,7 @@ fn apply_delta(base: &Manifest, delta: Manifest) -> Manifest {
 mod tests {
     use super::*;
     use mop_cards::parse_card;
+    use mop_proto::sync::ManifestEntry;
 
     const EPOCH: &str = "0b6c1f3e-8d7a-4f43-9c1e-1f2a3b4c5d6e";
 
@@ -228,6 +247,25 @@ mod tests {
             .collect();
         assert_eq!(bodies, ["Card 2", "Card 3"]);
         assert_eq!(manifest.since, None);
+        // New cards before, between and after the held ones, changed and removed ones.
+        let held9 = self::manifest(EPOCH, 5, [1, 3, 5, 7, 9].map(|n| entry(n, "x")).to_vec());
+        let mut d9 = self::manifest(EPOCH, 6, [10, 5, 0, 6].map(|n| entry(n, "y")).to_vec());
+        d9.since = Some(5);
+        d9.removed = [3, 9].map(|n| entry(n, "x").summary.id).to_vec();
+        let Plan::Publish { manifest: m9, .. } = plan(d9, Some(&held9), nothing_held).unwrap()
+        else {
+            panic!("publish expected");
+        };
+        let got: Vec<(String, String)> = m9
+            .cards
+            .iter()
+            .map(|c| (c.summary.title.clone(), c.sha256.clone()))
+            .collect();
+        let want: Vec<(String, String)> =
+            [(0, "y"), (1, "x"), (5, "y"), (6, "y"), (7, "x"), (10, "y")]
+                .map(|(n, b)| (format!("Card {n}"), entry(n, b).sha256))
+                .to_vec();
+        assert_eq!(got, want);
         delta.since = Some(4);
         let err = plan(delta, Some(&held), nothing_held).unwrap_err();
         assert!(err.message.contains("does not apply"), "{err:?}");

@@ -69,10 +69,16 @@ impl LoadedGenerations {
         }
         let pool = Pool::open(self.state.paths(), ws).map_err(internal)?;
         let name = generation.to_owned();
+        // The current generation is parsed already (the syncer keeps it); an older one a
+        // task pins is read again.
+        let cached = (self.state.syncers.get(ws)).and_then(|s| s.cached(generation));
         let selection = self.state.config().selection.clone();
         let shared = self.rules.lock().clone();
         let loaded = tokio::task::spawn_blocking(move || -> Result<Loaded, TaskError> {
-            let g = pool.generation(&name).map_err(internal)?;
+            let g = match cached {
+                Some(g) => g,
+                None => Arc::new(pool.generation(&name).map_err(internal)?),
+            };
             let rules = match shared {
                 Some(rules) if rules.config == selection => rules,
                 _ => Arc::new(Rules::new(selection).map_err(internal)?),
@@ -86,7 +92,7 @@ impl LoadedGenerations {
             if let DenseState::FailedClosed(why) = &dense {
                 tracing::warn!(workspace = %pool.workspace(), generation = %name, reason = %why, "dense ranker off for this generation: BM25 alone");
             }
-            let catalog = Catalog::new(g.manifest, &rules).map_err(internal)?;
+            let catalog = Catalog::of(&g.manifest, &rules).map_err(internal)?;
             Ok(Loaded {
                 pool: pool.paths().clone(),
                 catalog,

@@ -89,7 +89,7 @@ impl Syncer {
         let paths = state.paths();
         let pool = Pool::open(paths, ws)
             .with_context(|| format!("cannot open the pool of workspace {ws}"))?;
-        if let Err(e) = pool.collect(&state.pinned(ws), None) {
+        if let Err(e) = pool.collect(&state.pinned(ws), None, None) {
             tracing::warn!(workspace = ws, error = %e, "cannot collect leftovers");
         }
         let status = Arc::new(Mutex::new(super::record::load(paths, ws)));

@@ -528,6 +528,8 @@ impl Syncer {
         missing: &[(String, u64)],
         earlier: Option<Earlier>,
     ) -> Result<Built, Failure> {
+        // The generation this one replaces, parsed already: collection looks at its objects.
+        let replaced = self.current().await.ok().flatten();
         let pool = self.pool.clone();
         let model = self.state.embedding_model();
         let arriving = missing.iter().map(|(sha, _)| sha.clone()).collect();
@@ -555,7 +557,8 @@ impl Syncer {
             pool.publish(&name)?;
             drop(claim);
             let flushed = started.elapsed();
-            let report = pool.collect(&state.pinned(&ws), Some((&name, &manifest)))?;
+            let replaced = replaced.as_deref().map(|g| (g.name.as_str(), &g.manifest));
+            let report = pool.collect(&state.pinned(&ws), Some((&name, &manifest)), replaced)?;
             let usage = report.bytes.unwrap_or_else(|| pool.usage());
             // The build's thread has ended, so this is the one reference left.
             let manifest = Arc::try_unwrap(manifest).unwrap_or_else(|m| (*m).clone());

@@ -38,7 +38,10 @@ pub(crate) const INDEX_FILE: &str = "postings.mop";
 /// The file naming the format and the card count.
 pub(crate) const META_FILE: &str = "mop-search.json";
 /// This format. Formats 1 to 3 were tantivy indexes; a daemon rebuilds a generation that
-/// holds one (see mopd's sync).
+/// holds one (see mopd's sync). It also names the analysis: a change of the tokenizer,
+/// the field weights or the norms is a new format, since a daemon carries an earlier
+/// generation's index (and its unchanged cards' postings) forward while the format is
+/// the same.
 pub const FORMAT: u32 = 4;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"mop-idx4");

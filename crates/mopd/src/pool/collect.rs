@@ -1,7 +1,7 @@
 //! Garbage collection (generations neither current nor pinned, objects no kept generation
 //! references, leftovers in `tmp/`) and re-hashing (bad objects go to `quarantine/`).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::path::PathBuf;
 
@@ -87,9 +87,10 @@ impl Pool {
             referenced.extend(m.cards.iter().map(|c| (c.sha256.as_str(), c.size)));
         }
         let mut bytes = 0;
+        let mut seen = HashSet::new();
         for name in &keep {
             let paths = self.paths().generation(name);
-            bytes += files_size(&[paths.manifest()], &[paths.index()]);
+            bytes += files_size(&[paths.manifest()], &[paths.index()], &mut seen);
         }
         let mut remove = |path: PathBuf| -> Result<(), PoolError> {
             match fs::remove_file(&path) {
@@ -128,7 +129,11 @@ impl Pool {
             let _ = fs::remove_file(&p);
         }
         bytes += referenced.values().sum::<u64>();
-        bytes += files_size(&[], &[self.paths().tmp(), self.paths().quarantine()]);
+        bytes += files_size(
+            &[],
+            &[self.paths().tmp(), self.paths().quarantine()],
+            &mut seen,
+        );
         report.bytes = Some(bytes);
         Ok(report)
     }
@@ -229,13 +234,23 @@ fn held(path: &std::path::Path) -> Result<Held, PoolError> {
     }
 }
 
-/// The sizes of `files` and of the files directly in `dirs` (missing ones count 0).
-fn files_size(files: &[PathBuf], dirs: &[PathBuf]) -> u64 {
-    let size = |p: &std::path::Path| fs::symlink_metadata(p).map_or(0, |m| m.len());
+/// The sizes of `files` and of the files directly in `dirs` (missing ones count 0), each
+/// file once however many names it has (generations share index files): `seen` holds
+/// the inodes counted so far.
+fn files_size(files: &[PathBuf], dirs: &[PathBuf], seen: &mut HashSet<u64>) -> u64 {
+    use std::os::unix::fs::MetadataExt;
     let listed = dirs
         .iter()
-        .flat_map(|d| fs::read_dir(d).into_iter().flatten().flatten());
-    files.iter().map(|f| size(f)).sum::<u64>() + listed.map(|e| size(&e.path())).sum::<u64>()
+        .flat_map(|d| fs::read_dir(d).into_iter().flatten().flatten())
+        .map(|e| e.path());
+    files
+        .iter()
+        .cloned()
+        .chain(listed)
+        .filter_map(|p| fs::symlink_metadata(p).ok())
+        .filter(|m| seen.insert(m.ino()))
+        .map(|m| m.len())
+        .sum()
 }
 
 #[cfg(test)]

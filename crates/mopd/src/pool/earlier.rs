@@ -88,21 +88,26 @@ impl Earlier {
 
 impl Pool {
     /// Links the earlier generation's index into the generation at `paths` when it is one
-    /// this build would have written: of this format, and with this model's card vectors
-    /// (or, with no model, none). Index files are immutable (0440), so two generations can
-    /// share them. False (and nothing left behind) when it cannot; the caller builds.
+    /// this build would have written: of this format, whole (it opens, every section in
+    /// place), and with this model's card vectors (or, with no model, none). Index files
+    /// are immutable (0440), so two generations can share them. False (and nothing left
+    /// behind) when it cannot; the caller builds.
     pub(super) fn take_index(
         &self,
         earlier: &Earlier,
         paths: &GenerationPaths,
         model: Option<&mop_embed::Model>,
     ) -> bool {
+        // Shared, so no collection removes the earlier generation while it is linked.
+        let Ok(_no_collection) = self.lock(false) else {
+            return false;
+        };
         let old = self.paths().generation(&earlier.generation).index();
         let vectors_fit = match model {
             Some(m) => mop_embed::usable(&old, m),
             None => !old.join(mop_embed::VECTORS_META).exists(),
         };
-        if mop_search::index_format(&old) != Some(mop_search::FORMAT) || !vectors_fit {
+        if !vectors_fit || mop_search::SearchIndex::open(&old).is_err() {
             return false;
         }
         let new = paths.index();
@@ -265,6 +270,42 @@ mod tests {
         assert!(pool.merge_index(&e, &gen_paths, &edited));
         assert!(
             fs::read(gen_paths.index().join("postings.mop")).unwrap()
+                == fs::read(index_file(&pool, &scratch)).unwrap()
+        );
+        // A counter-only change whose fetch fails (an object the pool lacks never comes)
+        // is not built, though its index could be taken whole.
+        let mut lacking = edited.clone();
+        lacking.revision = 4;
+        let absent = card(&pool, 0, "Body 0, fetched again.", false);
+        fs::remove_file(pool.object_path(&absent.sha256)).unwrap();
+        let (building, feed) = pool
+            .start_generation(
+                Arc::new(lacking.clone()),
+                vec![absent.sha256.clone()],
+                Some(Earlier::between(&three, &edited, &lacking)),
+                None,
+            )
+            .unwrap();
+        let name = building.name().to_owned();
+        drop(feed);
+        assert!(matches!(
+            building.finish(),
+            Err(super::super::PoolError::MissingObject(_))
+        ));
+        assert!(!pool.paths().generation(&name).dir().exists());
+        // A damaged earlier index is not taken: the next one is built from scratch.
+        let postings = index_file(&pool, &three);
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&postings, fs::Permissions::from_mode(0o640)).unwrap();
+        let whole = fs::read(&postings).unwrap();
+        fs::write(&postings, &whole[..whole.len() / 2]).unwrap();
+        let mut recounted = edited.clone();
+        recounted.revision = 5;
+        let (five, e) = after(&pool, (&three, &edited), &recounted);
+        assert!(e.unchanged());
+        assert_ne!(ino(&five), ino(&three));
+        assert!(
+            fs::read(index_file(&pool, &five)).unwrap()
                 == fs::read(index_file(&pool, &scratch)).unwrap()
         );
         // An earlier index that is gone: no merge, nothing left behind.

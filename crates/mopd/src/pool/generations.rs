@@ -315,15 +315,19 @@ impl Pool {
         let model = model.as_deref();
         let mut all_in = false;
         if let Some(earlier) = &earlier {
+            let merge = model.is_none() && earlier.new_cards() * FEW_ARRIVING <= cards.len();
+            if earlier.unchanged() || merge {
+                // Every object first, even when the index is taken whole: a fetch that
+                // failed must fail the build, or the generation would name an object the
+                // pool lacks.
+                all_in = true;
+                wait_for_all(arriving, &mut arrivals)?;
+            }
             if earlier.unchanged() && self.take_index(earlier, paths, model) {
                 return Ok(());
             }
-            if model.is_none() && earlier.new_cards() * FEW_ARRIVING <= cards.len() {
-                all_in = true;
-                wait_for_all(arriving, &mut arrivals)?;
-                if self.merge_index(earlier, paths, manifest) {
-                    return finish_index(&paths.index());
-                }
+            if merge && self.merge_index(earlier, paths, manifest) {
+                return finish_index(&paths.index());
             }
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

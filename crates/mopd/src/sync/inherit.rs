@@ -224,9 +224,6 @@ impl Syncer {
     /// [`Syncer::recompose_if_moved`], or (`always`) regardless of versions. The caller
     /// holds this workspace's publishing lock.
     async fn compose_again(&self, inherits: &[String], always: bool) -> Result<(), Failure> {
-        let Some(current) = self.current().await? else {
-            return Ok(());
-        };
         let mut now = Vec::new();
         for ws in inherits.iter().filter(|w| **w != self.ws) {
             if let Some(v) = self.state.syncers.get(ws).and_then(|s| {
@@ -236,12 +233,22 @@ impl Syncer {
                 now.push(v);
             }
         }
-        let held: Vec<(String, String, u64)> = current
-            .manifest
-            .inherited
-            .iter()
-            .map(|i| (i.workspace.clone(), i.epoch.clone(), i.revision))
-            .collect();
+        let versions = |inherited: &[mop_cards::InheritedVersion]| -> Vec<(String, String, u64)> {
+            inherited
+                .iter()
+                .map(|i| (i.workspace.clone(), i.epoch.clone(), i.revision))
+                .collect()
+        };
+        // What the status says the current generation was composed with: when that is
+        // what the inherited pools hold now, nothing is read (every round of every
+        // workspace asks). The manifest decides otherwise.
+        if !always && versions(&self.status.lock().inherited) == now {
+            return Ok(());
+        }
+        let Some(current) = self.current().await? else {
+            return Ok(());
+        };
+        let held = versions(&current.manifest.inherited);
         if held == now && !always {
             return Ok(());
         }

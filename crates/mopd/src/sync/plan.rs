@@ -27,6 +27,17 @@ pub enum Plan {
     },
 }
 
+/// What is known of the held generation's objects in the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checked {
+    /// All there: every one was found when a sync planned against it (or fetched), and
+    /// nothing has been quarantined, repaired or recreated since.
+    Whole,
+    /// Not known (the daemon started, the scrub found damage, a repair ran, the pool's
+    /// layout was recreated): every card's object is looked up.
+    Unknown,
+}
+
 /// Why a manifest is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused {
@@ -44,10 +55,12 @@ fn bad(message: String) -> Refused {
 }
 
 /// Plans a sync of `incoming` over `held` (the own part of the current generation's
-/// manifest: see [`Manifest::own`]).
+/// manifest: see [`Manifest::own`]). With `held_whole`, the pool is known to hold every
+/// object of `held`, and only the objects a delta names are looked up (see [`Checked`]).
 pub fn plan(
     incoming: Manifest,
     held: Option<&Manifest>,
+    held_whole: Checked,
     has_object: impl Fn(&str, u64) -> bool,
 ) -> Result<Plan, Refused> {
     if !mop_cards::is_epoch(&incoming.epoch) {
@@ -68,11 +81,11 @@ pub fn plan(
                 .into(),
         ));
     }
-    // The objects a delta names: only these can be missing from the pool, since the held
-    // generation's are there (collection keeps them, the scrub re-hashes them), so the
-    // pool is asked about these alone and not about every card.
+    // The objects a delta names: with the held generation's objects all in the pool,
+    // only these can be missing, and the pool is asked about these alone.
     let named: Option<std::collections::HashSet<String>> = incoming
         .since
+        .filter(|_| held_whole == Checked::Whole)
         .map(|_| incoming.cards.iter().map(|c| c.sha256.clone()).collect());
     let mut full = match (incoming.since, held) {
         (None, _) => incoming,
@@ -212,7 +225,7 @@ mod tests {
             manifest,
             missing,
             replaces_epoch,
-        } = plan(m, None, nothing_held).unwrap()
+        } = plan(m, None, Checked::Unknown, nothing_held).unwrap()
         else {
             panic!("publish expected");
         };
@@ -236,7 +249,7 @@ mod tests {
         delta.since = Some(5);
         delta.removed = vec![entry(1, "a").summary.id];
         let Plan::Publish { manifest, .. } =
-            plan(delta.clone(), Some(&held), nothing_held).unwrap()
+            plan(delta.clone(), Some(&held), Checked::Unknown, nothing_held).unwrap()
         else {
             panic!("publish expected");
         };
@@ -252,7 +265,8 @@ mod tests {
         let mut d9 = self::manifest(EPOCH, 6, [10, 5, 0, 6].map(|n| entry(n, "y")).to_vec());
         d9.since = Some(5);
         d9.removed = [3, 9].map(|n| entry(n, "x").summary.id).to_vec();
-        let Plan::Publish { manifest: m9, .. } = plan(d9, Some(&held9), nothing_held).unwrap()
+        let Plan::Publish { manifest: m9, .. } =
+            plan(d9, Some(&held9), Checked::Unknown, nothing_held).unwrap()
         else {
             panic!("publish expected");
         };
@@ -267,28 +281,62 @@ mod tests {
                 .to_vec();
         assert_eq!(got, want);
         delta.since = Some(4);
-        let err = plan(delta, Some(&held), nothing_held).unwrap_err();
+        let err = plan(delta, Some(&held), Checked::Unknown, nothing_held).unwrap_err();
         assert!(err.message.contains("does not apply"), "{err:?}");
+    }
+
+    /// With the held generation's objects known to be in the pool, only those a delta
+    /// names are looked up; otherwise every card's.
+    #[test]
+    fn a_delta_over_a_whole_pool_looks_up_its_own_objects_only() {
+        let held = manifest(EPOCH, 5, vec![entry(1, "a"), entry(2, "b"), entry(3, "c")]);
+        let mut delta = manifest(EPOCH, 6, vec![entry(4, "d")]);
+        delta.since = Some(5);
+        for (checked, asked) in [(Checked::Whole, 1), (Checked::Unknown, 4)] {
+            let count = std::cell::Cell::new(0);
+            let have = |_: &str, _: u64| {
+                count.set(count.get() + 1);
+                false
+            };
+            let Plan::Publish { missing, .. } =
+                plan(delta.clone(), Some(&held), checked, have).unwrap()
+            else {
+                panic!("publish expected");
+            };
+            assert_eq!(count.get(), asked, "{checked:?}");
+            assert_eq!(missing.len(), asked, "{checked:?}");
+        }
     }
 
     #[test]
     fn rollbacks_are_refused_and_new_epochs_accepted() {
         let held = manifest(EPOCH, 5, vec![entry(1, "a")]);
-        let err = plan(manifest(EPOCH, 4, vec![]), Some(&held), nothing_held).unwrap_err();
+        let err = plan(
+            manifest(EPOCH, 4, vec![]),
+            Some(&held),
+            Checked::Unknown,
+            nothing_held,
+        )
+        .unwrap_err();
         assert!(err.rollback && err.message.contains("rollback"), "{err:?}");
         assert_eq!(
             plan(
                 manifest(EPOCH, 5, vec![entry(1, "a")]),
                 Some(&held),
+                Checked::Unknown,
                 nothing_held
             )
             .unwrap(),
             Plan::Unchanged
         );
         let other = "1b6c1f3e-8d7a-4f43-9c1e-1f2a3b4c5d6e";
-        let Plan::Publish { replaces_epoch, .. } =
-            plan(manifest(other, 1, vec![]), Some(&held), nothing_held).unwrap()
-        else {
+        let Plan::Publish { replaces_epoch, .. } = plan(
+            manifest(other, 1, vec![]),
+            Some(&held),
+            Checked::Unknown,
+            nothing_held,
+        )
+        .unwrap() else {
             panic!("a new epoch publishes");
         };
         assert_eq!(replaces_epoch.as_deref(), Some(EPOCH));
@@ -296,18 +344,31 @@ mod tests {
 
     #[test]
     fn malformed_answers_are_refused() {
-        let err = plan(manifest("../../x", 1, vec![]), None, nothing_held).unwrap_err();
+        let err = plan(
+            manifest("../../x", 1, vec![]),
+            None,
+            Checked::Unknown,
+            nothing_held,
+        )
+        .unwrap_err();
         assert!(err.message.contains("not a UUID") && !err.rollback);
         let err = plan(
             manifest(EPOCH, 1, vec![entry(1, "a"), entry(1, "b")]),
             None,
+            Checked::Unknown,
             nothing_held,
         )
         .unwrap_err();
         assert!(err.message.contains("twice"), "{err:?}");
         let mut bad_path = entry(1, "a");
         bad_path.path = "../../etc/passwd".into();
-        let err = plan(manifest(EPOCH, 1, vec![bad_path]), None, nothing_held).unwrap_err();
+        let err = plan(
+            manifest(EPOCH, 1, vec![bad_path]),
+            None,
+            Checked::Unknown,
+            nothing_held,
+        )
+        .unwrap_err();
         assert!(err.message.contains("path"), "{err:?}");
     }
 }

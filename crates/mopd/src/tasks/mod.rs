@@ -761,6 +761,9 @@ pub async fn warmer(tasks: Arc<Tasks>, mut stop: watch::Receiver<bool>) {
     for ws in &config.sync.workspaces {
         if let Some(g) = Pool::existing(tasks.state.paths(), ws).current_name() {
             let _ = tasks.loaded.load(ws, &g).await;
+            if let Some(s) = tasks.state.syncers.get(ws) {
+                s.release_parsed();
+            }
         }
     }
     let _ = tokio::task::spawn_blocking(crate::sys::release_freed_memory).await;
@@ -769,9 +772,17 @@ pub async fn warmer(tasks: Arc<Tasks>, mut stop: watch::Receiver<bool>) {
             msg = published.recv() => match msg {
                 // An inherited pool's generations serve no task themselves: its cards
                 // reach tasks through the compositions built from it.
-                Ok((ws, _)) if !tasks.state.config().sync.workspaces.contains(&ws) => {}
+                Ok((ws, _)) if !tasks.state.config().sync.workspaces.contains(&ws) => {
+                    if let Some(s) = tasks.state.syncers.get(&ws) {
+                        s.release_parsed();
+                    }
+                }
                 Ok((ws, g)) => {
                     let _ = tasks.loaded.load(&ws, &g).await;
+                    // The catalog is built: the parsed manifest it came from can go.
+                    if let Some(s) = tasks.state.syncers.get(&ws) {
+                        s.release_parsed();
+                    }
                     tasks.loaded.prune();
                     let _ = tokio::task::spawn_blocking(crate::sys::release_freed_memory).await;
                 }

@@ -250,13 +250,16 @@ pub fn run(smoke: bool, out: &Path, seed: u64) -> Result<()> {
                         vec![1_000, 3_000]
                     } else {
                         vec![
-                            1_000, 10_000, 30_000, 60_000, 120_000, 240_000, 480_000, 960_000,
+                            1_000, 10_000, 30_000, 60_000, 120_000, 240_000, 480_000, 1_000_000,
+                            2_000_000,
                         ]
                     },
                     seconds: if smoke { 1 } else { 10 },
                     seed,
                     replicas,
                     postgres,
+                    // The figure is for one server.
+                    scale_target: (!smoke && replicas == 1).then_some(1_000_000),
                 })
             })
             .collect()

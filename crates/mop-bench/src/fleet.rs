@@ -28,6 +28,8 @@ pub struct Options {
     pub replicas: usize,
     /// The servers on a PostgreSQL started for the run, instead of an SQLite file.
     pub postgres: bool,
+    /// The fleet the largest step within the bound must reach, reported as a target.
+    pub scale_target: Option<usize>,
 }
 
 const WS: &str = "bench";
@@ -259,6 +261,18 @@ pub fn run(o: &Options) -> Result<Section> {
                 first.server_cpu * 100.0
             ),
             first.p99 < P99_BOUND && first.errors == 0,
+        );
+    }
+    if let Some(target) = o.scale_target {
+        let reached = best.map_or(0, |b| b.hosts);
+        sec.target(
+            "simulated fleet polling one server: largest step with p99 < 50 ms",
+            &format!("≥ {target} hosts"),
+            match best {
+                Some(b) => format!("{} hosts (p99 {})", b.hosts, show(b.p99)),
+                None => "no step within the bound".to_owned(),
+            },
+            reached >= target,
         );
     }
     Ok(sec)

@@ -504,6 +504,7 @@ fn main() -> Result<()> {
             seed,
             replicas: usize::from(replicas),
             postgres,
+            scale_target: None,
         })?,
         Command::Memory {
             workspaces,

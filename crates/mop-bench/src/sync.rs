@@ -363,14 +363,14 @@ pub fn run(o: &Options) -> Result<Vec<Section>> {
     cold.line(format!(
         "mop: `mopd run` with an empty cache and state directory, from process start until \
          its status shows the verified generation ({live} live cards: manifest, objects \
-         fetched in batches and hashed while streaming, hardlink tree, search index, \
-         `syncfs`, atomic swap). Baseline: `curl` of one tarball of the same {} card files \
-         ({}) from nginx piped into `tar -x`, then `sync`. {} rounds, the order alternating; \
-         before each side an untimed `sync` flushes what is dirty, so neither side pays for \
-         the other's writeback, and no round deletes the last round's files (they are moved \
-         aside and deleted after the timing), so neither pays for freeing inodes. CPU: mopd's user and system time from `/proc/<pid>/stat` at \
-         the end of its sync (start-up included); the baseline's from `getrusage` of its \
-         shell and children (curl, tar, sync).\n",
+         fetched in batches and hashed while streaming, search index, `syncfs`, atomic \
+         swap). Baseline: `curl` of one tarball of the same {} card files ({}) from nginx \
+         piped into `tar -x`, then `sync`. {} rounds, the order alternating; before each \
+         side an untimed `sync` flushes what is dirty, so neither side pays for the other's \
+         writeback, and no round deletes the last round's files (they are moved aside and \
+         deleted after the timing), so neither pays for freeing inodes. CPU: mopd's user and \
+         system time from `/proc/<pid>/stat` at the end of its sync (start-up included); \
+         the baseline's from `getrusage` of its shell and children (curl, tar, sync).\n",
         o.cards,
         show_bytes(tar_bytes.len() as u64),
         o.rounds

@@ -8,15 +8,17 @@
 //! - at most [`Limits::max_connections`] are open. At the cap, a new connection closes the
 //!   oldest one that has no request in progress (an idle, slow or half-open client), or is
 //!   closed itself when every open connection is busy;
-//! - a new connection has [`Limits::header_timeout`] to send its first request head, and
-//!   any request head must be complete within that time of its first byte (slowloris);
+//! - a new connection has [`Limits::header_timeout`] from connecting to send its whole
+//!   first request head, and a later head must be complete within that time of its first
+//!   byte (slowloris);
 //! - a kept-alive connection waits at most [`Limits::idle_timeout`] for its next request;
 //! - a request body must arrive within [`Limits::body_timeout`] of its head.
 //!
 //! A response that streams for a long time (the daemon's held prepare answer) keeps its
 //! connection busy: it is neither timed out nor evicted. Shutdown is explicit: when the
 //! `shutdown` future resolves, no connection is accepted any more, idle ones close, busy
-//! ones finish their response, and [`serve`] returns once all are gone.
+//! ones finish their response (for at most 30 s, and the deadlines above still apply to
+//! the others), and [`serve`] returns once all are gone.
 
 pub mod tls;
 
@@ -313,61 +315,83 @@ async fn connection<Io, Addr>(
         .keep_alive(true)
         .serve_connection(TokioIo::new(io), service);
     let mut http = std::pin::pin!(http);
-    let end = {
-        let evicted = conn.evict.notified();
-        let stopping = stopped(&mut stop);
-        let (mut evicted, mut stopping) = (std::pin::pin!(evicted), std::pin::pin!(stopping));
-        // One timer per connection, moved only when the deadline comes earlier. `wait`
-        // changes inside `http`'s poll (a head's first byte, a response sent), so each
-        // change is seen right after it, in the same poll, with no wake-up and no timer
-        // of its own; a deadline that moved later is found when the timer fires early,
-        // and re-armed.
-        let far = || Instant::now() + Duration::from_secs(3600);
-        let mut armed = conn.deadline(&limits).unwrap_or_else(far);
-        let mut timer = std::pin::pin!(tokio::time::sleep_until(armed));
-        let mut seen = conn.version();
-        std::future::poll_fn(|cx| {
-            if let Poll::Ready(result) = http.as_mut().poll(cx) {
-                return Poll::Ready(End::Closed(result.err()));
-            }
-            if evicted.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(End::Evicted);
-            }
-            if stopping.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(End::Stopping);
-            }
-            loop {
-                let now_seen = conn.version();
-                if now_seen != seen {
-                    seen = now_seen;
-                    if let Some(d) = conn.deadline(&limits).filter(|d| *d < armed) {
-                        armed = d;
-                        timer.as_mut().reset(d);
-                    }
-                }
-                if timer.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-                match conn.deadline(&limits) {
-                    Some(d) if d <= Instant::now() => return Poll::Ready(End::TimedOut),
-                    d => {
-                        armed = d.unwrap_or_else(far);
-                        timer.as_mut().reset(armed);
-                    }
-                }
-            }
-        })
-        .await
-    };
-    match end {
+    match watch_over(http.as_mut(), &conn, &limits, Some(&mut stop)).await {
         End::Closed(Some(e)) => tracing::debug!(error = %e, "connection ended with an error"),
         End::Stopping => {
             http.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(Duration::from_secs(30), http.as_mut()).await;
+            // The connection's deadlines still hold while it drains: a client in the middle
+            // of a slow head could otherwise keep the shutdown waiting for all of `DRAIN`.
+            let _ =
+                tokio::time::timeout(DRAIN, watch_over(http.as_mut(), &conn, &limits, None)).await;
         }
         End::Closed(None) | End::Evicted | End::TimedOut => {}
     }
     registry.remove(conn.id);
+}
+
+/// How long a shutdown waits for a busy connection to finish its response.
+const DRAIN: Duration = Duration::from_secs(30);
+
+/// Drives the connection `http` until it ends, its deadline passes with nothing in
+/// progress, it is evicted, or (with `stop`) the listener shuts down.
+///
+/// One timer per connection, moved only when the deadline comes earlier. `wait` changes
+/// inside `http`'s poll (a head's first byte, a response sent), so each change is seen right
+/// after it, in the same poll, with no wake-up and no timer of its own; a deadline that
+/// moved later is found when the timer fires early, and re-armed.
+async fn watch_over<F>(
+    mut http: Pin<&mut F>,
+    conn: &Conn,
+    limits: &Limits,
+    stop: Option<&mut watch::Receiver<bool>>,
+) -> End
+where
+    F: Future<Output = Result<(), hyper::Error>>,
+{
+    let evicted = conn.evict.notified();
+    let stopping = async move {
+        match stop {
+            Some(stop) => stopped(stop).await,
+            None => std::future::pending().await,
+        }
+    };
+    let (mut evicted, mut stopping) = (std::pin::pin!(evicted), std::pin::pin!(stopping));
+    let far = || Instant::now() + Duration::from_secs(3600);
+    let mut armed = conn.deadline(limits).unwrap_or_else(far);
+    let mut timer = std::pin::pin!(tokio::time::sleep_until(armed));
+    let mut seen = conn.version();
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(result) = http.as_mut().poll(cx) {
+            return Poll::Ready(End::Closed(result.err()));
+        }
+        if evicted.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(End::Evicted);
+        }
+        if stopping.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(End::Stopping);
+        }
+        loop {
+            let now_seen = conn.version();
+            if now_seen != seen {
+                seen = now_seen;
+                if let Some(d) = conn.deadline(limits).filter(|d| *d < armed) {
+                    armed = d;
+                    timer.as_mut().reset(d);
+                }
+            }
+            if timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            match conn.deadline(limits) {
+                Some(d) if d <= Instant::now() => return Poll::Ready(End::TimedOut),
+                d => {
+                    armed = d.unwrap_or_else(far);
+                    timer.as_mut().reset(armed);
+                }
+            }
+        }
+    })
+    .await
 }
 
 /// Why a connection's task ends.
@@ -396,12 +420,12 @@ impl<Io: AsyncRead + Unpin> AsyncRead for Tracked<Io> {
     ) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
         let result = Pin::new(&mut self.inner).poll_read(cx, buf);
+        // Only a kept-alive connection's next head starts a clock of its own: the first
+        // head is still within the time it got at connecting (a byte sent just before that
+        // ran out must not buy a whole new `header_timeout`).
         if buf.filled().len() > before && self.conn.busy.load(Ordering::SeqCst) == 0 {
-            let waiting_for_head = {
-                let wait = self.conn.wait.lock();
-                wait.0 != Wait::Head
-            };
-            if waiting_for_head {
+            let idle = self.conn.wait.lock().0 == Wait::Idle;
+            if idle {
                 self.conn.set_wait(Wait::Head);
             }
         }
@@ -651,6 +675,69 @@ mod tests {
             .expect("serve returns once its idle connection is closed")
             .unwrap();
         assert!(closed(&mut kept).await);
+    }
+
+    #[tokio::test]
+    async fn the_first_head_must_be_complete_within_the_header_timeout_of_connecting() {
+        let limits = Limits {
+            header_timeout: Duration::from_millis(1000),
+            ..limits(10)
+        };
+        let (addr, _stop) = start(limits).await;
+        // A head that begins just before the time is up gets no fresh header timeout.
+        let mut late = TcpStream::connect(addr).await.unwrap();
+        let connected = Instant::now();
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        late.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        assert!(closed(&mut late).await);
+        let lasted = connected.elapsed();
+        assert!(
+            lasted < Duration::from_millis(1600),
+            "closed {lasted:?} after connecting; a fresh header timeout from the first byte would be 1.8 s"
+        );
+        // Control: the whole head at the same moment is answered.
+        let mut prompt = TcpStream::connect(addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert!(get_ok(&mut prompt).await);
+    }
+
+    #[tokio::test]
+    async fn a_shutdown_finishes_busy_responses_and_does_not_wait_for_slow_heads() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let app = Router::new().route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                "ok"
+            }),
+        );
+        let server = tokio::spawn(serve(listener, app, limits(10), async move {
+            let _ = rx.await;
+        }));
+        let mut busy = TcpStream::connect(addr).await.unwrap();
+        busy.write_all(b"GET /slow HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut trickling = TcpStream::connect(addr).await.unwrap();
+        trickling.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tx.send(()).unwrap();
+        // The busy connection's response still comes…
+        let mut buf = [0u8; 512];
+        let n = tokio::time::timeout(Duration::from_secs(3), busy.read(&mut buf))
+            .await
+            .expect("the busy response is finished")
+            .unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        // …the half-sent head is closed at its deadline, and serve returns long before the
+        // 30 s a drain may take.
+        assert!(closed(&mut trickling).await);
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("serve returns once the busy response is done and the slow head timed out")
+            .unwrap();
     }
 
     #[test]

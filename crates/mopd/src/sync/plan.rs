@@ -82,11 +82,21 @@ pub fn plan(
         ));
     }
     // The objects a delta names: with the held generation's objects all in the pool,
-    // only these can be missing, and the pool is asked about these alone.
-    let named: Option<std::collections::HashSet<String>> = incoming
+    // only these can be missing, and the pool is asked about these alone (every entry of
+    // the delta is in the full manifest, so these are all the candidates).
+    let named: Option<Vec<(String, u64)>> = incoming
         .since
         .filter(|_| held_whole == Checked::Whole)
-        .map(|_| incoming.cards.iter().map(|c| c.sha256.clone()).collect());
+        .map(|_| {
+            let mut named: Vec<(String, u64)> = incoming
+                .cards
+                .iter()
+                .map(|c| (c.sha256.clone(), c.size))
+                .collect();
+            named.sort_unstable();
+            named.dedup_by(|a, b| a.0 == b.0);
+            named
+        });
     let mut full = match (incoming.since, held) {
         (None, _) => incoming,
         (Some(since), Some(cur)) if cur.epoch == incoming.epoch && cur.revision == since => {
@@ -129,10 +139,11 @@ pub fn plan(
             replaces_epoch = Some(cur.epoch.clone());
         }
     }
-    let missing = match &named {
-        Some(named) => missing_objects(&full, |sha, size| {
-            !named.contains(sha) || has_object(sha, size)
-        }),
+    let missing = match named {
+        Some(named) => named
+            .into_iter()
+            .filter(|(sha, size)| !has_object(sha, *size))
+            .collect(),
         None => missing_objects(&full, has_object),
     };
     Ok(Plan::Publish {

@@ -725,7 +725,9 @@ impl Syncer {
         // Only the own cards come from this workspace's server; an inherited card's object
         // comes from its own pool again.
         let own = inherit::own_part(&current.manifest).into_owned();
-        let missing = plan::missing_objects(&own, |sha, size| self.pool.has_object(sha, size));
+        let missing = plan::missing_objects(plan::objects_of(&own), |sha, size| {
+            self.pool.has_object(sha, size)
+        });
         let inherits: Vec<String> = current
             .manifest
             .inherited

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeSet;
 
+use mop_cards::CardId;
 use mop_proto::sync::{Manifest, Version};
 
 /// What a sync should do.
@@ -83,18 +84,19 @@ pub fn plan(
     }
     // The objects a delta names: with the held generation's objects all in the pool,
     // only these can be missing, and the pool is asked about these alone (every entry of
-    // the delta is in the full manifest, so these are all the candidates).
-    let named: Option<Vec<(String, u64)>> = incoming
+    // the delta is in the full manifest, so these are all the candidates). In card order,
+    // each at its first card, as [`missing_objects`] gives them: the build takes arriving
+    // objects in that order.
+    let named: Option<Vec<(CardId, String, u64)>> = incoming
         .since
         .filter(|_| held_whole == Checked::Whole)
         .map(|_| {
-            let mut named: Vec<(String, u64)> = incoming
+            let mut named: Vec<_> = incoming
                 .cards
                 .iter()
-                .map(|c| (c.sha256.clone(), c.size))
+                .map(|c| (c.summary.id, c.sha256.clone(), c.size))
                 .collect();
-            named.sort_unstable();
-            named.dedup_by(|a, b| a.0 == b.0);
+            named.sort_by_key(|(id, ..)| *id);
             named
         });
     let mut full = match (incoming.since, held) {
@@ -139,12 +141,12 @@ pub fn plan(
             replaces_epoch = Some(cur.epoch.clone());
         }
     }
-    let missing = match named {
-        Some(named) => named
-            .into_iter()
-            .filter(|(sha, size)| !has_object(sha, *size))
-            .collect(),
-        None => missing_objects(&full, has_object),
+    let missing = match &named {
+        Some(named) => missing_objects(
+            named.iter().map(|(_, sha, size)| (sha.as_str(), *size)),
+            has_object,
+        ),
+        None => missing_objects(objects_of(&full), has_object),
     };
     Ok(Plan::Publish {
         manifest: full,
@@ -153,18 +155,22 @@ pub fn plan(
     })
 }
 
-/// The objects of `manifest` the pool lacks, each once.
-pub fn missing_objects(
-    manifest: &Manifest,
+/// Of `objects` (sha256, size), those the pool lacks, each once, in the order given.
+pub fn missing_objects<'a>(
+    objects: impl IntoIterator<Item = (&'a str, u64)>,
     has_object: impl Fn(&str, u64) -> bool,
 ) -> Vec<(String, u64)> {
     let mut seen = BTreeSet::new();
-    manifest
-        .cards
-        .iter()
-        .filter(|e| seen.insert(e.sha256.as_str()) && !has_object(&e.sha256, e.size))
-        .map(|e| (e.sha256.clone(), e.size))
+    objects
+        .into_iter()
+        .filter(|(sha, size)| seen.insert(*sha) && !has_object(sha, *size))
+        .map(|(sha, size)| (sha.to_owned(), size))
         .collect()
+}
+
+/// A manifest's objects (sha256, size), in card order.
+pub fn objects_of(manifest: &Manifest) -> impl Iterator<Item = (&str, u64)> {
+    manifest.cards.iter().map(|e| (e.sha256.as_str(), e.size))
 }
 
 /// Applies a delta to the manifest it was computed from (its cards sorted by id, as a
@@ -249,7 +255,7 @@ mod tests {
         assert_eq!(missing.len(), 3);
         assert_eq!(replaces_epoch, None);
         let held: BTreeSet<String> = [manifest.cards[0].sha256.clone()].into();
-        let again = missing_objects(&manifest, |s, _| held.contains(s));
+        let again = missing_objects(objects_of(&manifest), |s, _| held.contains(s));
         assert_eq!(again.len(), 2);
     }
 
@@ -317,6 +323,38 @@ mod tests {
             assert_eq!(count.get(), asked, "{checked:?}");
             assert_eq!(missing.len(), asked, "{checked:?}");
         }
+    }
+
+    /// The build takes arriving objects in the order of the first card naming each: the
+    /// delta's own objects come in card order too, whatever order their hashes sort in.
+    #[test]
+    fn a_deltas_missing_objects_come_in_card_order() {
+        let held = manifest(
+            EPOCH,
+            5,
+            (1..=6).map(|n| entry(n, "old")).collect::<Vec<_>>(),
+        );
+        let edited: Vec<ManifestEntry> = (1..=6).map(|n| entry(n, "new")).collect();
+        let mut delta = manifest(EPOCH, 6, edited.iter().rev().cloned().collect());
+        delta.since = Some(5);
+        for checked in [Checked::Whole, Checked::Unknown] {
+            let have = |sha: &str, _: u64| held.cards.iter().any(|c| c.sha256 == sha);
+            let Plan::Publish { missing, .. } =
+                plan(delta.clone(), Some(&held), checked, have).unwrap()
+            else {
+                panic!("publish expected");
+            };
+            let want: Vec<(String, u64)> =
+                edited.iter().map(|c| (c.sha256.clone(), c.size)).collect();
+            assert_eq!(missing, want, "{checked:?}");
+        }
+        // The hashes do not sort in card order, or this would prove nothing.
+        let mut sorted: Vec<&str> = edited.iter().map(|c| c.sha256.as_str()).collect();
+        sorted.sort_unstable();
+        assert_ne!(
+            sorted,
+            edited.iter().map(|c| c.sha256.as_str()).collect::<Vec<_>>()
+        );
     }
 
     #[test]
